@@ -1,0 +1,198 @@
+package v1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Well-known labels and annotations of the GameSession API.
+const (
+	// ProfileLabel marks a ConfigMap as a GameSession profile. The controller
+	// watches only ConfigMaps carrying ProfileLabel=ProfileLabelValue, so a
+	// ConfigMap without it is invisible to the controller by design.
+	ProfileLabel      = "games.example.com/profile"
+	ProfileLabelValue = "true"
+
+	// ProfileHashAnnotation on a Deployment's pod template holds the hash of
+	// the profile data the pods were started with. Changing it is what makes
+	// the Deployment roll out when the profile changes.
+	ProfileHashAnnotation = "games.example.com/profile-hash"
+)
+
+// Condition types reported in GameSessionStatus.Conditions.
+const (
+	// ConditionProfileResolved is True when spec.profileRef names an existing,
+	// labelled profile ConfigMap and its data are rolled into the Deployment.
+	ConditionProfileResolved = "ProfileResolved"
+	// ConditionReady is True when the Deployment is fully rolled out and all
+	// its replicas are ready.
+	ConditionReady = "Ready"
+)
+
+// Condition reasons. They are part of the API: tools may match on them.
+const (
+	ReasonProfileResolved    = "ProfileResolved"
+	ReasonProfileNotFound    = "ProfileNotFound"
+
+	ReasonDeploymentReady         = "DeploymentReady"
+	ReasonDeploymentProgressing   = "DeploymentProgressing"
+	ReasonWaitingForProfile       = "WaitingForProfile"
+	ReasonDeploymentNotControlled = "DeploymentNotControlled"
+	ReasonDeploymentInvalid       = "DeploymentInvalid"
+)
+
+// GameSession runs one game-server Deployment whose pods mount a shared
+// profile ConfigMap. When the profile's data change, the Deployment rolls out.
+//
+// +genclient
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:shortName=gs,categories=games
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
+// +kubebuilder:printcolumn:name="Profile",type=string,JSONPath=`.spec.profileRef`
+// +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.spec.replicas`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`
+// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type GameSession struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired game server: its image, size and profile.
+	// +required
+	Spec GameSessionSpec `json:"spec"`
+
+	// status is what the controller last observed. Written only by the controller.
+	// +optional
+	Status GameSessionStatus `json:"status,omitempty"`
+}
+
+// GameSessionSpec is the desired state of a GameSession.
+type GameSessionSpec struct {
+	// profileRef is the name of the profile ConfigMap, in the GameSession's own
+	// namespace, that the game servers mount read-only at /etc/gamesession/profile.
+	// The ConfigMap must carry the label games.example.com/profile=true; the
+	// controller ignores ConfigMaps without it. There is deliberately no
+	// namespace field: a session can only use its own namespace's profiles.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="profileRef must be a ConfigMap name: a DNS-1123 subdomain of lowercase letters, digits, '-' and '.', starting and ending with a letter or digit"
+	ProfileRef string `json:"profileRef"`
+
+	// image is the game server's container image, e.g. registry.example.com/arena:1.4.2.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="!self.matches('\\\\s')",message="image must not contain whitespace"
+	Image string `json:"image"`
+
+	// replicas is the number of game server pods. Defaults to 1.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// ports the game server listens on. Names and port/protocol pairs must be unique.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.all(p, self.exists_one(q, q.containerPort == p.containerPort && q.protocol == p.protocol))",message="each containerPort and protocol pair may appear only once"
+	Ports []GameServerPort `json:"ports,omitempty"`
+
+	// resources are the compute resources of the game server container,
+	// as in a Pod's container (requests and limits of cpu, memory, ...).
+	// +optional
+	Resources GameServerResources `json:"resources,omitempty"`
+}
+
+// GameServerPort is one port the game server listens on.
+type GameServerPort struct {
+	// name of the port, unique within the session (an IANA service name,
+	// at most 15 characters), e.g. "game" or "query".
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// containerPort is the port number inside the container, 1 to 65535.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	ContainerPort int32 `json:"containerPort"`
+
+	// protocol is UDP (the default, as most game traffic is), TCP or SCTP.
+	// +optional
+	// +kubebuilder:default=UDP
+	// +kubebuilder:validation:Enum=UDP;TCP;SCTP
+	Protocol corev1.Protocol `json:"protocol,omitempty"`
+}
+
+// GameServerResources are the compute resources of the game server container.
+// It is the requests/limits part of a container's resources, without the
+// fields a game server has no use for.
+type GameServerResources struct {
+	// requests is the minimum amount of each resource the game server needs,
+	// e.g. cpu: 500m, memory: 256Mi.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=8
+	Requests corev1.ResourceList `json:"requests,omitempty"`
+
+	// limits is the maximum amount of each resource the game server may use.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=8
+	Limits corev1.ResourceList `json:"limits,omitempty"`
+}
+
+// GameSessionStatus is the observed state of a GameSession.
+type GameSessionStatus struct {
+	// observedGeneration is the metadata.generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// replicas is the number of game server pods the Deployment currently has.
+	// +optional
+	Replicas int32 `json:"replicas"`
+
+	// readyReplicas is the number of game server pods that are ready.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas"`
+
+	// selector is the label selector of the game server pods, in string form,
+	// for the scale subresource (kubectl scale, HorizontalPodAutoscaler).
+	// +optional
+	Selector string `json:"selector,omitempty"`
+
+	// profileHash is the hash of the profile data now rolled into the
+	// Deployment's pod template (annotation games.example.com/profile-hash).
+	// +optional
+	ProfileHash string `json:"profileHash,omitempty"`
+
+	// conditions: ProfileResolved says whether the profile was found and
+	// applied, and how to fix it when not; Ready says whether the game servers
+	// are rolled out and ready.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// GameSessionList is a list of GameSessions.
+//
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:object:root=true
+type GameSessionList struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	// items are the GameSessions.
+	Items []GameSession `json:"items"`
+}
