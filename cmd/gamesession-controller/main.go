@@ -1,0 +1,38 @@
+// Command gamesession-controller runs one Deployment per GameSession and rolls
+// it out whenever the profile ConfigMap the session references changes.
+package main
+
+import (
+	"context"
+	"flag"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"k8s.io/klog/v2"
+
+	"github.com/example/gamesession-controller/cmd/gamesession-controller/app"
+)
+
+func main() {
+	opts := app.NewOptions()
+	klog.InitFlags(nil)
+	opts.AddFlags(flag.CommandLine)
+	flag.Parse()
+
+	// The first SIGTERM or SIGINT cancels the context: workers finish their
+	// current item and the process exits. A second one kills it at once.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+	ctx = klog.NewContext(ctx, klog.Background().WithName("gamesession-controller"))
+
+	if err := app.Run(ctx, opts); err != nil {
+		klog.FromContext(ctx).Error(err, "Controller failed")
+		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+	}
+	klog.Flush()
+}
