@@ -42,6 +42,7 @@ import (
 	gamesscheme "github.com/example/gamesession-controller/pkg/generated/clientset/versioned/scheme"
 	gamesinformers "github.com/example/gamesession-controller/pkg/generated/informers/externalversions/games/v1"
 	gameslisters "github.com/example/gamesession-controller/pkg/generated/listers/games/v1"
+	"github.com/example/gamesession-controller/pkg/metrics"
 )
 
 // Name is the controller's name: its work queue, field manager, event source
@@ -60,6 +61,13 @@ type Options struct {
 	// with. The controller only quotes it in messages, to tell users which
 	// label their profile is missing.
 	ProfileSelector string
+
+	// ProfileChangeDelay holds the sessions of a changed profile in the queue
+	// this long before they sync. Profile edits come in bursts (a script
+	// writing key by key, an apply of several files), and every rollout
+	// restarts game servers: within the delay, further edits collapse into one
+	// rollout per session instead of one per edit. Zero syncs at once.
+	ProfileChangeDelay time.Duration
 }
 
 // Controller reconciles GameSessions into Deployments.
@@ -77,8 +85,14 @@ type Controller struct {
 	eventBroadcaster record.EventBroadcaster
 	recorder         record.EventRecorder
 
-	profileHashes   *profileHashCache
-	profileSelector string
+	profileHashes      *profileHashCache
+	profileSelector    string
+	profileChangeDelay time.Duration
+
+	// pendingFanOuts holds the profiles ("namespace/name") whose fan-out is
+	// scheduled but has not run yet.
+	pendingMu      sync.Mutex
+	pendingFanOuts map[string]struct{}
 
 	// workersRunning counts live workers, for the health check.
 	workersRunning atomic.Int32
@@ -127,10 +141,12 @@ func NewController(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name},
 		),
-		eventBroadcaster: broadcaster,
-		recorder:         broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Name}),
-		profileHashes:    newProfileHashCache(),
-		profileSelector:  opts.ProfileSelector,
+		eventBroadcaster:   broadcaster,
+		recorder:           broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Name}),
+		profileHashes:      newProfileHashCache(),
+		profileSelector:    opts.ProfileSelector,
+		profileChangeDelay: opts.ProfileChangeDelay,
+		pendingFanOuts:     make(map[string]struct{}),
 	}
 	c.syncHandler = c.syncGameSession
 	c.enqueueSession = c.enqueue
@@ -241,7 +257,7 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 	// re-add is parked, so two workers never sync the same session at once.
 	defer c.queue.Done(key)
 
-	err := c.syncHandler(ctx, key)
+	err := c.instrumentedSync(ctx, key)
 	c.handleErr(ctx, err, key)
 	return true
 }
@@ -282,7 +298,8 @@ func (c *Controller) enqueue(obj interface{}) {
 }
 
 func (c *Controller) addProfile(obj interface{}) {
-	c.enqueueSessionsForProfile(obj.(*corev1.ConfigMap))
+	profile := obj.(*corev1.ConfigMap)
+	c.enqueueSessionsForProfile(profile.Namespace, profile.Name)
 }
 
 func (c *Controller) updateProfile(oldObj, newObj interface{}) {
@@ -292,11 +309,7 @@ func (c *Controller) updateProfile(oldObj, newObj interface{}) {
 	if profileDataEqual(oldProfile, newProfile) {
 		return
 	}
-	if n := c.enqueueSessionsForProfile(newProfile); n > 0 {
-		// Tells `kubectl describe configmap` what the edit set in motion.
-		c.recorder.Eventf(newProfile, corev1.EventTypeNormal, EventReasonProfileFanOut,
-			MessageProfileFanOut, c.profileHashes.hash(newProfile), n)
-	}
+	c.scheduleProfileFanOut(newProfile.Namespace, newProfile.Name)
 }
 
 func (c *Controller) deleteProfile(obj interface{}) {
@@ -313,17 +326,54 @@ func (c *Controller) deleteProfile(obj interface{}) {
 		}
 	}
 	c.profileHashes.forget(profile.UID)
-	c.enqueueSessionsForProfile(profile)
+	c.enqueueSessionsForProfile(profile.Namespace, profile.Name)
+}
+
+// scheduleProfileFanOut enqueues the sessions of a changed profile after
+// ProfileChangeDelay. While a fan-out is pending, further edits of the same
+// profile join it: the sessions sync once, against the latest data.
+func (c *Controller) scheduleProfileFanOut(namespace, name string) {
+	if c.profileChangeDelay <= 0 {
+		c.fanOutProfile(namespace, name)
+		return
+	}
+	key := profileKey(namespace, name)
+	c.pendingMu.Lock()
+	defer c.pendingMu.Unlock()
+	if _, pending := c.pendingFanOuts[key]; pending {
+		return
+	}
+	c.pendingFanOuts[key] = struct{}{}
+	time.AfterFunc(c.profileChangeDelay, func() {
+		c.pendingMu.Lock()
+		delete(c.pendingFanOuts, key)
+		c.pendingMu.Unlock()
+		c.fanOutProfile(namespace, name)
+	})
+}
+
+// fanOutProfile enqueues the sessions of a changed profile and records on the
+// ConfigMap how many it set rolling, so `kubectl describe configmap` answers
+// "what did my edit do?".
+func (c *Controller) fanOutProfile(namespace, name string) {
+	n := c.enqueueSessionsForProfile(namespace, name)
+	metrics.ObserveFanOut(n)
+	profile, err := c.profileLister.ConfigMaps(namespace).Get(name)
+	if n == 0 || err != nil {
+		return // no sessions, or deleted meanwhile (its delete enqueued them)
+	}
+	c.recorder.Eventf(profile, corev1.EventTypeNormal, EventReasonProfileFanOut,
+		MessageProfileFanOut, c.profileHashes.hash(profile), n)
 }
 
 // enqueueSessionsForProfile enqueues every GameSession that references the
 // profile, and no other, and returns how many it enqueued. It reads only the
 // index: the keys are what the queue needs, so no object is even fetched.
-func (c *Controller) enqueueSessionsForProfile(profile *corev1.ConfigMap) int {
-	keys, err := c.sessionIndexer.IndexKeys(profileRefIndex, profileKey(profile.Namespace, profile.Name))
+func (c *Controller) enqueueSessionsForProfile(namespace, name string) int {
+	keys, err := c.sessionIndexer.IndexKeys(profileRefIndex, profileKey(namespace, name))
 	if err != nil {
 		// Only a missing index fails, and NewController adds it.
-		utilruntime.HandleError(fmt.Errorf("looking up GameSessions of profile %s/%s: %w", profile.Namespace, profile.Name, err))
+		utilruntime.HandleError(fmt.Errorf("looking up GameSessions of profile %s/%s: %w", namespace, name, err))
 		return 0
 	}
 	for _, key := range keys {
@@ -332,8 +382,9 @@ func (c *Controller) enqueueSessionsForProfile(profile *corev1.ConfigMap) int {
 	return len(keys)
 }
 
-// handleDeployment enqueues the GameSession that controls a Deployment. A
-// Deployment without such an owner is not ours and is ignored.
+// handleDeployment enqueues the GameSession that controls a Deployment or,
+// if no current session does, the session of the Deployment's name, which
+// that Deployment blocks (DeploymentNotControlled).
 func (c *Controller) handleDeployment(obj interface{}) {
 	object, ok := obj.(metav1.Object)
 	if !ok {
@@ -347,14 +398,18 @@ func (c *Controller) handleDeployment(obj interface{}) {
 			return
 		}
 	}
-	ref := metav1.GetControllerOf(object)
-	if ref == nil || ref.Kind != gameSessionKind.Kind || ref.APIVersion != gameSessionKind.GroupVersion().String() {
-		return
+	// A Deployment in this cache carries our label and is named after its
+	// session. When no current session controls it (a deleted session's,
+	// awaiting the garbage collector; one orphaned by --cascade=orphan), the
+	// session of that name is blocked by it and must hear of its deletion
+	// at once, not at the next resync.
+	name := object.GetName()
+	if ref := metav1.GetControllerOf(object); ref != nil && ref.Kind == gameSessionKind.Kind && ref.APIVersion == gameSessionKind.GroupVersion().String() {
+		name = ref.Name
 	}
-	session, err := c.sessionLister.GameSessions(object.GetNamespace()).Get(ref.Name)
-	if err != nil || session.UID != ref.UID {
-		// Gone, or a new session with the same name: not this Deployment's owner.
-		return
+	session, err := c.sessionLister.GameSessions(object.GetNamespace()).Get(name)
+	if err != nil {
+		return // gone: the garbage collector removes its Deployment
 	}
 	c.enqueueSession(session)
 }

@@ -160,12 +160,24 @@ func updatedDeployment(observed, desired *appsv1.Deployment) *appsv1.Deployment 
 	t.Labels = mergeInto(t.Labels, dt.Labels)
 	t.Annotations = mergeInto(t.Annotations, dt.Annotations)
 	t.Spec.AutomountServiceAccountToken = dt.Spec.AutomountServiceAccountToken
+	// Only the fields deploymentNeedsUpdate compares are set in the container
+	// and the volume, so that their other fields (terminationMessagePath,
+	// imagePullPolicy, defaultMode, ...) survive, as they do everywhere else.
+	dc := &dt.Spec.Containers[0]
 	if c := findContainer(t.Spec.Containers, gameServerContainerName); c != nil {
-		*c = dt.Spec.Containers[0]
+		c.Image, c.Ports = dc.Image, dc.Ports
+		c.Resources.Requests, c.Resources.Limits = dc.Resources.Requests, dc.Resources.Limits
+		if m := findVolumeMount(c.VolumeMounts, profileVolumeName); m != nil {
+			*m = dc.VolumeMounts[0]
+		} else {
+			c.VolumeMounts = append(c.VolumeMounts, dc.VolumeMounts[0])
+		}
 	} else {
-		t.Spec.Containers = append(t.Spec.Containers, dt.Spec.Containers[0])
+		t.Spec.Containers = append(t.Spec.Containers, *dc)
 	}
-	if v := findVolume(t.Spec.Volumes, profileVolumeName); v != nil {
+	if v := findVolume(t.Spec.Volumes, profileVolumeName); v != nil && v.ConfigMap != nil {
+		v.ConfigMap.Name = dt.Spec.Volumes[0].ConfigMap.Name
+	} else if v != nil {
 		*v = dt.Spec.Volumes[0]
 	} else {
 		t.Spec.Volumes = append(t.Spec.Volumes, dt.Spec.Volumes[0])

@@ -143,4 +143,3 @@ func (c *Controller) updateStatus(ctx context.Context, session *gamesv1.GameSess
 	_, err := c.gameClient.GamesV1().GameSessions(session.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: Name})
 	return err
 }
-
