@@ -48,6 +48,10 @@ run: build ## Run the controller: against $$KUBECONFIG if set, else on a local c
 	  hack/build-controlplane.sh && $(GO) run ./hack/run-local -- $(ARGS); \
 	fi
 
+.PHONY: image
+image: ## Build the controller image $(IMAGE) (needs a Docker engine).
+	docker build -t $(IMAGE) .
+
 .PHONY: clean
 clean: ## Remove build outputs (keeps the control plane build).
 	rm -rf $(BIN_DIR)/gamesession-controller $(BIN_DIR)/codegen

@@ -6,10 +6,13 @@ package app
 import (
 	"flag"
 	"fmt"
+	"net"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 )
@@ -29,6 +32,27 @@ type Options struct {
 	// ProfileSelector selects the ConfigMaps that can serve as profiles. Only
 	// those are listed, watched and cached.
 	ProfileSelector string
+	// ProfileChangeDelay lets a burst of edits to one profile settle into a
+	// single rollout of its sessions.
+	ProfileChangeDelay time.Duration
+
+	// LeaderElect runs the controller only while this process holds the
+	// Lease LeaderElectionNamespace/LeaderElectionID. Off by default, because
+	// `make run` and the tests run a single instance and should not wait for a
+	// lease; the Deployment in artifacts/ turns it on for its two replicas.
+	LeaderElect bool
+	// LeaderElectionNamespace holds the Lease. Empty: see
+	// leaderElectionNamespace.
+	LeaderElectionNamespace string
+	LeaderElectionID        string
+	LeaseDuration           time.Duration
+	RenewDeadline           time.Duration
+	RetryPeriod             time.Duration
+
+	// MetricsBindAddress and HealthProbeBindAddress are host:port listen
+	// addresses; "0" turns the server off.
+	MetricsBindAddress     string
+	HealthProbeBindAddress string
 
 	// RESTConfig, when set, is used instead of Kubeconfig and Master. Tests
 	// use it to run the controller with a given identity.
@@ -48,6 +72,21 @@ func NewOptions() *Options {
 		KubeAPIBurst:    2000,
 		ResyncPeriod:    10 * time.Minute,
 		ProfileSelector: labels.SelectorFromSet(labels.Set{gamesv1.ProfileLabel: gamesv1.ProfileLabelValue}).String(),
+		// Long enough for an apply of several files or a script writing key
+		// by key to land as one rollout; short enough that a single edit
+		// still rolls out promptly.
+		ProfileChangeDelay: 500 * time.Millisecond,
+
+		LeaderElectionID: "gamesession-controller",
+		// The timings of kube-controller-manager: a standby takes over at
+		// most 15s after the leader stops renewing, and a leader that cannot
+		// renew for 10s steps down, 5s before anyone else may take over.
+		LeaseDuration: 15 * time.Second,
+		RenewDeadline: 10 * time.Second,
+		RetryPeriod:   2 * time.Second,
+
+		MetricsBindAddress:     ":8080",
+		HealthProbeBindAddress: ":8081",
 	}
 }
 
@@ -61,6 +100,17 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of queries to the API server above --kube-api-qps.")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "How often every GameSession is re-checked even without events. A re-check of a session in order writes nothing.")
 	fs.StringVar(&o.ProfileSelector, "profile-selector", o.ProfileSelector, "Label selector of the ConfigMaps that may serve as profiles. Others are never cached.")
+	fs.DurationVar(&o.ProfileChangeDelay, "profile-change-delay", o.ProfileChangeDelay, "How long a profile's sessions wait after a change of its data before they roll, so that a burst of edits makes one rollout. 0: roll at once.")
+
+	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Run the controller only while holding a Lease, so that several replicas can run with one active. Enable whenever more than one replica may run.")
+	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "Namespace of the leader election Lease. Empty: the pod's own namespace when running in a cluster, else --namespace, else \"default\".")
+	fs.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID, "Name of the leader election Lease. Replicas with the same namespace and name elect one leader.")
+	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", o.LeaseDuration, "How long a standby waits after the last renewal before it takes the lease over.")
+	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", o.RenewDeadline, "How long the leader keeps retrying a failed renewal before it gives up the lease and exits. Must be less than the lease duration.")
+	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", o.RetryPeriod, "How often candidates try to acquire, and the leader to renew, the lease.")
+
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "host:port serving Prometheus metrics at /metrics. \"0\" disables it.")
+	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "host:port serving /healthz and /readyz. \"0\" disables it.")
 }
 
 // Validate reports the first invalid option.
@@ -81,6 +131,67 @@ func (o *Options) Validate() error {
 	if sel.Empty() {
 		// An empty selector would cache every ConfigMap in the cluster.
 		return fmt.Errorf("--profile-selector must not be empty")
+	}
+	if o.ProfileChangeDelay < 0 {
+		return fmt.Errorf("--profile-change-delay must not be negative, got %s", o.ProfileChangeDelay)
+	}
+	if o.LeaderElect {
+		if err := o.validateLeaderElection(); err != nil {
+			return err
+		}
+	}
+	for _, a := range []struct{ flag, addr string }{
+		{"--metrics-bind-address", o.MetricsBindAddress},
+		{"--health-probe-bind-address", o.HealthProbeBindAddress},
+	} {
+		if err := validateBindAddress(a.addr); err != nil {
+			return fmt.Errorf("%s: %w", a.flag, err)
+		}
+	}
+	if o.MetricsBindAddress != "0" && o.MetricsBindAddress == o.HealthProbeBindAddress {
+		if _, port, _ := net.SplitHostPort(o.MetricsBindAddress); port != "0" {
+			return fmt.Errorf("--metrics-bind-address and --health-probe-bind-address must differ, both are %q", o.MetricsBindAddress)
+		}
+	}
+	return nil
+}
+
+func (o *Options) validateLeaderElection() error {
+	if errs := validation.IsDNS1123Subdomain(o.LeaderElectionID); len(errs) > 0 {
+		return fmt.Errorf("--leader-election-id %q is not a valid Lease name: %s", o.LeaderElectionID, errs[0])
+	}
+	if ns := o.LeaderElectionNamespace; ns != "" {
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return fmt.Errorf("--leader-election-namespace %q is not a valid namespace: %s", ns, errs[0])
+		}
+	}
+	if o.LeaseDuration <= 0 || o.RenewDeadline <= 0 || o.RetryPeriod <= 0 {
+		return fmt.Errorf("--leader-elect-lease-duration, --leader-elect-renew-deadline and --leader-elect-retry-period must be positive")
+	}
+	// The leader must give up before a standby may take over, or both would
+	// run for a while; and it must get more than one jittered retry in
+	// before it gives up.
+	if o.LeaseDuration <= o.RenewDeadline {
+		return fmt.Errorf("--leader-elect-lease-duration (%s) must be greater than --leader-elect-renew-deadline (%s)", o.LeaseDuration, o.RenewDeadline)
+	}
+	if minDeadline := time.Duration(leaderelection.JitterFactor * float64(o.RetryPeriod)); o.RenewDeadline <= minDeadline {
+		return fmt.Errorf("--leader-elect-renew-deadline (%s) must be greater than %g times --leader-elect-retry-period (%s)", o.RenewDeadline, leaderelection.JitterFactor, o.RetryPeriod)
+	}
+	return nil
+}
+
+// validateBindAddress accepts "0" (disabled) or host:port with an empty,
+// IP or name host.
+func validateBindAddress(addr string) error {
+	if addr == "0" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("want host:port, or \"0\" to disable: %w", err)
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("invalid port %q", port)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"net/http"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -10,20 +11,28 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/klog/v2"
 
 	"github.com/example/gamesession-controller/pkg/controller"
 	clientset "github.com/example/gamesession-controller/pkg/generated/clientset/versioned"
 	gameinformers "github.com/example/gamesession-controller/pkg/generated/informers/externalversions"
+	"github.com/example/gamesession-controller/pkg/metrics"
 )
 
 // Run runs the controller until ctx is cancelled, then stops its workers and
 // informers and returns. It returns an error if the controller cannot start.
+//
+// With leader election, Run serves metrics and health at once but starts the
+// informers and workers only once it holds the lease, and returns an error if
+// it loses the lease, so that the process exits and a standby takes over.
+// Nothing in Run exits the process: tests run it in-process, several times.
 func Run(ctx context.Context, o *Options) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
-	logger := klog.FromContext(ctx)
+	// Before any work queue exists: a queue picks its metrics when created.
+	metrics.Register()
 	cfg, err := o.restConfig()
 	if err != nil {
 		return err
@@ -36,6 +45,53 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return fmt.Errorf("building the GameSession client: %w", err)
 	}
+
+	var watchdog *leaderelection.HealthzAdaptor
+	if o.LeaderElect {
+		// A leader whose renew loop is wedged, and so never notices that it
+		// lost the lease, fails /healthz a lease duration after the lease
+		// expired, and the kubelet restarts it.
+		watchdog = leaderelection.NewLeaderHealthzAdaptor(o.LeaseDuration)
+	}
+	health := newHealthChecker(o.Workers, watchdog)
+	sessions := metrics.NewSessionCollector()
+	registry, err := metrics.NewRegistry(sessions)
+	if err != nil {
+		return fmt.Errorf("registering metrics: %w", err)
+	}
+	metricsMux := http.NewServeMux()
+	metricsMux.Handle("/metrics", metrics.Handler(registry))
+
+	// Served before the election, so a standby is probed and scraped too.
+	// The deferred stops run after the controller has stopped, so the last
+	// scrape can still see the shutdown.
+	stopMetrics, err := serve(ctx, "metrics", o.MetricsBindAddress, metricsMux)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
+	stopHealth, err := serve(ctx, "health", o.HealthProbeBindAddress, health.handler())
+	if err != nil {
+		return err
+	}
+	defer stopHealth()
+
+	run := func(ctx context.Context) error {
+		return runController(ctx, o, kubeClient, gameClient, health, sessions)
+	}
+	if !o.LeaderElect {
+		return run(ctx)
+	}
+	return runWithLeaderElection(ctx, o, cfg, health, watchdog, run)
+}
+
+// runController builds the informers and the controller, runs them until ctx
+// is cancelled, and waits for them to stop. With leader election it runs for
+// the one term this process leads: losing the lease ends the process rather
+// than reusing caches and a queue built for the old term.
+func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interface, gameClient clientset.Interface,
+	health *healthChecker, sessions *metrics.SessionCollector) error {
+	logger := klog.FromContext(ctx)
 
 	// One factory per filter: a factory applies its list options to every
 	// informer it makes, so the ConfigMap and Deployment filters cannot share one.
@@ -51,14 +107,19 @@ func Run(ctx context.Context, o *Options) error {
 		kubeinformers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = controller.ManagedDeploymentSelector() }),
 		kubeinformers.WithTransform(dropManagedFields))
 
+	sessionInformer := sessionFactory.Games().V1().GameSessions()
 	c, err := controller.NewController(ctx, kubeClient, gameClient,
-		sessionFactory.Games().V1().GameSessions(),
+		sessionInformer,
 		profileFactory.Core().V1().ConfigMaps(),
 		deploymentFactory.Apps().V1().Deployments(),
-		controller.Options{ProfileSelector: o.ProfileSelector})
+		controller.Options{ProfileSelector: o.ProfileSelector, ProfileChangeDelay: o.ProfileChangeDelay})
 	if err != nil {
 		return err
 	}
+	health.setController(c)
+	defer health.setController(nil)
+	sessions.SetSource(sessionInformer.Lister(), c.HasSynced)
+	defer sessions.SetSource(nil, nil)
 
 	logger.Info("Starting informers", "namespace", o.Namespace, "profileSelector", o.ProfileSelector)
 	sessionFactory.Start(ctx.Done())
@@ -69,7 +130,15 @@ func Run(ctx context.Context, o *Options) error {
 	defer profileFactory.Shutdown()
 	defer sessionFactory.Shutdown()
 
-	return c.Run(ctx, o.Workers)
+	if err := c.Run(ctx, o.Workers); err != nil {
+		if ctx.Err() != nil {
+			// Stopped before the caches synced: a stop, not a failure.
+			logger.Info("Stopped before the caches synced")
+			return nil
+		}
+		return err
+	}
+	return nil
 }
 
 func (o *Options) restConfig() (*rest.Config, error) {

@@ -31,8 +31,8 @@ const (
 
 // Condition reasons. They are part of the API: tools may match on them.
 const (
-	ReasonProfileResolved    = "ProfileResolved"
-	ReasonProfileNotFound    = "ProfileNotFound"
+	ReasonProfileResolved = "ProfileResolved"
+	ReasonProfileNotFound = "ProfileNotFound"
 
 	ReasonDeploymentReady         = "DeploymentReady"
 	ReasonDeploymentProgressing   = "DeploymentProgressing"

@@ -1,0 +1,310 @@
+package metrics
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
+	gameslisters "github.com/example/gamesession-controller/pkg/generated/listers/games/v1"
+)
+
+// scrape serves reg through Handler, as Prometheus would read it, and
+// returns the text exposition.
+func scrape(t *testing.T, reg *prometheus.Registry) string {
+	t.Helper()
+	srv := httptest.NewServer(Handler(reg))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatalf("scraping: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("reading the scrape: %v", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape returned %s:\n%s", resp.Status, body)
+	}
+	return string(body)
+}
+
+func newRegistry(t *testing.T, extra ...prometheus.Collector) *prometheus.Registry {
+	t.Helper()
+	Register()
+	reg, err := NewRegistry(extra...)
+	if err != nil {
+		t.Fatalf("NewRegistry: %v", err)
+	}
+	return reg
+}
+
+func wantLines(t *testing.T, exposition string, lines ...string) {
+	t.Helper()
+	for _, line := range lines {
+		if !strings.Contains(exposition, "\n"+line+"\n") {
+			t.Errorf("scrape lacks %q", line)
+		}
+	}
+	if t.Failed() {
+		t.Logf("scrape:\n%s", exposition)
+	}
+}
+
+// Register and NewRegistry run once per app.Run, and tests run app.Run many
+// times in one process.
+func TestRegisterAndNewRegistryRepeat(t *testing.T) {
+	for range 3 {
+		Register()
+		reg, err := NewRegistry(NewSessionCollector())
+		if err != nil {
+			t.Fatalf("NewRegistry: %v", err)
+		}
+		if _, err := reg.Gather(); err != nil {
+			t.Fatalf("Gather: %v", err)
+		}
+	}
+}
+
+func TestNewRegistryRejectsDuplicateCollector(t *testing.T) {
+	if _, err := NewRegistry(SyncsTotal); err == nil {
+		t.Fatal("NewRegistry accepted a collector it already registers")
+	}
+}
+
+func TestWorkqueueMetrics(t *testing.T) {
+	reg := newRegistry(t)
+	q := workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "metrics-test"})
+	defer q.ShutDown()
+
+	q.Add("a")
+	q.Add("b")
+	item, _ := q.Get()
+	q.AddRateLimited(item) // a retry
+	q.Done(item)
+
+	exposition := scrape(t, reg)
+	wantLines(t, exposition,
+		`workqueue_adds_total{name="metrics-test"} 2`,
+		`workqueue_retries_total{name="metrics-test"} 1`,
+		`workqueue_depth{name="metrics-test"} 1`,
+		`workqueue_queue_duration_seconds_count{name="metrics-test"} 1`,
+		`workqueue_work_duration_seconds_count{name="metrics-test"} 1`,
+	)
+	for _, name := range []string{"workqueue_unfinished_work_seconds", "workqueue_longest_running_processor_seconds"} {
+		if !strings.Contains(exposition, name+`{name="metrics-test"}`) {
+			t.Errorf("scrape lacks %s for the queue", name)
+		}
+	}
+}
+
+// A queue re-created under the same name, as by a controller restarted in the
+// same process, adds to the same series instead of failing.
+func TestWorkqueueSameNameSharesSeries(t *testing.T) {
+	reg := newRegistry(t)
+	for range 2 {
+		q := workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[string]{Name: "metrics-test-shared"})
+		q.Add("x")
+		q.ShutDown()
+	}
+	wantLines(t, scrape(t, reg), `workqueue_adds_total{name="metrics-test-shared"} 2`)
+}
+
+func TestRESTClientMetrics(t *testing.T) {
+	reg := newRegistry(t)
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"p","namespace":"ns"}}`)
+	}))
+	defer api.Close()
+	client, err := kubernetes.NewForConfig(&rest.Config{Host: api.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().ConfigMaps("ns").Get(context.Background(), "p", metav1.GetOptions{}); err != nil {
+		t.Fatalf("GET: %v", err)
+	}
+
+	host := strings.TrimPrefix(api.URL, "http://")
+	exposition := scrape(t, reg)
+	wantLines(t, exposition,
+		`rest_client_requests_total{code="200",host="`+host+`",method="GET"} 1`,
+		`rest_client_request_duration_seconds_count{host="`+host+`",verb="GET"} 1`,
+	)
+	if !strings.Contains(exposition, `rest_client_rate_limiter_duration_seconds_count{host="`+host+`",verb="GET"}`) {
+		t.Errorf("scrape lacks the rate limiter latency of the GET")
+	}
+}
+
+func TestRESTClientMetricsLabelsCarryNoPath(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	vec := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "test_latency_seconds", Help: "x"}, []string{"verb", "host"})
+	reg.MustRegister(vec)
+	u, _ := url.Parse("https://api.example:6443/apis/games.example.com/v1/namespaces/ns/gamesessions/a")
+	(&requestLatency{vec}).Observe(context.Background(), "PUT", *u, time.Second)
+	mfs, _ := reg.Gather()
+	labels := mfs[0].GetMetric()[0].GetLabel()
+	if len(labels) != 2 || labels[0].GetValue() != "api.example:6443" || labels[1].GetValue() != "PUT" {
+		t.Errorf("labels = %v, want host and verb only", labels)
+	}
+}
+
+func TestControllerMetrics(t *testing.T) {
+	reg := newRegistry(t)
+	before := scrapeValue(t, reg, `gamesession_controller_syncs_total{result="conflict"}`)
+	ObserveSync(SyncConflict, 3*time.Millisecond)
+	ObserveFanOut(7340)
+
+	exposition := scrape(t, reg)
+	if after := scrapeValue(t, reg, `gamesession_controller_syncs_total{result="conflict"}`); after != before+1 {
+		t.Errorf("conflict syncs went from %v to %v, want +1", before, after)
+	}
+	// Every result exists from the start, at zero if need be.
+	for _, result := range []string{SyncSuccess, SyncError} {
+		if !strings.Contains(exposition, `gamesession_controller_syncs_total{result="`+result+`"}`) {
+			t.Errorf("scrape lacks syncs_total for result %q", result)
+		}
+	}
+	wantLines(t, exposition, `gamesession_controller_profile_fanout_sessions_bucket{le="16384"} 1`)
+	if !strings.Contains(exposition, "gamesession_controller_sync_duration_seconds_count") {
+		t.Error("scrape lacks the sync duration histogram")
+	}
+}
+
+func scrapeValue(t *testing.T, reg *prometheus.Registry, series string) float64 {
+	t.Helper()
+	for line := range strings.SplitSeq(scrape(t, reg), "\n") {
+		if value, ok := strings.CutPrefix(line, series+" "); ok {
+			var v float64
+			if _, err := fmt.Sscan(value, &v); err != nil {
+				t.Fatalf("parsing %q: %v", line, err)
+			}
+			return v
+		}
+	}
+	t.Fatalf("no series %s", series)
+	return 0
+}
+
+func TestLeaderMetric(t *testing.T) {
+	reg := newRegistry(t)
+	m := leaderProvider{}.NewLeaderMetric()
+	m.On("metrics-test-lease")
+	wantLines(t, scrape(t, reg), `leader_election_master_status{name="metrics-test-lease"} 1`)
+	m.Off("metrics-test-lease")
+	wantLines(t, scrape(t, reg), `leader_election_master_status{name="metrics-test-lease"} 0`)
+}
+
+func session(name string, conditions ...metav1.Condition) *gamesv1.GameSession {
+	return &gamesv1.GameSession{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
+		Status:     gamesv1.GameSessionStatus{Conditions: conditions},
+	}
+}
+
+func cond(conditionType string, status metav1.ConditionStatus) metav1.Condition {
+	return metav1.Condition{Type: conditionType, Status: status}
+}
+
+func TestSessionCollector(t *testing.T) {
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for _, s := range []*gamesv1.GameSession{
+		session("a", cond(gamesv1.ConditionReady, metav1.ConditionTrue), cond(gamesv1.ConditionProfileResolved, metav1.ConditionTrue)),
+		session("b", cond(gamesv1.ConditionReady, metav1.ConditionTrue), cond(gamesv1.ConditionProfileResolved, metav1.ConditionTrue)),
+		session("c", cond(gamesv1.ConditionReady, metav1.ConditionFalse), cond(gamesv1.ConditionProfileResolved, metav1.ConditionFalse)),
+		session("d"), // not synced yet: no conditions
+	} {
+		if err := indexer.Add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sessions := NewSessionCollector()
+	reg := newRegistry(t, sessions)
+
+	// No source (a standby) and an unsynced source report nothing.
+	if exposition := scrape(t, reg); strings.Contains(exposition, "gamesession_controller_session") {
+		t.Errorf("reported sessions without a source:\n%s", exposition)
+	}
+	synced := false
+	sessions.SetSource(gameslisters.NewGameSessionLister(indexer), func() bool { return synced })
+	if exposition := scrape(t, reg); strings.Contains(exposition, "gamesession_controller_session") {
+		t.Errorf("reported sessions before the cache synced:\n%s", exposition)
+	}
+
+	synced = true
+	wantLines(t, scrape(t, reg),
+		`gamesession_controller_sessions 4`,
+		`gamesession_controller_session_conditions{condition="Ready",status="True"} 2`,
+		`gamesession_controller_session_conditions{condition="Ready",status="False"} 1`,
+		`gamesession_controller_session_conditions{condition="Ready",status="Unknown"} 0`,
+		`gamesession_controller_session_conditions{condition="ProfileResolved",status="True"} 2`,
+		`gamesession_controller_session_conditions{condition="ProfileResolved",status="False"} 1`,
+	)
+
+	sessions.SetSource(nil, nil)
+	if exposition := scrape(t, reg); strings.Contains(exposition, "gamesession_controller_session") {
+		t.Errorf("reported sessions after the source was removed:\n%s", exposition)
+	}
+}
+
+type failingLister struct{ gameslisters.GameSessionLister }
+
+func (failingLister) List(labels.Selector) ([]*gamesv1.GameSession, error) {
+	return nil, apierrors.NewServiceUnavailable("broken")
+}
+
+// A failing collector must not take the other metrics down with it.
+func TestSessionCollectorErrorKeepsOtherMetrics(t *testing.T) {
+	sessions := NewSessionCollector()
+	reg := newRegistry(t, sessions)
+	sessions.SetSource(failingLister{}, nil)
+	if exposition := scrape(t, reg); !strings.Contains(exposition, "gamesession_controller_syncs_total") {
+		t.Errorf("scrape with a failing collector lost the other metrics:\n%s", exposition)
+	}
+}
+
+// Metric names and help texts follow the Prometheus conventions, which is
+// what lets generic dashboards and recording rules apply to them.
+func TestMetricsLint(t *testing.T) {
+	reg := newRegistry(t)
+	// Make every vector have a child, so that it is gathered and linted.
+	ObserveSync(SyncSuccess, time.Millisecond)
+	ObserveFanOut(1)
+	(&requestLatency{requestLatencyVec}).Observe(context.Background(), "GET", url.URL{Host: "h"}, time.Millisecond)
+	(&requestLatency{rateLimiterLatencyVec}).Observe(context.Background(), "GET", url.URL{Host: "h"}, time.Millisecond)
+	(&requestResult{requestsTotalVec}).Increment(context.Background(), "200", "GET", "h")
+	(&requestRetry{requestRetriesVec}).IncrementRetry(context.Background(), "500", "GET", "h")
+	leaderMetric{}.SlowpathExercised("lint")
+	workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[string]{Name: "lint"}).ShutDown()
+
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("%s: %s", p.Metric, p.Text)
+	}
+}
