@@ -38,6 +38,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 	clientset "github.com/example/gamesession-controller/pkg/generated/clientset/versioned"
 	gamesscheme "github.com/example/gamesession-controller/pkg/generated/clientset/versioned/scheme"
 	gamesinformers "github.com/example/gamesession-controller/pkg/generated/informers/externalversions/games/v1"
@@ -94,6 +95,10 @@ type Controller struct {
 	pendingMu      sync.Mutex
 	pendingFanOuts map[string]struct{}
 
+	// The objects the controller wrote, until its caches catch up with them.
+	writtenSessions    *writeTracker[*gamesv1.GameSession]
+	writtenDeployments *writeTracker[*appsv1.Deployment]
+
 	// workersRunning counts live workers, for the health check.
 	workersRunning atomic.Int32
 
@@ -147,6 +152,8 @@ func NewController(
 		profileSelector:    opts.ProfileSelector,
 		profileChangeDelay: opts.ProfileChangeDelay,
 		pendingFanOuts:     make(map[string]struct{}),
+		writtenSessions:    newWriteTracker[*gamesv1.GameSession](),
+		writtenDeployments: newWriteTracker[*appsv1.Deployment](),
 	}
 	c.syncHandler = c.syncGameSession
 	c.enqueueSession = c.enqueue
@@ -350,6 +357,14 @@ func (c *Controller) scheduleProfileFanOut(namespace, name string) {
 		c.pendingMu.Unlock()
 		c.fanOutProfile(namespace, name)
 	})
+}
+
+// fanOutPending reports whether a fan-out of the profile is scheduled.
+func (c *Controller) fanOutPending(namespace, name string) bool {
+	c.pendingMu.Lock()
+	defer c.pendingMu.Unlock()
+	_, pending := c.pendingFanOuts[profileKey(namespace, name)]
+	return pending
 }
 
 // fanOutProfile enqueues the sessions of a changed profile and records on the

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"encoding/json"
 	"maps"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -118,6 +119,19 @@ func newDeployment(session *gamesv1.GameSession, profileHash string) *appsv1.Dep
 	}
 }
 
+// rolledProfileHash returns the profile hash in the Deployment's pod template
+// if the Deployment mounts that profile, else "".
+func rolledProfileHash(d *appsv1.Deployment, profile string) string {
+	if d == nil {
+		return ""
+	}
+	v := findVolume(d.Spec.Template.Spec.Volumes, profileVolumeName)
+	if v == nil || v.ConfigMap == nil || v.ConfigMap.Name != profile {
+		return ""
+	}
+	return d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]
+}
+
 // deploymentNeedsUpdate reports whether the observed Deployment differs from
 // the desired one in a field the controller owns. Fields the API server
 // defaults (terminationMessagePath, defaultMode, ...) and fields other actors
@@ -183,6 +197,35 @@ func updatedDeployment(observed, desired *appsv1.Deployment) *appsv1.Deployment 
 		t.Spec.Volumes = append(t.Spec.Volumes, dt.Spec.Volumes[0])
 	}
 	return d
+}
+
+// deploymentPatch returns a JSON merge patch that sets the controller's fields
+// of observed to desired. A patch, unlike an update, carries no
+// resourceVersion: kube-controller-manager writes Deployment status all through
+// a rollout, and an update from the cache would often lose that race with a
+// conflict and be retried. Labels and annotations are patched key by key;
+// the containers and volumes lists are replaced whole (a merge patch cannot
+// address list items), built from observed so nothing else in them changes.
+func deploymentPatch(observed, desired *appsv1.Deployment) ([]byte, error) {
+	updated := updatedDeployment(observed, desired)
+	t := &updated.Spec.Template
+	return json.Marshal(map[string]any{
+		"metadata": map[string]any{"labels": desired.Labels},
+		"spec": map[string]any{
+			"replicas": desired.Spec.Replicas,
+			"template": map[string]any{
+				"metadata": map[string]any{
+					"labels":      desired.Spec.Template.Labels,
+					"annotations": desired.Spec.Template.Annotations,
+				},
+				"spec": map[string]any{
+					"automountServiceAccountToken": t.Spec.AutomountServiceAccountToken,
+					"containers":                   t.Spec.Containers,
+					"volumes":                      t.Spec.Volumes,
+				},
+			},
+		},
+	})
 }
 
 // hasAll reports whether have contains every key of want with the same value.

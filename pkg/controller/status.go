@@ -15,18 +15,17 @@ import (
 // Messages of status conditions and Events. The reasons are the API's
 // (gamesv1.Reason*); the messages tell the user what to do.
 const (
-	MessageProfileResolved    = "Profile ConfigMap %q is rolled into the Deployment (hash %s)"
-	MessageProfileNotFound    = "No ConfigMap %q matching %q in namespace %q: create it, or add the label if it exists. The Deployment, if any, is left running as it is"
-	MessageWaitingForProfile  = "Waiting for profile ConfigMap %q before creating the Deployment"
-	MessageDeploymentReady    = "%d of %d game servers ready"
-	MessageDeploymentRolling  = "%d of %d game servers ready, %d updated"
-	MessageNotControlled      = "Deployment %q already exists and is not controlled by this GameSession: delete or rename it, and the controller will create its own"
-	MessageDeploymentInvalid  = "Deployment %q was rejected by the API server: %v"
-	MessageDeploymentCreated  = "Created Deployment %q"
-	MessageProfileFanOut      = "Profile data changed (hash %s): rolling %d GameSession(s)"
-	EventReasonCreated        = "DeploymentCreated"
-	EventReasonProfileFanOut  = "RollingSessions"
-	EventReasonProfileChanged = "ProfileChanged"
+	MessageProfileResolved   = "Profile ConfigMap %q is rolled into the Deployment (hash %s)"
+	MessageProfileNotFound   = "No ConfigMap %q matching %q in namespace %q: create it, or add the label if it exists. The Deployment, if any, is left running as it is"
+	MessageWaitingForProfile = "Waiting for profile ConfigMap %q before creating the Deployment"
+	MessageDeploymentReady   = "%d of %d game servers ready"
+	MessageDeploymentRolling = "%d of %d game servers ready, %d updated"
+	MessageNotControlled     = "Deployment %q already exists and is not controlled by this GameSession: delete or rename it, and the controller will create its own"
+	MessageDeploymentInvalid = "Deployment %q was rejected by the API server: %v"
+	MessageDeploymentCreated = "Created Deployment %q"
+	MessageProfileFanOut     = "Profile data changed (hash %s): rolling %d GameSession(s)"
+	EventReasonCreated       = "DeploymentCreated"
+	EventReasonProfileFanOut = "RollingSessions"
 )
 
 // sessionStatus builds a session's new status from its old one. It changes

@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -31,20 +32,27 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 		// No finalizer: the garbage collector deletes the Deployment through
 		// its ownerReference, and deleting a session never waits on us.
 		logger.V(4).Info("GameSession deleted")
+		c.writtenSessions.forget(key)
+		c.writtenDeployments.forget(key)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
+	session = c.writtenSessions.latest(key, session, session.ResourceVersion)
 	logger.V(4).Info("Syncing GameSession", "resourceVersion", session.ResourceVersion)
 
 	deployment, err := c.deploymentLister.Deployments(namespace).Get(name)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
+	cachedVersion := ""
 	if apierrors.IsNotFound(err) {
 		deployment = nil
+	} else {
+		cachedVersion = deployment.ResourceVersion
 	}
+	deployment = c.writtenDeployments.latest(key, deployment, cachedVersion)
 	status := newSessionStatus(session)
 
 	if deployment != nil && !metav1.IsControlledBy(deployment, session) {
@@ -74,6 +82,13 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 	}
 
 	hash := c.profileHashes.hash(profile)
+	if rolled := rolledProfileHash(deployment, profile.Name); rolled != "" && rolled != hash && c.fanOutPending(namespace, profile.Name) {
+		// The profile changed moments ago and its fan-out waits for the
+		// burst of edits to settle. A sync for another reason (a Deployment
+		// status change, a resync) must not roll ahead of it, or a burst
+		// would roll every busy session once per edit after all.
+		hash = rolled
+	}
 	desired := newDeployment(session, hash)
 	deploymentsClient := c.kubeClient.AppsV1().Deployments(namespace)
 	switch {
@@ -87,11 +102,20 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 			return c.updateStatus(ctx, session, status)
 		}
 		if err == nil {
+			c.writtenDeployments.record(key, "", deployment)
 			c.recorder.Eventf(session, corev1.EventTypeNormal, EventReasonCreated, MessageDeploymentCreated, desired.Name)
 		}
 	case deploymentNeedsUpdate(deployment, desired):
 		logger.V(2).Info("Updating Deployment", "profileHash", hash)
-		deployment, err = deploymentsClient.Update(ctx, updatedDeployment(deployment, desired), metav1.UpdateOptions{FieldManager: Name})
+		var patch []byte
+		if patch, err = deploymentPatch(deployment, desired); err != nil {
+			return err
+		}
+		replaced := deployment.ResourceVersion
+		deployment, err = deploymentsClient.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: Name})
+		if err == nil {
+			c.writtenDeployments.record(key, replaced, deployment)
+		}
 	}
 	if apierrors.IsInvalid(err) {
 		// Retrying cannot help until the session's spec changes, which
@@ -140,6 +164,10 @@ func (c *Controller) updateStatus(ctx context.Context, session *gamesv1.GameSess
 	updated := session.DeepCopy()
 	updated.Status = *status.status
 	klog.FromContext(ctx).V(4).Info("Updating GameSession status")
-	_, err := c.gameClient.GamesV1().GameSessions(session.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: Name})
-	return err
+	written, err := c.gameClient.GamesV1().GameSessions(session.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: Name})
+	if err != nil {
+		return err
+	}
+	c.writtenSessions.record(cache.MetaObjectToName(session).String(), session.ResourceVersion, written)
+	return nil
 }
