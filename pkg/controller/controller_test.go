@@ -1,0 +1,1085 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	kubeinformers "k8s.io/client-go/informers"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+	core "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+
+	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
+	gamesfake "github.com/example/gamesession-controller/pkg/generated/clientset/versioned/fake"
+	gameinformers "github.com/example/gamesession-controller/pkg/generated/informers/externalversions"
+)
+
+const (
+	testNamespace       = "arena"
+	testProfileSelector = "games.example.com/profile=true"
+	testImage           = "registry.example.com/arena:1.4.2"
+)
+
+// lastTransition is the transition time of every condition in a settled
+// status; an unchanged condition must keep it, or each sync would write.
+var lastTransition = metav1.NewTime(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+
+// fixture is sample-controller's: fake clientsets seeded with the objects,
+// informer caches filled directly (the informers never run), a fake event
+// recorder, and the API requests the next sync is expected to make.
+type fixture struct {
+	t *testing.T
+
+	kubeClient *k8sfake.Clientset
+	gameClient *gamesfake.Clientset
+	c          *Controller
+	recorder   *record.FakeRecorder
+
+	sessionIndexer    cache.Indexer
+	profileIndexer    cache.Indexer
+	deploymentIndexer cache.Indexer
+
+	// Requests the next run must make, in order; list and watch excluded.
+	kubeActions []wantAction
+	gameActions []wantAction
+}
+
+// newFixture seeds both the fake clientsets and the informer caches with
+// objects, as if the informers had synced them.
+func newFixture(ctx context.Context, t *testing.T, objects ...runtime.Object) *fixture {
+	t.Helper()
+	var kubeObjects, gameObjects []runtime.Object
+	for _, obj := range objects {
+		if _, ok := obj.(*gamesv1.GameSession); ok {
+			gameObjects = append(gameObjects, obj)
+		} else {
+			kubeObjects = append(kubeObjects, obj)
+		}
+	}
+	f := &fixture{
+		t:          t,
+		kubeClient: k8sfake.NewClientset(kubeObjects...),
+		// NewClientset's field tracking needs the CRD's OpenAPI schema, which
+		// the generated apply configurations lack (kubernetes#126850): creates
+		// of GameSessions would fail.
+		gameClient: gamesfake.NewSimpleClientset(gameObjects...),
+		recorder:   record.NewFakeRecorder(100),
+	}
+	// One kube factory is enough here: the filters matter only to informers
+	// that list, and these never run.
+	kubeFactory := kubeinformers.NewSharedInformerFactory(f.kubeClient, 0)
+	gameFactory := gameinformers.NewSharedInformerFactory(f.gameClient, 0)
+	sessionInformer := gameFactory.Games().V1().GameSessions()
+	profileInformer := kubeFactory.Core().V1().ConfigMaps()
+	deploymentInformer := kubeFactory.Apps().V1().Deployments()
+
+	// NewController's event broadcaster lives until its context ends.
+	ctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	c, err := NewController(ctx, f.kubeClient, f.gameClient, sessionInformer, profileInformer, deploymentInformer,
+		Options{ProfileSelector: testProfileSelector})
+	if err != nil {
+		t.Fatalf("NewController: %v", err)
+	}
+	c.recorder = f.recorder
+	f.c = c
+	for _, verb := range []string{"create", "update", "patch"} {
+		f.kubeClient.PrependReactor(verb, "deployments", f.deploymentGeneration)
+	}
+	f.sessionIndexer = sessionInformer.Informer().GetIndexer()
+	f.profileIndexer = profileInformer.Informer().GetIndexer()
+	f.deploymentIndexer = deploymentInformer.Informer().GetIndexer()
+	for _, obj := range objects {
+		if err := f.indexerFor(obj).Add(obj); err != nil {
+			t.Fatalf("adding %T to the cache: %v", obj, err)
+		}
+	}
+	return f
+}
+
+// deploymentGeneration does what the fake does not and the Ready condition
+// depends on: like the API server, it sets metadata.generation to 1 on create
+// and bumps it on every spec change, whether by update or by patch.
+func (f *fixture) deploymentGeneration(action core.Action) (bool, runtime.Object, error) {
+	tracker, gvr, ns, name := f.kubeClient.Tracker(), action.GetResource(), action.GetNamespace(), actionName(action)
+	var before *appsv1.Deployment
+	if obj, err := tracker.Get(gvr, ns, name); err == nil {
+		before = obj.(*appsv1.Deployment)
+	}
+	// The fake's own reaction applies the request.
+	if _, _, err := core.ObjectReaction(tracker)(action); err != nil {
+		return true, nil, err
+	}
+	obj, err := tracker.Get(gvr, ns, name)
+	if err != nil {
+		return true, nil, err
+	}
+	after := obj.(*appsv1.Deployment)
+	generation := int64(1)
+	if before != nil {
+		generation = before.Generation
+		if !equality.Semantic.DeepEqual(before.Spec, after.Spec) {
+			generation++
+		}
+	}
+	if after.Generation != generation {
+		after.Generation = generation
+		if err := tracker.Update(gvr, after, ns); err != nil {
+			return true, nil, err
+		}
+	}
+	obj, err = tracker.Get(gvr, ns, name)
+	return true, obj, err
+}
+
+// storedDeployment is the Deployment as the fake API server now holds it,
+// whichever request wrote it.
+func (f *fixture) storedDeployment(namespace, name string) *appsv1.Deployment {
+	f.t.Helper()
+	obj, err := f.kubeClient.Tracker().Get(appsv1.SchemeGroupVersion.WithResource("deployments"), namespace, name)
+	if err != nil {
+		f.t.Fatalf("reading Deployment %s/%s: %v", namespace, name, err)
+	}
+	return obj.(*appsv1.Deployment)
+}
+
+func (f *fixture) indexerFor(obj runtime.Object) cache.Indexer {
+	switch obj.(type) {
+	case *gamesv1.GameSession:
+		return f.sessionIndexer
+	case *corev1.ConfigMap:
+		return f.profileIndexer
+	case *appsv1.Deployment:
+		return f.deploymentIndexer
+	}
+	f.t.Fatalf("no informer cache for %T", obj)
+	return nil
+}
+
+// setCached puts obj into its informer cache, as a watch event would.
+func (f *fixture) setCached(obj runtime.Object) {
+	f.t.Helper()
+	if err := f.indexerFor(obj).Update(obj); err != nil {
+		f.t.Fatalf("updating the cache: %v", err)
+	}
+}
+
+func (f *fixture) deleteCached(obj runtime.Object) {
+	f.t.Helper()
+	if err := f.indexerFor(obj).Delete(obj); err != nil {
+		f.t.Fatalf("deleting from the cache: %v", err)
+	}
+}
+
+// observe delivers what the given writes stored back into the caches, as the
+// informers' watches would, so a following sync sees its own writes.
+func (f *fixture) observe(actions ...core.Action) {
+	f.t.Helper()
+	for _, action := range actions {
+		if v := action.GetVerb(); v != "create" && v != "update" && v != "patch" {
+			continue
+		}
+		name := actionName(action)
+		tracker := f.kubeClient.Tracker()
+		if action.GetResource().Group == gamesv1.GroupName {
+			tracker = f.gameClient.Tracker()
+		}
+		stored, err := tracker.Get(action.GetResource(), action.GetNamespace(), name)
+		if err != nil {
+			f.t.Fatalf("reading back %s %s/%s: %v", action.GetResource().Resource, action.GetNamespace(), name, err)
+		}
+		f.setCached(stored)
+	}
+}
+
+func (f *fixture) expectKube(actions ...wantAction) {
+	f.kubeActions = append(f.kubeActions, actions...)
+}
+func (f *fixture) expectGame(actions ...wantAction) {
+	f.gameActions = append(f.gameActions, actions...)
+}
+
+// run syncs key, fails the test on an error or on requests other than the
+// expected ones, and returns the requests for closer inspection.
+func (f *fixture) run(ctx context.Context, key string) (kube, game []core.Action) {
+	f.t.Helper()
+	kube, game, err := f.runWithError(ctx, key)
+	if err != nil {
+		f.t.Fatalf("sync %s: %v", key, err)
+	}
+	return kube, game
+}
+
+// runWithError is run for syncs that are meant to fail.
+func (f *fixture) runWithError(ctx context.Context, key string) (kube, game []core.Action, err error) {
+	f.t.Helper()
+	f.kubeClient.ClearActions()
+	f.gameClient.ClearActions()
+	before := f.snapshotCaches()
+
+	err = f.c.syncHandler(ctx, key)
+
+	kube = filterInformerActions(f.kubeClient.Actions())
+	game = filterInformerActions(f.gameClient.Actions())
+	checkActions(f.t, "Kubernetes", f.kubeActions, kube)
+	checkActions(f.t, "GameSession", f.gameActions, game)
+	f.kubeActions, f.gameActions = nil, nil
+	// Cached objects are shared with every other reader of the informer; a
+	// sync that modified one would corrupt the cache.
+	if after := f.snapshotCaches(); !reflect.DeepEqual(before, after) {
+		f.t.Errorf("sync %s modified objects in the informer cache", key)
+	}
+	return kube, game, err
+}
+
+func (f *fixture) snapshotCaches() map[string]runtime.Object {
+	snap := map[string]runtime.Object{}
+	for kind, indexer := range map[string]cache.Indexer{
+		"session": f.sessionIndexer, "profile": f.profileIndexer, "deployment": f.deploymentIndexer,
+	} {
+		for _, obj := range indexer.List() {
+			key, _ := cache.MetaNamespaceKeyFunc(obj)
+			snap[kind+" "+key] = obj.(runtime.Object).DeepCopyObject()
+		}
+	}
+	return snap
+}
+
+// events drains the fake recorder.
+func (f *fixture) events() []string {
+	var events []string
+	for {
+		select {
+		case e := <-f.recorder.Events:
+			events = append(events, e)
+		default:
+			return events
+		}
+	}
+}
+
+// expectEvents asserts the recorder holds exactly len(want) events, each
+// starting with its want ("Type Reason" or "Type Reason message...").
+func (f *fixture) expectEvents(want ...string) []string {
+	f.t.Helper()
+	got := f.events()
+	if len(got) != len(want) {
+		f.t.Errorf("events: got %d %q, want %d %q", len(got), got, len(want), want)
+		return got
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			f.t.Errorf("event %d: got %q, want it to start with %q", i, got[i], want[i])
+		}
+	}
+	return got
+}
+
+// wantAction identifies an expected API request. verb may list
+// alternatives, "update|patch", where the way of a write is not the point.
+type wantAction struct {
+	verb, resource, subresource, namespace, name string
+}
+
+func (a wantAction) String() string {
+	r := a.resource
+	if a.subresource != "" {
+		r += "/" + a.subresource
+	}
+	return fmt.Sprintf("%s %s %s/%s", a.verb, r, a.namespace, a.name)
+}
+
+func createDeployment(namespace, name string) wantAction {
+	return wantAction{verb: "create", resource: "deployments", namespace: namespace, name: name}
+}
+
+// writeDeployment is the one write of an existing Deployment a sync makes.
+// Whether it goes as an update or a patch, the tests check what it stores.
+func writeDeployment(namespace, name string) wantAction {
+	return wantAction{verb: "update|patch", resource: "deployments", namespace: namespace, name: name}
+}
+
+func updateSessionStatus(namespace, name string) wantAction {
+	return wantAction{verb: "update", resource: "gamesessions", subresource: "status", namespace: namespace, name: name}
+}
+
+// filterInformerActions drops the informers' list and watch requests, which
+// are not the sync's doing (the fixture's informers never run, but a test
+// that starts them must not depend on their timing).
+func filterInformerActions(actions []core.Action) []core.Action {
+	var ret []core.Action
+	for _, action := range actions {
+		if action.GetVerb() == "list" || action.GetVerb() == "watch" {
+			continue
+		}
+		ret = append(ret, action)
+	}
+	return ret
+}
+
+// objectAction is a create or an update: both carry the object they send.
+type objectAction interface {
+	core.Action
+	GetObject() runtime.Object
+}
+
+func actionName(action core.Action) string {
+	switch a := action.(type) {
+	case objectAction:
+		if m, err := meta.Accessor(a.GetObject()); err == nil {
+			return m.GetName()
+		}
+	case interface{ GetName() string }: // get, delete, patch
+		return a.GetName()
+	}
+	return ""
+}
+
+func describeActions(actions []core.Action) []string {
+	var s []string
+	for _, a := range actions {
+		s = append(s, wantAction{
+			verb: a.GetVerb(), resource: a.GetResource().Resource, subresource: a.GetSubresource(),
+			namespace: a.GetNamespace(), name: actionName(a),
+		}.String())
+	}
+	return s
+}
+
+func checkActions(t *testing.T, client string, want []wantAction, got []core.Action) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("%s client: got %d requests %q, want %d %q", client, len(got), describeActions(got), len(want), want)
+		return
+	}
+	for i, w := range want {
+		g := got[i]
+		if !slices.Contains(strings.Split(w.verb, "|"), g.GetVerb()) || g.GetResource().Resource != w.resource || g.GetSubresource() != w.subresource ||
+			g.GetNamespace() != w.namespace || actionName(g) != w.name {
+			t.Errorf("%s client request %d: got %q, want %q", client, i, describeActions(got[i:i+1]), w)
+		}
+	}
+}
+
+// objectOf returns the object a create or update request sent.
+func objectOf[T runtime.Object](t *testing.T, action core.Action) T {
+	t.Helper()
+	a, ok := action.(objectAction)
+	if !ok {
+		t.Fatalf("%s request carries no object", action.GetVerb())
+	}
+	typed, ok := a.GetObject().(T)
+	if !ok {
+		t.Fatalf("request object is %T", a.GetObject())
+	}
+	return typed
+}
+
+// expectCondition fails unless conditions hold conditionType with the given
+// status and reason, and returns it.
+func expectCondition(t *testing.T, conditions []metav1.Condition, conditionType string, status metav1.ConditionStatus, reason string) metav1.Condition {
+	t.Helper()
+	c := meta.FindStatusCondition(conditions, conditionType)
+	if c == nil {
+		t.Fatalf("no %s condition in %+v", conditionType, conditions)
+	}
+	if c.Status != status || c.Reason != reason {
+		t.Errorf("%s condition: got %s/%s (%q), want %s/%s", conditionType, c.Status, c.Reason, c.Message, status, reason)
+	}
+	return *c
+}
+
+// newSession returns a session as the API server stores it, CRD defaults
+// applied.
+func newSession(namespace, name, profileRef string) *gamesv1.GameSession {
+	return &gamesv1.GameSession{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            name,
+			Namespace:       namespace,
+			UID:             types.UID("session-" + namespace + "-" + name),
+			ResourceVersion: "10",
+			Generation:      2,
+		},
+		Spec: gamesv1.GameSessionSpec{
+			ProfileRef: profileRef,
+			Image:      testImage,
+			Replicas:   ptr.To[int32](3),
+			Ports: []gamesv1.GameServerPort{
+				{Name: "game", ContainerPort: 7777, Protocol: corev1.ProtocolUDP},
+				{Name: "query", ContainerPort: 27015, Protocol: corev1.ProtocolTCP},
+			},
+			Resources: gamesv1.GameServerResources{
+				Requests: corev1.ResourceList{
+					corev1.ResourceCPU:    resource.MustParse("500m"),
+					corev1.ResourceMemory: resource.MustParse("256Mi"),
+				},
+				Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},
+			},
+		},
+	}
+}
+
+func newProfile(namespace, name string, data map[string]string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            name,
+			Namespace:       namespace,
+			UID:             types.UID("profile-" + namespace + "-" + name),
+			ResourceVersion: "100",
+			Labels:          map[string]string{gamesv1.ProfileLabel: gamesv1.ProfileLabelValue},
+		},
+		Data: data,
+	}
+}
+
+// withData returns a copy of profile with new data and a new resourceVersion,
+// as an edit of the ConfigMap would.
+func withData(profile *corev1.ConfigMap, data map[string]string) *corev1.ConfigMap {
+	p := profile.DeepCopy()
+	p.Data = data
+	p.ResourceVersion = bumpVersion(p.ResourceVersion)
+	return p
+}
+
+func bumpVersion(rv string) string {
+	var n int
+	fmt.Sscan(rv, &n)
+	return fmt.Sprint(n + 1)
+}
+
+func sessionKey(s *gamesv1.GameSession) string { return s.Namespace + "/" + s.Name }
+
+// apiServerDeployment is the session's Deployment as an API server returns it
+// once the controller created it and the Deployment controller rolled it out:
+// every field defaulting fills in, metadata the server sets, and a complete
+// status. It is written out by hand, not derived from newDeployment, so that
+// the no-op tests check newDeployment against the real shape.
+func apiServerDeployment(session *gamesv1.GameSession, profileHash string) *appsv1.Deployment {
+	replicas := ptr.Deref(session.Spec.Replicas, 1)
+	selector := map[string]string{
+		"app.kubernetes.io/name":     "gamesession",
+		"app.kubernetes.io/instance": session.Name,
+	}
+	labels := map[string]string{
+		"app.kubernetes.io/name":       "gamesession",
+		"app.kubernetes.io/instance":   session.Name,
+		"app.kubernetes.io/managed-by": "gamesession-controller",
+	}
+	var ports []corev1.ContainerPort
+	for _, p := range session.Spec.Ports {
+		protocol := p.Protocol
+		if protocol == "" {
+			protocol = corev1.ProtocolUDP // the CRD's default
+		}
+		ports = append(ports, corev1.ContainerPort{Name: p.Name, ContainerPort: p.ContainerPort, Protocol: protocol})
+	}
+	quarter := intstr.FromString("25%")
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              session.Name,
+			Namespace:         session.Namespace,
+			UID:               types.UID("deployment-" + session.Namespace + "-" + session.Name),
+			ResourceVersion:   "2001",
+			Generation:        1,
+			CreationTimestamp: lastTransition,
+			Labels:            labels,
+			Annotations:       map[string]string{"deployment.kubernetes.io/revision": "1"},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion:         "games.example.com/v1",
+				Kind:               "GameSession",
+				Name:               session.Name,
+				UID:                session.UID,
+				Controller:         ptr.To(true),
+				BlockOwnerDeletion: ptr.To(true),
+			}},
+		},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: selector},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{
+					Labels:      labels,
+					Annotations: map[string]string{"games.example.com/profile-hash": profileHash},
+				},
+				Spec: corev1.PodSpec{
+					Containers: []corev1.Container{{
+						Name:  "game-server",
+						Image: session.Spec.Image,
+						Ports: ports,
+						Resources: corev1.ResourceRequirements{
+							Requests: session.Spec.Resources.Requests.DeepCopy(),
+							Limits:   session.Spec.Resources.Limits.DeepCopy(),
+						},
+						VolumeMounts: []corev1.VolumeMount{{
+							Name: "profile", MountPath: "/etc/gamesession/profile", ReadOnly: true,
+						}},
+						TerminationMessagePath:   "/dev/termination-log",
+						TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+						ImagePullPolicy:          corev1.PullIfNotPresent,
+					}},
+					Volumes: []corev1.Volume{{
+						Name: "profile",
+						VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+							LocalObjectReference: corev1.LocalObjectReference{Name: session.Spec.ProfileRef},
+							DefaultMode:          ptr.To[int32](0o644),
+						}},
+					}},
+					RestartPolicy:                 corev1.RestartPolicyAlways,
+					TerminationGracePeriodSeconds: ptr.To[int64](30),
+					DNSPolicy:                     corev1.DNSClusterFirst,
+					AutomountServiceAccountToken:  ptr.To(false),
+					SecurityContext:               &corev1.PodSecurityContext{},
+					SchedulerName:                 corev1.DefaultSchedulerName,
+				},
+			},
+			Strategy: appsv1.DeploymentStrategy{
+				Type:          appsv1.RollingUpdateDeploymentStrategyType,
+				RollingUpdate: &appsv1.RollingUpdateDeployment{MaxUnavailable: &quarter, MaxSurge: &quarter},
+			},
+			RevisionHistoryLimit:    ptr.To[int32](10),
+			ProgressDeadlineSeconds: ptr.To[int32](600),
+		},
+		Status: appsv1.DeploymentStatus{
+			ObservedGeneration: 1,
+			Replicas:           replicas,
+			UpdatedReplicas:    replicas,
+			ReadyReplicas:      replicas,
+			AvailableReplicas:  replicas,
+			Conditions: []appsv1.DeploymentCondition{
+				{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, Reason: "MinimumReplicasAvailable"},
+				{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue, Reason: "NewReplicaSetAvailable"},
+			},
+		},
+	}
+}
+
+// settled returns a copy of session whose status is what the controller
+// writes once its Deployment, rolled out with profileHash, is ready.
+func settled(session *gamesv1.GameSession, profileHash string) *gamesv1.GameSession {
+	s := session.DeepCopy()
+	replicas := ptr.Deref(s.Spec.Replicas, 1)
+	s.Status = gamesv1.GameSessionStatus{
+		ObservedGeneration: s.Generation,
+		Replicas:           replicas,
+		ReadyReplicas:      replicas,
+		// The scale subresource's selector: sorted "key=value" pairs.
+		Selector:    "app.kubernetes.io/instance=" + s.Name + ",app.kubernetes.io/name=gamesession",
+		ProfileHash: profileHash,
+		Conditions: []metav1.Condition{
+			{
+				Type: gamesv1.ConditionProfileResolved, Status: metav1.ConditionTrue,
+				Reason:             gamesv1.ReasonProfileResolved,
+				Message:            fmt.Sprintf(MessageProfileResolved, s.Spec.ProfileRef, profileHash),
+				ObservedGeneration: s.Generation, LastTransitionTime: lastTransition,
+			},
+			{
+				Type: gamesv1.ConditionReady, Status: metav1.ConditionTrue,
+				Reason:             gamesv1.ReasonDeploymentReady,
+				Message:            fmt.Sprintf(MessageDeploymentReady, replicas, replicas),
+				ObservedGeneration: s.Generation, LastTransitionTime: lastTransition,
+			},
+		},
+	}
+	return s
+}
+
+// drainQueue empties the queue and returns its keys, sorted.
+func drainQueue(q workqueue.TypedRateLimitingInterface[string]) []string {
+	keys := []string{}
+	for q.Len() > 0 {
+		key, _ := q.Get()
+		q.Done(key)
+		keys = append(keys, key)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func expectQueue(t *testing.T, c *Controller, want ...string) {
+	t.Helper()
+	if want == nil {
+		want = []string{}
+	}
+	slices.Sort(want)
+	if got := drainQueue(c.queue); !slices.Equal(got, want) {
+		t.Errorf("queue: got %q, want %q", got, want)
+	}
+}
+
+// profileFixture caches sessions over several profiles in two namespaces,
+// with profile names that share prefixes, so a handler that matched by name
+// alone, or by prefix, would enqueue too much.
+func profileFixture(ctx context.Context, t *testing.T) (*fixture, *corev1.ConfigMap) {
+	classic := newProfile(testNamespace, "classic", map[string]string{"game.cfg": "mode=classic"})
+	f := newFixture(ctx, t,
+		newSession(testNamespace, "s1", "classic"),
+		newSession(testNamespace, "s2", "classic"),
+		newSession(testNamespace, "s3", "classic"),
+		newSession(testNamespace, "s4", "hardcore"),
+		newSession(testNamespace, "s5", "classic-v2"),
+		newSession("tenant-b", "s1", "classic"),
+		newSession("tenant-b", "t2", "hardcore"),
+		classic,
+	)
+	return f, classic
+}
+
+func TestUpdateProfileEnqueuesExactlyItsSessions(t *testing.T) {
+	classic := newProfile(testNamespace, "classic", map[string]string{"game.cfg": "mode=classic"})
+	arenaClassic := []string{"arena/s1", "arena/s2", "arena/s3"}
+	tests := []struct {
+		name     string
+		old, new *corev1.ConfigMap
+		want     []string
+	}{
+		{
+			name: "data value changed",
+			old:  classic, new: withData(classic, map[string]string{"game.cfg": "mode=classic\nmaxPlayers=64"}),
+			want: arenaClassic,
+		},
+		{
+			name: "data key added",
+			old:  classic, new: withData(classic, map[string]string{"game.cfg": "mode=classic", "motd.txt": "hi"}),
+			want: arenaClassic,
+		},
+		{
+			name: "binaryData changed",
+			old:  classic,
+			new: func() *corev1.ConfigMap {
+				p := withData(classic, classic.Data)
+				p.BinaryData = map[string][]byte{"map.bin": {0, 1, 2}}
+				return p
+			}(),
+			want: arenaClassic,
+		},
+		{
+			name: "same name in another namespace",
+			old:  newProfile("tenant-b", "classic", map[string]string{"game.cfg": "a"}),
+			new:  withData(newProfile("tenant-b", "classic", nil), map[string]string{"game.cfg": "b"}),
+			want: []string{"tenant-b/s1"},
+		},
+		{
+			name: "profile nobody uses",
+			old:  newProfile(testNamespace, "unused", map[string]string{"a": "1"}),
+			new:  withData(newProfile(testNamespace, "unused", nil), map[string]string{"a": "2"}),
+		},
+		{
+			name: "labels only",
+			old:  classic,
+			new: func() *corev1.ConfigMap {
+				p := withData(classic, classic.Data)
+				p.Labels["team"] = "blue"
+				return p
+			}(),
+		},
+		{
+			name: "annotations only",
+			old:  classic,
+			new: func() *corev1.ConfigMap {
+				p := withData(classic, classic.Data)
+				p.Annotations = map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{}"}
+				return p
+			}(),
+		},
+		{
+			name: "resync",
+			old:  classic, new: classic,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f, _ := profileFixture(ctx, t)
+			// An informer updates its cache before it calls the handlers.
+			f.setCached(tc.new)
+
+			f.c.updateProfile(tc.old, tc.new)
+
+			expectQueue(t, f.c, tc.want...)
+			if len(tc.want) == 0 {
+				f.expectEvents()
+				return
+			}
+			// The fan-out event on the ConfigMap names the new hash and the count.
+			f.expectEvents(fmt.Sprintf("Normal %s "+MessageProfileFanOut, EventReasonProfileFanOut,
+				ProfileHash(tc.new), len(tc.want)))
+		})
+	}
+}
+
+// With a ProfileChangeDelay, a burst of edits of one profile makes one
+// fan-out, after the delay, against the latest data.
+func TestProfileChangeDelayCoalescesEdits(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f, classic := profileFixture(ctx, t)
+	f.c.profileChangeDelay = 200 * time.Millisecond
+
+	latest := classic
+	for i := range 3 {
+		next := withData(latest, map[string]string{"game.cfg": fmt.Sprintf("edit %d", i)})
+		f.setCached(next)
+		f.c.updateProfile(latest, next)
+		latest = next
+	}
+	if n := f.c.queue.Len(); n != 0 {
+		t.Errorf("%d sessions enqueued before the delay passed", n)
+	}
+	// The event follows the enqueues, so once it is there the queue is full.
+	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return len(f.recorder.Events) > 0, nil
+	})
+	if err != nil {
+		t.Fatalf("no fan-out within 5s: %v", err)
+	}
+	time.Sleep(100 * time.Millisecond) // room for a wrongly scheduled second fan-out
+	expectQueue(t, f.c, "arena/s1", "arena/s2", "arena/s3")
+	f.expectEvents(fmt.Sprintf("Normal %s "+MessageProfileFanOut, EventReasonProfileFanOut, ProfileHash(latest), 3))
+}
+
+func TestAddAndDeleteProfileEnqueueItsSessions(t *testing.T) {
+	arenaClassic := []string{"arena/s1", "arena/s2", "arena/s3"}
+	t.Run("add", func(t *testing.T) {
+		_, ctx := ktesting.NewTestContext(t)
+		f, classic := profileFixture(ctx, t)
+		f.c.addProfile(classic)
+		expectQueue(t, f.c, arenaClassic...)
+		f.expectEvents() // an add rolls nothing that ran; only edits announce a fan-out
+	})
+	t.Run("delete", func(t *testing.T) {
+		_, ctx := ktesting.NewTestContext(t)
+		f, classic := profileFixture(ctx, t)
+		f.c.profileHashes.hash(classic)
+		f.c.deleteProfile(classic)
+		expectQueue(t, f.c, arenaClassic...)
+		if _, ok := f.c.profileHashes.entries[classic.UID]; ok {
+			t.Error("deleteProfile kept the profile's memoized hash")
+		}
+	})
+	t.Run("delete tombstone", func(t *testing.T) {
+		_, ctx := ktesting.NewTestContext(t)
+		f, classic := profileFixture(ctx, t)
+		f.c.profileHashes.hash(classic)
+		f.c.deleteProfile(cache.DeletedFinalStateUnknown{Key: "arena/classic", Obj: classic})
+		expectQueue(t, f.c, arenaClassic...)
+		if _, ok := f.c.profileHashes.entries[classic.UID]; ok {
+			t.Error("deleteProfile kept the profile's memoized hash")
+		}
+	})
+	t.Run("tombstone of something else", func(t *testing.T) {
+		_, ctx := ktesting.NewTestContext(t)
+		f, _ := profileFixture(ctx, t)
+		f.c.deleteProfile(cache.DeletedFinalStateUnknown{Key: "arena/classic", Obj: &corev1.Secret{}})
+		f.c.deleteProfile("not an object")
+		expectQueue(t, f.c)
+	})
+}
+
+func TestHandleDeploymentEnqueuesItsSession(t *testing.T) {
+	session := newSession(testNamespace, "arena-1", "classic")
+	owned := apiServerDeployment(session, "h")
+	otherKind := owned.DeepCopy()
+	otherKind.OwnerReferences[0].Kind, otherKind.OwnerReferences[0].APIVersion = "ReplicaSet", "apps/v1"
+	ownerGone := apiServerDeployment(newSession(testNamespace, "arena-2", "classic"), "h")
+	tests := []struct {
+		name string
+		obj  interface{}
+		want []string
+	}{
+		{name: "owned", obj: owned, want: []string{"arena/arena-1"}},
+		{name: "owned, tombstone", obj: cache.DeletedFinalStateUnknown{Key: "arena/arena-1", Obj: owned}, want: []string{"arena/arena-1"}},
+		{name: "owner gone", obj: ownerGone},
+		{name: "owner gone, tombstone", obj: cache.DeletedFinalStateUnknown{Key: "arena/arena-2", Obj: ownerGone}},
+		{name: "tombstone of something else", obj: cache.DeletedFinalStateUnknown{Key: "arena/arena-1", Obj: "junk"}},
+		{name: "not an object", obj: 42},
+		// The session of the same name is blocked by a Deployment it does not
+		// control (DeploymentNotControlled) and must hear when it changes or
+		// goes, not wait for a resync.
+		{name: "controlled by another kind", obj: otherKind, want: []string{"arena/arena-1"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixture(ctx, t, session)
+			f.c.handleDeployment(tc.obj)
+			expectQueue(t, f.c, tc.want...)
+		})
+	}
+}
+
+// A session deleted and re-created under the same name finds its
+// predecessor's Deployment, still waiting for the garbage collector, and
+// reports DeploymentNotControlled. When the collector deletes it, the new
+// session must be synced at once and get its own Deployment.
+func TestRecreatedSessionGetsDeploymentWhenPredecessorsIsDeleted(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		modify func(d *appsv1.Deployment)
+	}{
+		{name: "predecessor's Deployment", modify: func(d *appsv1.Deployment) { d.OwnerReferences[0].UID = "previous-uid" }},
+		// kubectl delete --cascade=orphan leaves the labels and drops the ownerReference.
+		{name: "orphaned Deployment", modify: func(d *appsv1.Deployment) { d.OwnerReferences = nil }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			session := newSession(testNamespace, "arena-1", "classic")
+			profile := newProfile(testNamespace, "classic", map[string]string{"game.cfg": "x"})
+			stale := apiServerDeployment(session, ProfileHash(profile))
+			tc.modify(stale)
+			f := newFixture(ctx, t, session, profile, stale)
+
+			f.expectGame(updateSessionStatus(testNamespace, "arena-1"))
+			_, game := f.run(ctx, sessionKey(session))
+			expectCondition(t, objectOf[*gamesv1.GameSession](t, game[0]).Status.Conditions,
+				gamesv1.ConditionReady, metav1.ConditionFalse, gamesv1.ReasonDeploymentNotControlled)
+			f.expectEvents("Warning " + gamesv1.ReasonDeploymentNotControlled)
+			f.observe(game...)
+
+			// The garbage collector (or the user) deletes it.
+			f.deleteCached(stale)
+			if err := f.kubeClient.Tracker().Delete(appsv1.SchemeGroupVersion.WithResource("deployments"), stale.Namespace, stale.Name); err != nil {
+				t.Fatal(err)
+			}
+			f.c.handleDeployment(stale)
+			expectQueue(t, f.c, sessionKey(session))
+
+			f.expectKube(createDeployment(testNamespace, "arena-1"))
+			f.expectGame(updateSessionStatus(testNamespace, "arena-1"))
+			kube, _ := f.run(ctx, sessionKey(session))
+			if d := objectOf[*appsv1.Deployment](t, kube[0]); !metav1.IsControlledBy(d, session) {
+				t.Errorf("new Deployment is not controlled by the session: %+v", d.OwnerReferences)
+			}
+		})
+	}
+}
+
+func TestSessionTombstoneIsEnqueued(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	session := newSession(testNamespace, "arena-1", "classic")
+	f := newFixture(ctx, t)
+
+	f.c.enqueueSession(cache.DeletedFinalStateUnknown{Key: sessionKey(session), Obj: session})
+	expectQueue(t, f.c, sessionKey(session))
+
+	// The deleted session's sync finds nothing to do: the garbage collector
+	// owns the cleanup.
+	f.run(ctx, sessionKey(session))
+	f.expectEvents()
+}
+
+// A session whose profileRef changes moves in the index: edits of its old
+// profile no longer reach it, edits of its new one do, and its sync rolls the
+// new profile in.
+func TestProfileRefChangeMovesSessionInIndex(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	profileA := newProfile(testNamespace, "profile-a", map[string]string{"game.cfg": "a"})
+	profileB := newProfile(testNamespace, "profile-b", map[string]string{"game.cfg": "b"})
+	session := settled(newSession(testNamespace, "arena-1", "profile-a"), ProfileHash(profileA))
+	other := settled(newSession(testNamespace, "arena-2", "profile-a"), ProfileHash(profileA))
+	f := newFixture(ctx, t, session, other, profileA, profileB,
+		apiServerDeployment(session, ProfileHash(profileA)), apiServerDeployment(other, ProfileHash(profileA)))
+
+	moved := session.DeepCopy()
+	moved.Spec.ProfileRef = "profile-b"
+	moved.Generation++
+	moved.ResourceVersion = bumpVersion(moved.ResourceVersion)
+	if err := f.sessionIndexer.Update(moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.gameClient.Tracker().Update(gamesv1.SchemeGroupVersion.WithResource("gamesessions"), moved, moved.Namespace); err != nil {
+		t.Fatal(err)
+	}
+
+	f.c.updateProfile(profileA, withData(profileA, map[string]string{"game.cfg": "a2"}))
+	expectQueue(t, f.c, sessionKey(other))
+	f.c.updateProfile(profileB, withData(profileB, map[string]string{"game.cfg": "b2"}))
+	expectQueue(t, f.c, sessionKey(moved))
+	f.events()
+
+	f.expectKube(writeDeployment(testNamespace, "arena-1"))
+	f.expectGame(updateSessionStatus(testNamespace, "arena-1"))
+	_, game := f.run(ctx, sessionKey(moved))
+	tmpl := f.storedDeployment(testNamespace, "arena-1").Spec.Template
+	if got, want := tmpl.Annotations[gamesv1.ProfileHashAnnotation], ProfileHash(profileB); got != want {
+		t.Errorf("profile hash annotation: got %q, want profile-b's %q", got, want)
+	}
+	if got := tmpl.Spec.Volumes[0].ConfigMap.Name; got != "profile-b" {
+		t.Errorf("profile volume mounts ConfigMap %q, want profile-b", got)
+	}
+	if got, want := objectOf[*gamesv1.GameSession](t, game[0]).Status.ProfileHash, ProfileHash(profileB); got != want {
+		t.Errorf("status.profileHash: got %q, want %q", got, want)
+	}
+}
+
+// retryQueue has no backoff delay, so retries are back in the queue at once
+// and a test can count them without waiting out the real backoff.
+func retryQueue() workqueue.TypedRateLimitingInterface[string] {
+	return workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](0, 0))
+}
+
+func TestHandleErr(t *testing.T) {
+	conflict := apierrors.NewConflict(schema.GroupResource{Group: "apps", Resource: "deployments"}, "arena-1", errors.New("stale"))
+	tests := []struct {
+		name string
+		// errs are the sync results, in order; nil after the last.
+		errs      []error
+		wantSyncs int
+	}{
+		{name: "success", wantSyncs: 1},
+		{name: "transient error", errs: []error{errors.New("boom"), errors.New("boom")}, wantSyncs: 3},
+		{
+			// Conflicts are normal under load and never count towards dropping.
+			name:      "conflicts beyond maxRetries",
+			errs:      slices.Repeat([]error{conflict}, 2*maxRetries),
+			wantSyncs: 2*maxRetries + 1,
+		},
+		{
+			// After maxRetries retries the key is dropped: the first sync
+			// plus maxRetries retries, and no more.
+			name:      "persistent error",
+			errs:      slices.Repeat([]error{errors.New("boom")}, 100),
+			wantSyncs: maxRetries + 1,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			f := newFixture(ctx, t)
+			f.c.queue = retryQueue()
+			syncs := 0
+			f.c.syncHandler = func(_ context.Context, key string) error {
+				if key != "arena/arena-1" {
+					t.Errorf("synced %q", key)
+				}
+				syncs++
+				if syncs <= len(tc.errs) {
+					return tc.errs[syncs-1]
+				}
+				return nil
+			}
+
+			f.c.queue.Add("arena/arena-1")
+			for i := 0; f.c.queue.Len() > 0 && i < 1000; i++ {
+				if !f.c.processNextWorkItem(ctx) {
+					t.Fatal("processNextWorkItem reported shutdown")
+				}
+			}
+
+			if syncs != tc.wantSyncs {
+				t.Errorf("synced %d times, want %d", syncs, tc.wantSyncs)
+			}
+			if n := f.c.queue.Len(); n != 0 {
+				t.Errorf("queue holds %d keys, want none", n)
+			}
+			// Forgotten either way: the next event starts a fresh backoff.
+			if n := f.c.queue.NumRequeues("arena/arena-1"); n != 0 {
+				t.Errorf("NumRequeues = %d after the last sync, want 0", n)
+			}
+		})
+	}
+}
+
+func TestProcessNextWorkItemStopsOnShutdown(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(ctx, t)
+	f.c.queue.ShutDown()
+	if f.c.processNextWorkItem(ctx) {
+		t.Error("processNextWorkItem = true on a shut-down queue, want false")
+	}
+}
+
+func TestRunStartsAndStops(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	profile := newProfile(testNamespace, "classic", map[string]string{"game.cfg": "x"})
+	kubeClient := k8sfake.NewClientset(profile)
+	gameClient := gamesfake.NewSimpleClientset() // see newFixture
+
+	// One factory per filter, as in the binary.
+	sessionFactory := gameinformers.NewSharedInformerFactory(gameClient, 0)
+	profileFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kubeClient, 0,
+		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = testProfileSelector }))
+	deploymentFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kubeClient, 0,
+		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = ManagedDeploymentSelector() }))
+	// Deferred first, so they run after cancel: Shutdown waits for the
+	// informers, which stop only when the context ends.
+	defer sessionFactory.Shutdown()
+	defer profileFactory.Shutdown()
+	defer deploymentFactory.Shutdown()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	c, err := NewController(ctx, kubeClient, gameClient,
+		sessionFactory.Games().V1().GameSessions(),
+		profileFactory.Core().V1().ConfigMaps(),
+		deploymentFactory.Apps().V1().Deployments(),
+		Options{ProfileSelector: testProfileSelector})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sessionFactory.Start(ctx.Done())
+	profileFactory.Start(ctx.Done())
+	deploymentFactory.Start(ctx.Done())
+
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx, 2) }()
+
+	session := newSession(testNamespace, "arena-1", "classic")
+	if _, err := gameClient.GamesV1().GameSessions(testNamespace).Create(ctx, session, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var deployment *appsv1.Deployment
+	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		d, err := kubeClient.AppsV1().Deployments(testNamespace).Get(ctx, "arena-1", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		deployment = d
+		return err == nil && c.WorkersRunning() == 2, err
+	})
+	if err != nil {
+		t.Fatalf("waiting for the Deployment and 2 workers (running: %d): %v", c.WorkersRunning(), err)
+	}
+	if got, want := deployment.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation], ProfileHash(profile); got != want {
+		t.Errorf("profile hash annotation: got %q, want %q", got, want)
+	}
+	if !c.HasSynced() {
+		t.Error("HasSynced = false while workers run")
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return within 5s of cancellation")
+	}
+	if n := c.WorkersRunning(); n != 0 {
+		t.Errorf("WorkersRunning = %d after Run returned, want 0", n)
+	}
+	if !c.queue.ShuttingDown() {
+		t.Error("queue not shut down after Run returned")
+	}
+}
