@@ -45,7 +45,8 @@ run: build ## Run the controller: against $$KUBECONFIG if set, else on a local c
 	@if [[ -n "$${KUBECONFIG:-}" ]]; then \
 	  $(BIN_DIR)/gamesession-controller --kubeconfig "$$KUBECONFIG" $(ARGS); \
 	else \
-	  hack/build-controlplane.sh && $(GO) run ./hack/run-local -- $(ARGS); \
+	  hack/build-controlplane.sh && $(GO) build -o $(BIN_DIR)/run-local ./hack/run-local && \
+	  exec $(BIN_DIR)/run-local $(ARGS); \
 	fi
 
 .PHONY: image
@@ -54,4 +55,4 @@ image: ## Build the controller image $(IMAGE) (needs a Docker engine).
 
 .PHONY: clean
 clean: ## Remove build outputs (keeps the control plane build).
-	rm -rf $(BIN_DIR)/gamesession-controller $(BIN_DIR)/codegen
+	rm -rf $(BIN_DIR)/gamesession-controller $(BIN_DIR)/run-local $(BIN_DIR)/codegen
