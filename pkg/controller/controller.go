@@ -46,6 +46,14 @@ import (
 	"github.com/example/gamesession-controller/pkg/metrics"
 )
 
+func init() {
+	// Events about GameSessions need the type in the scheme the event
+	// recorder uses to find an object's kind. The scheme is process-wide and
+	// unsynchronised, so it is extended here, before any goroutine reads it,
+	// not in NewController, which tests call while other controllers run.
+	utilruntime.Must(gamesscheme.AddToScheme(scheme.Scheme))
+}
+
 // Name is the controller's name: its work queue, field manager, event source
 // and the value of the managed-by label on its Deployments.
 const Name = "gamesession-controller"
@@ -125,9 +133,6 @@ func NewController(
 	opts Options,
 ) (*Controller, error) {
 	logger := klog.FromContext(ctx)
-	// Events about GameSessions need the type registered with the scheme the
-	// recorder uses to find an object's kind.
-	utilruntime.Must(gamesscheme.AddToScheme(scheme.Scheme))
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	c := &Controller{

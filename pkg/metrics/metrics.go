@@ -11,7 +11,6 @@ package metrics
 
 import (
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -85,23 +84,20 @@ func ObserveFanOut(sessions int) {
 	ProfileFanOut.Observe(float64(sessions))
 }
 
-var registerOnce sync.Once
-
-// Register installs the Prometheus adapters for client-go's work queue,
-// REST client and leader election metrics. client-go takes the first provider
-// set in a process and ignores later ones, so Register does its work once and
-// later calls do nothing. It must run before the work queue is created, as a
-// queue picks its metrics when it is made.
-func Register() {
-	registerOnce.Do(func() {
-		workqueue.SetProvider(workqueueProvider{})
-		leaderelection.SetProvider(leaderProvider{})
-		clientmetrics.Register(clientmetrics.RegisterOpts{
-			RequestLatency:     &requestLatency{requestLatencyVec},
-			RateLimiterLatency: &requestLatency{rateLimiterLatencyVec},
-			RequestResult:      &requestResult{requestsTotalVec},
-			RequestRetry:       &requestRetry{requestRetriesVec},
-		})
+// init installs the Prometheus adapters for client-go's work queue, REST
+// client and leader election metrics, as Kubernetes' own component-base does.
+// They are process-wide hooks: client-go keeps the first provider set and
+// reads them on every request without a lock, so they must be in place before
+// any client or queue exists, which only package initialisation guarantees
+// (a later call would race with clients already running, and is ignored).
+func init() {
+	workqueue.SetProvider(workqueueProvider{})
+	leaderelection.SetProvider(leaderProvider{})
+	clientmetrics.Register(clientmetrics.RegisterOpts{
+		RequestLatency:     &requestLatency{requestLatencyVec},
+		RateLimiterLatency: &requestLatency{rateLimiterLatencyVec},
+		RequestResult:      &requestResult{requestsTotalVec},
+		RequestRetry:       &requestRetry{requestRetriesVec},
 	})
 }
 

@@ -48,7 +48,6 @@ func scrape(t *testing.T, reg *prometheus.Registry) string {
 
 func newRegistry(t *testing.T, extra ...prometheus.Collector) *prometheus.Registry {
 	t.Helper()
-	Register()
 	reg, err := NewRegistry(extra...)
 	if err != nil {
 		t.Fatalf("NewRegistry: %v", err)
@@ -68,11 +67,10 @@ func wantLines(t *testing.T, exposition string, lines ...string) {
 	}
 }
 
-// Register and NewRegistry run once per app.Run, and tests run app.Run many
-// times in one process.
-func TestRegisterAndNewRegistryRepeat(t *testing.T) {
+// NewRegistry runs once per app.Run, and tests run app.Run many times in one
+// process.
+func TestNewRegistryRepeats(t *testing.T) {
 	for range 3 {
-		Register()
 		reg, err := NewRegistry(NewSessionCollector())
 		if err != nil {
 			t.Fatalf("NewRegistry: %v", err)

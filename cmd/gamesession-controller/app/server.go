@@ -31,8 +31,6 @@ func Run(ctx context.Context, o *Options) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
-	// Before any work queue exists: a queue picks its metrics when created.
-	metrics.Register()
 	cfg, err := o.restConfig()
 	if err != nil {
 		return err

@@ -95,9 +95,18 @@ func TestRunStandbyServesAndStops(t *testing.T) {
 			t.Errorf("standby %s = %d %q, want 200", path, code, body)
 		}
 	}
-	code, body := get(t, "http://"+o.MetricsBindAddress+"/metrics")
-	if code != http.StatusOK {
-		t.Fatalf("/metrics = %d", code)
+	// The first lease read may still be in flight: wait until it is counted.
+	var body string
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		var code int
+		code, body = get(t, "http://"+o.MetricsBindAddress+"/metrics")
+		if code != http.StatusOK {
+			t.Fatalf("/metrics = %d", code)
+		}
+		if strings.Contains(body, `rest_client_requests_total{code="503"`) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	for _, want := range []string{
 		"go_goroutines ",
