@@ -148,11 +148,14 @@ func (rc *runningController) stop(t *testing.T) {
 type requestCounter struct {
 	mu     sync.Mutex
 	counts map[string]int
-	urls   []string
+	// answers counts responses by "verb resource code", e.g.
+	// "create deployments 403": what the API server allowed or refused.
+	answers map[string]int
+	urls    []string
 }
 
 func newRequestCounter() *requestCounter {
-	return &requestCounter{counts: make(map[string]int)}
+	return &requestCounter{counts: make(map[string]int), answers: make(map[string]int)}
 }
 
 func (rc *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
@@ -165,7 +168,13 @@ func (rc *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 		}
 		rc.urls = append(rc.urls, req.Method+" "+req.URL.RequestURI())
 		rc.mu.Unlock()
-		return rt.RoundTrip(req)
+		resp, err := rt.RoundTrip(req)
+		if err == nil {
+			rc.mu.Lock()
+			rc.answers[fmt.Sprintf("%s %s %d", verb, resource, resp.StatusCode)]++
+			rc.mu.Unlock()
+		}
+		return resp, err
 	})
 }
 
@@ -224,6 +233,14 @@ func (rc *requestCounter) count(key string) int {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	return rc.counts[key]
+}
+
+// answered returns how many requests with that "verb resource" key the API
+// server answered with that status code.
+func (rc *requestCounter) answered(key string, code int) int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.answers[fmt.Sprintf("%s %d", key, code)]
 }
 
 // writes returns every counted write (create, update, patch, delete), by key.

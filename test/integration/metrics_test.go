@@ -1,0 +1,115 @@
+package integration
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/example/gamesession-controller/pkg/controller"
+)
+
+// TestReadinessAndMetrics runs the binary (its own process, so its metrics
+// are its own) as a ServiceAccount that is granted nothing at first: its
+// caches cannot sync, so it is live but not ready. Granted the artifacts'
+// ClusterRole it becomes ready, and after a fan-out its /metrics shows the
+// work queue, the REST client and the fan-out.
+func TestReadinessAndMetrics(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.serviceAccountConfig(rbacServiceAccount)
+	p := e.startControllerProcess("controller", writeKubeconfig(t, cfg), nil)
+
+	// Refused, the informers retry; /readyz waits for them and says why,
+	// while /healthz stays 200: a long cache sync is no reason to restart.
+	e.waitFor("the controller's first refused request", func() bool {
+		n, _ := p.metrics(e.ctx).sum("rest_client_requests_total", map[string]string{"code": "403"})
+		return n > 0
+	})
+	for range 3 {
+		if code, body := p.readyz(e.ctx); code != http.StatusServiceUnavailable || !strings.Contains(body, "caches not synced") {
+			t.Fatalf("/readyz before the caches synced = %d %q, want 503: caches not synced", code, body)
+		}
+		if code, body := p.healthz(e.ctx); code != http.StatusOK {
+			t.Fatalf("/healthz before the caches synced = %d %q, want 200", code, body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	r := loadControllerRBAC(t)
+	r.bindTo(t, e.ns, rbacServiceAccount)
+	e.applyRBAC(r)
+	// The informers back off between attempts (up to a few seconds by now).
+	e.eventually("/readyz 200 once the role is granted", func() (bool, error) {
+		code, body := p.readyz(e.ctx)
+		return code == http.StatusOK, fmt.Errorf("/readyz %d %q", code, body)
+	})
+
+	const sessions = 4
+	e.createProfile("arena", map[string]string{"server.cfg": "max_players=16"}, true)
+	var names []string
+	for i := range sessions {
+		names = append(names, fmt.Sprintf("arena-%d", i))
+		e.createSession(newSession(names[i], "arena", 1))
+	}
+	e.eventually("Deployments", func() (bool, error) { return e.deploymentsCarry(names, controller.ProfileHash(e.profile("arena"))) })
+	hash := controller.ProfileHash(e.updateProfile("arena", func(cm *corev1.ConfigMap) { cm.Data["server.cfg"] = "max_players=32" }))
+	e.eventually("the fan-out", func() (bool, error) {
+		if ok, err := e.deploymentsCarry(names, hash); !ok {
+			return false, err
+		}
+		for _, name := range names {
+			if got := e.session(name).Status.ProfileHash; got != hash {
+				return false, fmt.Errorf("session %s status.profileHash %q", name, got)
+			}
+		}
+		return true, nil
+	})
+
+	// The status writes above are the last requests of the fan-out; the
+	// scrape after them sees its whole count.
+	m := p.metrics(e.ctx)
+	queue := map[string]string{"name": controller.Name}
+	want := []struct {
+		what   string
+		metric string
+		labels map[string]string
+		ok     func(float64) bool
+		expect string
+	}{
+		// Every session at least twice: created, then rolled.
+		{"queue adds", "workqueue_adds_total", queue, func(v float64) bool { return v >= 2*sessions }, fmt.Sprintf(">= %d", 2*sessions)},
+		{"queue depth", "workqueue_depth", queue, func(v float64) bool { return v >= 0 && v <= sessions+1 }, fmt.Sprintf("0..%d", sessions+1)},
+		{"queue latency observations", "workqueue_queue_duration_seconds_count", queue, func(v float64) bool { return v >= 2*sessions }, fmt.Sprintf(">= %d", 2*sessions)},
+		// Deployments and Events created, Deployments patched, status updated.
+		{"POST 201", "rest_client_requests_total", map[string]string{"method": "POST", "code": "201"}, func(v float64) bool { return v >= sessions }, fmt.Sprintf(">= %d", sessions)},
+		{"PATCH 200", "rest_client_requests_total", map[string]string{"method": "PATCH", "code": "200"}, func(v float64) bool { return v >= sessions }, fmt.Sprintf(">= %d", sessions)},
+		{"PUT 200", "rest_client_requests_total", map[string]string{"method": "PUT", "code": "200"}, func(v float64) bool { return v >= sessions }, fmt.Sprintf(">= %d", sessions)},
+		// Refusals from before the role was granted.
+		{"GET 403", "rest_client_requests_total", map[string]string{"method": "GET", "code": "403"}, func(v float64) bool { return v >= 1 }, ">= 1"},
+		{"request latency observations", "rest_client_request_duration_seconds_count", nil, func(v float64) bool { return v >= 3*sessions }, fmt.Sprintf(">= %d", 3*sessions)},
+		// One data edit of one profile with all the sessions.
+		{"fan-outs", "gamesession_controller_profile_fanout_sessions_count", nil, func(v float64) bool { return v == 1 }, "1"},
+		{"sessions fanned out", "gamesession_controller_profile_fanout_sessions_sum", nil, func(v float64) bool { return v == sessions }, fmt.Sprint(sessions)},
+		{"successful syncs", "gamesession_controller_syncs_total", map[string]string{"result": "success"}, func(v float64) bool { return v >= 2*sessions }, fmt.Sprintf(">= %d", 2*sessions)},
+		{"failed syncs", "gamesession_controller_syncs_total", map[string]string{"result": "error"}, func(v float64) bool { return v == 0 }, "0"},
+		{"cached sessions", "gamesession_controller_sessions", nil, func(v float64) bool { return v == sessions }, fmt.Sprint(sessions)},
+		{"resolved sessions", "gamesession_controller_session_conditions", map[string]string{"condition": "ProfileResolved", "status": "True"}, func(v float64) bool { return v == sessions }, fmt.Sprint(sessions)},
+	}
+	for _, w := range want {
+		v, found := m.sum(w.metric, w.labels)
+		if !found || !w.ok(v) {
+			t.Errorf("%s: %s = %g (found %v), want %s", w.what, series(w.metric, w.labels), v, found, w.expect)
+		} else {
+			t.Logf("%s: %s = %g", w.what, series(w.metric, w.labels), v)
+		}
+	}
+	if code, body := p.healthz(e.ctx); code != http.StatusOK {
+		t.Errorf("/healthz = %d %q, want 200", code, body)
+	}
+	if code, body := p.readyz(e.ctx); code != http.StatusOK {
+		t.Errorf("/readyz = %d %q, want 200", code, body)
+	}
+}

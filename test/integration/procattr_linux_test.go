@@ -1,0 +1,11 @@
+//go:build linux
+
+package integration
+
+import "syscall"
+
+// childProcAttr has the kernel kill a controller process if the test binary
+// dies without running its cleanups.
+func childProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}

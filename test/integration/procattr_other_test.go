@@ -1,0 +1,9 @@
+//go:build !linux
+
+package integration
+
+import "syscall"
+
+// childProcAttr: only Linux can tie a child's life to its parent's; elsewhere
+// the test cleanups are what stop controller processes.
+func childProcAttr() *syscall.SysProcAttr { return nil }

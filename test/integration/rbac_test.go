@@ -1,0 +1,469 @@
+package integration
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/example/gamesession-controller/cmd/gamesession-controller/app"
+	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
+	"github.com/example/gamesession-controller/pkg/controller"
+)
+
+const (
+	rbacServiceAccount = "gamesession-controller"
+	// The Lease the leader election Role grants by resourceName: the
+	// default --leader-election-id.
+	rbacLeaseName = "gamesession-controller"
+
+	// denialTimeout bounds the wait for the API server to refuse the request
+	// a revoked verb was needed for. The controller sends it within a second
+	// or two of the step that needs it.
+	denialTimeout = 20 * time.Second
+
+	// blindFor is how long a change must go unseen by an informer whose watch
+	// is refused. Such an informer falls back to polling with LIST, and
+	// client-go's reflector backs off 0.8s*2^n (jitter only lengthens it)
+	// between attempts: after its third LIST the next one is at least 3.2s
+	// away. A watching controller reacts in a fraction of a second.
+	blindFor = 2 * time.Second
+)
+
+// rbacStep is one part of the controller's job. Every verb in the artifacts'
+// roles is needed by some step.
+type rbacStep struct {
+	name string
+	act  func(*rbacScenario) // what the test does first; nil for nothing
+	done func(*rbacScenario) (bool, error)
+	// reaction marks a step that needs a watch: the controller must react
+	// to a change the test makes.
+	reaction bool
+}
+
+// rbacScenario runs the controller as a ServiceAccount bound to the roles of
+// artifacts/rbac and drives it through its whole job.
+type rbacScenario struct {
+	*env
+	ctl      *runningController
+	hash     string   // the arena profile's current hash
+	sessions []string // the sessions of the arena profile
+	oldUID   types.UID
+}
+
+var rbacSteps = []rbacStep{
+	{name: "take the lease", done: func(s *rbacScenario) (bool, error) {
+		lease, err := s.kube.CoordinationV1().Leases(s.ns).Get(s.ctx, rbacLeaseName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		holder := ptr.Deref(lease.Spec.HolderIdentity, "")
+		return holder != "", fmt.Errorf("lease holder %q", holder)
+	}},
+	{name: "create Deployments", done: func(s *rbacScenario) (bool, error) {
+		return s.deploymentsCarry(s.sessions, s.hash)
+	}},
+	{name: "recreate a deleted Deployment", reaction: true,
+		act: func(s *rbacScenario) {
+			d, err := s.deployment("arena-0")
+			if err != nil {
+				s.t.Fatal(err)
+			}
+			s.oldUID = d.UID
+			if err := s.kube.AppsV1().Deployments(s.ns).Delete(s.ctx, "arena-0", metav1.DeleteOptions{}); err != nil {
+				s.t.Fatal(err)
+			}
+		},
+		done: func(s *rbacScenario) (bool, error) {
+			d, err := s.deployment("arena-0")
+			if err != nil {
+				return false, err
+			}
+			return d.UID != s.oldUID, fmt.Errorf("deployment arena-0 not recreated")
+		}},
+	{name: "sync a session created later", reaction: true,
+		act: func(s *rbacScenario) {
+			s.createSession(newSession("newcomer", "arena", 1))
+			s.sessions = append(s.sessions, "newcomer")
+		},
+		done: func(s *rbacScenario) (bool, error) { return s.deploymentsCarry([]string{"newcomer"}, s.hash) }},
+	{name: "write status", done: func(s *rbacScenario) (bool, error) {
+		for _, name := range s.sessions {
+			gs := s.session(name)
+			c := meta.FindStatusCondition(gs.Status.Conditions, gamesv1.ConditionProfileResolved)
+			if c == nil || c.Status != metav1.ConditionTrue || gs.Status.ProfileHash != s.hash {
+				return false, fmt.Errorf("session %s status %+v", name, gs.Status)
+			}
+		}
+		c := meta.FindStatusCondition(s.session("drifter").Status.Conditions, gamesv1.ConditionProfileResolved)
+		if c == nil || c.Reason != gamesv1.ReasonProfileNotFound {
+			return false, fmt.Errorf("drifter's ProfileResolved condition: %+v", c)
+		}
+		return true, nil
+	}},
+	{name: "record events", done: func(s *rbacScenario) (bool, error) {
+		for _, name := range s.sessions {
+			if !s.hasEvent(name, controller.EventReasonCreated, "") {
+				return false, fmt.Errorf("no %s event on %s", controller.EventReasonCreated, name)
+			}
+		}
+		if !s.hasEvent("drifter", gamesv1.ReasonProfileNotFound, "") {
+			return false, fmt.Errorf("no %s event on drifter", gamesv1.ReasonProfileNotFound)
+		}
+		return true, nil
+	}},
+	{name: "roll a profile edit", reaction: true,
+		act: func(s *rbacScenario) {
+			edited := s.updateProfile("arena", func(cm *corev1.ConfigMap) { cm.Data["server.cfg"] = "max_players=32" })
+			s.hash = controller.ProfileHash(edited)
+		},
+		done: func(s *rbacScenario) (bool, error) {
+			if ok, err := s.deploymentsCarry(s.sessions, s.hash); !ok {
+				return false, err
+			}
+			for _, name := range s.sessions {
+				if gs := s.session(name); gs.Status.ProfileHash != s.hash {
+					return false, fmt.Errorf("session %s status.profileHash %q", name, gs.Status.ProfileHash)
+				}
+			}
+			want := fmt.Sprintf("rolling %d GameSession", len(s.sessions))
+			if !s.hasEvent("arena", controller.EventReasonProfileFanOut, want) {
+				return false, fmt.Errorf("no %s event on the profile saying %q", controller.EventReasonProfileFanOut, want)
+			}
+			return true, nil
+		}},
+	{name: "repeat a warning",
+		// The event recorder creates an Event the first time and patches its
+		// count when the same Event recurs: the drifter's profile comes and
+		// goes, and ProfileNotFound is reported a second time.
+		act: func(s *rbacScenario) {
+			s.createProfile("late", map[string]string{"k": "v"}, true)
+			s.waitForCondition("drifter", gamesv1.ConditionProfileResolved, metav1.ConditionTrue, gamesv1.ReasonProfileResolved)
+			if err := s.kube.CoreV1().ConfigMaps(s.ns).Delete(s.ctx, "late", metav1.DeleteOptions{}); err != nil {
+				s.t.Fatal(err)
+			}
+		},
+		done: func(s *rbacScenario) (bool, error) {
+			for _, ev := range s.eventsAbout("drifter") {
+				if ev.Reason == gamesv1.ReasonProfileNotFound {
+					return ev.Count == 2, fmt.Errorf("%s event count %d", ev.Reason, ev.Count)
+				}
+			}
+			return false, fmt.Errorf("no %s event", gamesv1.ReasonProfileNotFound)
+		}},
+}
+
+// deploymentsCarry reports whether the sessions' Deployments all exist with
+// the profile hash.
+func (e *env) deploymentsCarry(sessions []string, hash string) (bool, error) {
+	for _, name := range sessions {
+		d, err := e.deployment(name)
+		if err != nil {
+			return false, err
+		}
+		if got := d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]; got != hash {
+			return false, fmt.Errorf("deployment %s has hash %q, want %q", name, got, hash)
+		}
+	}
+	return true, nil
+}
+
+// eventsAbout lists the Events about the named object in the namespace.
+func (e *env) eventsAbout(name string) []corev1.Event {
+	e.t.Helper()
+	events, err := e.kube.CoreV1().Events(e.ns).List(e.ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err != nil {
+		e.t.Fatalf("list events: %v", err)
+	}
+	return events.Items
+}
+
+func (e *env) hasEvent(object, reason, messagePart string) bool {
+	e.t.Helper()
+	return slices.ContainsFunc(e.eventsAbout(object), func(ev corev1.Event) bool {
+		return ev.Reason == reason && strings.Contains(ev.Message, messagePart)
+	})
+}
+
+// setUpRBACScenario loads the artifacts' roles, bound to the test's service
+// account and less the revoked verbs, and creates a profile with three
+// sessions and a session whose profile does not exist yet (a Warning from the
+// start). The caller creates the account and applies the roles.
+func setUpRBACScenario(t *testing.T, revoked ...grantedVerb) (*rbacScenario, *controllerRBAC) {
+	e := newEnv(t)
+	r := loadControllerRBAC(t)
+	r.bindTo(t, e.ns, rbacServiceAccount)
+	for _, g := range revoked {
+		r.revoke(g)
+	}
+	s := &rbacScenario{env: e}
+	s.hash = controller.ProfileHash(e.createProfile("arena", map[string]string{"server.cfg": "max_players=16"}, true))
+	for i := range 3 {
+		name := fmt.Sprintf("arena-%d", i)
+		e.createSession(newSession(name, "arena", 1))
+		s.sessions = append(s.sessions, name)
+	}
+	e.createSession(newSession("drifter", "late", 1))
+	return s, r
+}
+
+// start creates the service account and its roles, and runs the controller
+// in-process as that account, with leader election as the artifacts'
+// Deployment runs it.
+func (s *rbacScenario) start(r *controllerRBAC, revoked ...grantedVerb) {
+	cfg := s.serviceAccountConfig(rbacServiceAccount)
+	s.applyRBAC(r)
+	s.waitForAuthorizer(rbacServiceAccount, r, revoked...)
+	s.ctl = s.startControllerAs(cfg, func(o *app.Options) {
+		o.LeaderElect = true
+		o.LeaderElectionNamespace = s.ns
+	})
+}
+
+// TestRBACIsSufficient runs the controller's whole job as the artifacts'
+// ServiceAccount, with leader election: every verb the roles grant is used,
+// and none is refused.
+func TestRBACIsSufficient(t *testing.T) {
+	s, r := setUpRBACScenario(t)
+	s.start(r)
+	for _, step := range rbacSteps {
+		start := time.Now()
+		if step.act != nil {
+			step.act(s)
+		}
+		s.eventually(step.name, func() (bool, error) { return step.done(s) })
+		took := time.Since(start)
+		t.Logf("step %q took %s", step.name, took.Round(time.Millisecond))
+		// The refused-watch cases below rely on a watching controller
+		// reacting well within blindFor.
+		if step.reaction && took >= blindFor {
+			t.Errorf("step %q took %s, want under %s", step.name, took, blindFor)
+		}
+	}
+	for _, g := range r.grants() {
+		key := g.verb + " " + g.resource
+		// With streaming lists (client-go's WatchListClient, on by default)
+		// an informer lists over a watch; TestRBACEachVerbIsNeeded shows the
+		// list verbs are needed when streaming is unavailable.
+		if g.verb != "list" && s.ctl.requests.count(key) == 0 {
+			t.Errorf("the controller never sent %q, which %s grants", key, g.role)
+		}
+		if n := s.ctl.requests.answered(key, http.StatusForbidden); n > 0 {
+			t.Errorf("%q was refused %d times", key, n)
+		}
+	}
+}
+
+// revocationEffect is what the controller cannot do without one verb.
+type revocationEffect struct {
+	// failsAt is the step that cannot complete, and denied the request
+	// ("verb resource") the API server refuses there.
+	failsAt, denied string
+	// setup runs before the controller starts.
+	setup func(*rbacScenario)
+	// polling: the verb is a watch, whose informer falls back to polling.
+	// The step's change is made once the informer has listed three times,
+	// and must go unseen for blindFor.
+	polling bool
+	// streamingOff: the verb is a list, which an informer needs only when it
+	// cannot stream its list over a watch (API servers without WatchList,
+	// clients with WatchListClient off). The binary runs with streaming off,
+	// and its caches must never sync.
+	streamingOff bool
+}
+
+// revocationEffects has an entry for every verb of artifacts/rbac; a verb
+// without one fails TestRBACEachVerbIsNeeded, so no rule goes unjustified.
+var revocationEffects = map[string]revocationEffect{
+	"ClusterRole list gamesessions":          {streamingOff: true},
+	"ClusterRole watch gamesessions":         {failsAt: "sync a session created later", denied: "watch gamesessions", polling: true},
+	"ClusterRole update gamesessions/status": {failsAt: "write status", denied: "update gamesessions/status"},
+	"ClusterRole list configmaps":            {streamingOff: true},
+	"ClusterRole watch configmaps":           {failsAt: "roll a profile edit", denied: "watch configmaps", polling: true},
+	"ClusterRole list deployments":           {streamingOff: true},
+	"ClusterRole watch deployments":          {failsAt: "recreate a deleted Deployment", denied: "watch deployments", polling: true},
+	"ClusterRole create deployments":         {failsAt: "create Deployments", denied: "create deployments"},
+	"ClusterRole patch deployments":          {failsAt: "roll a profile edit", denied: "patch deployments"},
+	"ClusterRole create events":              {failsAt: "record events", denied: "create events"},
+	"ClusterRole patch events":               {failsAt: "repeat a warning", denied: "patch events"},
+	"Role create leases":                     {failsAt: "take the lease", denied: "create leases"},
+	"Role get leases":                        {failsAt: "take the lease", denied: "get leases"},
+	// Without update, a first replica creates the Lease and leads until its
+	// first renewal fails, 10s later. Every later leader takes over an
+	// existing Lease, such as the one a predecessor released on its way
+	// out: that takes an update, so without it no replica leads again.
+	"Role update leases": {failsAt: "take the lease", denied: "update leases", setup: (*rbacScenario).releasedLease},
+}
+
+// releasedLease creates the Lease as a leader leaves it when it stops
+// cleanly: no holder, free to take.
+func (s *rbacScenario) releasedLease() {
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: rbacLeaseName},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity:       ptr.To(""),
+			LeaseDurationSeconds: ptr.To[int32](1),
+			RenewTime:            &metav1.MicroTime{Time: time.Now().Add(-time.Minute)},
+		},
+	}
+	if _, err := s.kube.CoordinationV1().Leases(s.ns).Create(s.ctx, lease, metav1.CreateOptions{}); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// TestRBACEachVerbIsNeeded takes each verb of the artifacts' roles away in
+// turn and shows the controller failing at the step that needs it: the API
+// server refuses the request and the step's effect is missing. A verb the
+// controller did not need would fail its case.
+func TestRBACEachVerbIsNeeded(t *testing.T) {
+	grants := loadControllerRBAC(t).grants()
+	for _, g := range grants {
+		if _, ok := revocationEffects[g.String()]; !ok {
+			t.Errorf("%s: no expected effect in revocationEffects; every rule must be shown necessary", g)
+		}
+	}
+	for key := range revocationEffects {
+		if !slices.ContainsFunc(grants, func(g grantedVerb) bool { return g.String() == key }) {
+			t.Errorf("revocationEffects has %q, which the artifacts no longer grant", key)
+		}
+	}
+	for _, g := range grants {
+		effect, ok := revocationEffects[g.String()]
+		if !ok {
+			continue
+		}
+		t.Run(g.String(), func(t *testing.T) {
+			if effect.streamingOff {
+				listNeededWithoutStreaming(t, g)
+				return
+			}
+			s, r := setUpRBACScenario(t, g)
+			if effect.setup != nil {
+				effect.setup(s)
+			}
+			s.start(r, g)
+			s.failsWithout(effect)
+		})
+	}
+}
+
+// failsWithout runs the scenario up to the step that needs the revoked verb
+// and shows that step failing.
+func (s *rbacScenario) failsWithout(effect revocationEffect) {
+	t := s.t
+	i := slices.IndexFunc(rbacSteps, func(st rbacStep) bool { return st.name == effect.failsAt })
+	if i < 0 {
+		t.Fatalf("no step %q", effect.failsAt)
+	}
+	for _, step := range rbacSteps[:i] {
+		if step.act != nil {
+			step.act(s)
+		}
+		s.eventually(step.name, func() (bool, error) { return step.done(s) })
+	}
+	step := rbacSteps[i]
+
+	if effect.polling {
+		resource := strings.Fields(effect.denied)[1]
+		s.waitFor(fmt.Sprintf("the %s informer to poll: watch refused, 3 lists", resource), func() bool {
+			return s.ctl.requests.answered(effect.denied, http.StatusForbidden) > 0 &&
+				s.ctl.requests.answered("list "+resource, http.StatusOK) >= 3
+		})
+		step.act(s)
+		deadline := time.Now().Add(blindFor)
+		for time.Now().Before(deadline) {
+			if ok, _ := step.done(s); ok {
+				t.Fatalf("step %q completed without a %s watch: the rule is not needed", step.name, resource)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Logf("step %q: no reaction within %s while the %s informer polls (%d lists, watch refused %d times)",
+			step.name, blindFor, resource, s.ctl.requests.answered("list "+resource, http.StatusOK),
+			s.ctl.requests.answered(effect.denied, http.StatusForbidden))
+		return
+	}
+
+	if step.act != nil {
+		step.act(s)
+	}
+	s.waitFor(fmt.Sprintf("%q to be refused, or step %q to complete", effect.denied, step.name), func() bool {
+		done, _ := step.done(s)
+		return done || s.ctl.requests.answered(effect.denied, http.StatusForbidden) > 0
+	})
+	// The refusal is in: nothing else could have had the effect.
+	if done, _ := step.done(s); done {
+		t.Fatalf("step %q completed without %q: the rule is not needed", step.name, effect.denied)
+	}
+	_, why := step.done(s)
+	t.Logf("step %q failed as expected: %q refused; %v", step.name, effect.denied, why)
+	if step.name == "take the lease" {
+		// Not leading, the controller reconciles nothing at all.
+		if list, err := s.kube.AppsV1().Deployments(s.ns).List(s.ctx, metav1.ListOptions{}); err != nil || len(list.Items) > 0 {
+			t.Errorf("a controller that never led created Deployments: %v %v", list, err)
+		}
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after denialTimeout.
+func (e *env) waitFor(what string, cond func() bool) {
+	e.t.Helper()
+	deadline := time.Now().Add(denialTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("timed out after %s waiting for %s", denialTimeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// listNeededWithoutStreaming runs the binary, with streaming lists off, as the
+// service account without the list verb: its informers cannot fill their
+// caches, so it never becomes ready and creates nothing, though it leads.
+func listNeededWithoutStreaming(t *testing.T, g grantedVerb) {
+	s, r := setUpRBACScenario(t, g)
+	cfg := s.serviceAccountConfig(rbacServiceAccount)
+	s.applyRBAC(r)
+	s.waitForAuthorizer(rbacServiceAccount, r, g)
+	p := s.startControllerProcess("controller", writeKubeconfig(t, cfg),
+		[]string{"KUBE_FEATURE_WatchListClient=false"},
+		"--leader-elect", "--leader-election-namespace="+s.ns)
+
+	// Only the list is revoked, so any refusal is the list's; the second
+	// shows the informer retrying in vain.
+	s.waitFor("two refused requests", func() bool {
+		n, _ := p.metrics(s.ctx).sum("rest_client_requests_total", map[string]string{"code": "403", "method": "GET"})
+		return n >= 2
+	})
+	if ok, err := rbacSteps[0].done(s); !ok {
+		t.Fatalf("the controller did not lead: %v", err)
+	}
+	code, body := p.readyz(s.ctx)
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "caches not synced") {
+		t.Errorf("/readyz = %d %q, want 503: caches not synced", code, body)
+	}
+	if ok, _ := s.deploymentsCarry(s.sessions[:1], s.hash); ok {
+		t.Errorf("a Deployment was created without %s", g)
+	}
+	t.Logf("without %s: /readyz %d %q, no Deployment", g, code, strings.TrimSpace(body))
+
+	// Granted the verb again, the same process completes its job: the list
+	// was all it lacked.
+	full := loadControllerRBAC(t)
+	full.bindTo(t, s.ns, rbacServiceAccount)
+	if _, err := s.kube.RbacV1().ClusterRoles().Update(s.ctx, full.clusterRole, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.eventually("Deployments once the list is granted", func() (bool, error) { return s.deploymentsCarry(s.sessions, s.hash) })
+	if code, body := p.readyz(s.ctx); code != http.StatusOK {
+		t.Errorf("/readyz = %d %q after the list was granted, want 200", code, body)
+	}
+}
