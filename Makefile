@@ -34,7 +34,7 @@ verify: ## Check generated code is current, gofmt, go vet, and that controller-r
 
 .PHONY: test
 test: verify controlplane ## Verify, then run all unit and integration tests (builds the control plane on first use).
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -parallel 8 ./...
 
 .PHONY: unit
 unit: ## Run unit tests only (no control plane).
@@ -48,6 +48,14 @@ run: build ## Run the controller: against $$KUBECONFIG if set, else on a local c
 	  hack/build-controlplane.sh && $(GO) build -o $(BIN_DIR)/run-local ./hack/run-local && \
 	  exec $(BIN_DIR)/run-local $(ARGS); \
 	fi
+
+.PHONY: bench
+bench: controlplane ## Benchmarks on the local control plane, quick size (~4 min): table in docs/bench/quick.md.
+	$(GO) run ./test/bench
+
+.PHONY: bench-full
+bench-full: controlplane ## The 7,340-session scenario (~16 min): table in docs/bench/full.md.
+	$(GO) run ./test/bench -preset=full
 
 .PHONY: image
 image: ## Build the controller image $(IMAGE) (needs a Docker engine).

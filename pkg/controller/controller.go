@@ -107,6 +107,9 @@ type Controller struct {
 	writtenSessions    *writeTracker[*gamesv1.GameSession]
 	writtenDeployments *writeTracker[*appsv1.Deployment]
 
+	// rolling orders a fan-out's writes: every Deployment before any status.
+	rolling *rollingSessions
+
 	// workersRunning counts live workers, for the health check.
 	workersRunning atomic.Int32
 
@@ -159,6 +162,7 @@ func NewController(
 		pendingFanOuts:     make(map[string]struct{}),
 		writtenSessions:    newWriteTracker[*gamesv1.GameSession](),
 		writtenDeployments: newWriteTracker[*appsv1.Deployment](),
+		rolling:            newRollingSessions(),
 	}
 	c.syncHandler = c.syncGameSession
 	c.enqueueSession = c.enqueue
@@ -311,7 +315,7 @@ func (c *Controller) enqueue(obj interface{}) {
 
 func (c *Controller) addProfile(obj interface{}) {
 	profile := obj.(*corev1.ConfigMap)
-	c.enqueueSessionsForProfile(profile.Namespace, profile.Name)
+	c.enqueueSessionsForProfile(profile.Namespace, profile.Name, false)
 }
 
 func (c *Controller) updateProfile(oldObj, newObj interface{}) {
@@ -338,7 +342,7 @@ func (c *Controller) deleteProfile(obj interface{}) {
 		}
 	}
 	c.profileHashes.forget(profile.UID)
-	c.enqueueSessionsForProfile(profile.Namespace, profile.Name)
+	c.enqueueSessionsForProfile(profile.Namespace, profile.Name, false)
 }
 
 // scheduleProfileFanOut enqueues the sessions of a changed profile after
@@ -376,7 +380,7 @@ func (c *Controller) fanOutPending(namespace, name string) bool {
 // ConfigMap how many it set rolling, so `kubectl describe configmap` answers
 // "what did my edit do?".
 func (c *Controller) fanOutProfile(namespace, name string) {
-	n := c.enqueueSessionsForProfile(namespace, name)
+	n := c.enqueueSessionsForProfile(namespace, name, true)
 	metrics.ObserveFanOut(n)
 	profile, err := c.profileLister.ConfigMaps(namespace).Get(name)
 	if n == 0 || err != nil {
@@ -389,12 +393,17 @@ func (c *Controller) fanOutProfile(namespace, name string) {
 // enqueueSessionsForProfile enqueues every GameSession that references the
 // profile, and no other, and returns how many it enqueued. It reads only the
 // index: the keys are what the queue needs, so no object is even fetched.
-func (c *Controller) enqueueSessionsForProfile(namespace, name string) int {
+// rolling marks them as a fan-out (see rollingSessions).
+func (c *Controller) enqueueSessionsForProfile(namespace, name string, rolling bool) int {
 	keys, err := c.sessionIndexer.IndexKeys(profileRefIndex, profileKey(namespace, name))
 	if err != nil {
 		// Only a missing index fails, and NewController adds it.
 		utilruntime.HandleError(fmt.Errorf("looking up GameSessions of profile %s/%s: %w", namespace, name, err))
 		return 0
+	}
+	if rolling {
+		// Before they are queued, so no worker can sync one unmarked.
+		c.rolling.add(keys)
 	}
 	for _, key := range keys {
 		c.queue.Add(key)

@@ -26,6 +26,8 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 	}
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "gameSession", klog.KRef(namespace, name))
 	ctx = klog.NewContext(ctx, logger)
+	// Taken first, so that a sync ending early (a deleted session) unmarks it.
+	rolling := c.rolling.take(key)
 
 	session, err := c.sessionLister.GameSessions(namespace).Get(name)
 	if apierrors.IsNotFound(err) {
@@ -91,6 +93,7 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 	}
 	desired := newDeployment(session, hash)
 	deploymentsClient := c.kubeClient.AppsV1().Deployments(namespace)
+	wrote := false
 	switch {
 	case deployment == nil:
 		logger.V(2).Info("Creating Deployment", "profileHash", hash)
@@ -102,6 +105,7 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 			return c.updateStatus(ctx, session, status)
 		}
 		if err == nil {
+			wrote = true
 			c.writtenDeployments.record(key, "", deployment)
 			c.recorder.Eventf(session, corev1.EventTypeNormal, EventReasonCreated, MessageDeploymentCreated, desired.Name)
 		}
@@ -114,6 +118,8 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 		replaced := deployment.ResourceVersion
 		deployment, err = deploymentsClient.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: Name})
 		if err == nil {
+			// An unchanged resourceVersion means the server had it already.
+			wrote = deployment.ResourceVersion != replaced
 			c.writtenDeployments.record(key, replaced, deployment)
 		}
 	}
@@ -126,6 +132,12 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 	}
 	if err != nil {
 		return err
+	}
+	if rolling && wrote {
+		// A fan-out's first pass: the status waits at the end of the queue,
+		// behind the other sessions' Deployments (see rollingSessions).
+		c.queue.Add(key)
+		return nil
 	}
 
 	if old := session.Status.ProfileHash; old != "" && old != hash {

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/example/gamesession-controller/pkg/controller"
+)
+
+// ctlProc is the controller binary running as a process of its own, so that
+// its RSS is its own and a restart is a real cold start.
+type ctlProc struct {
+	name       string
+	cmd        *exec.Cmd
+	started    time.Time
+	logPath    string
+	metricsURL string
+	healthURL  string
+	exited     chan struct{}
+	exitErr    error
+	stopped    bool
+}
+
+var httpClient = &http.Client{Timeout: 10 * time.Second}
+
+// startController runs the binary with the SA kubeconfig, loopback-only
+// metrics and health servers, and args.
+func (e *env) startController(name string, args ...string) (*ctlProc, error) {
+	metricsAddr, err := freeLoopbackAddr()
+	if err != nil {
+		return nil, err
+	}
+	healthAddr, err := freeLoopbackAddr()
+	if err != nil {
+		return nil, err
+	}
+	p := &ctlProc{
+		name:       name,
+		logPath:    filepath.Join(e.workDir, name+".log"),
+		metricsURL: "http://" + metricsAddr + "/metrics",
+		healthURL:  "http://" + healthAddr + "/readyz",
+		exited:     make(chan struct{}),
+	}
+	logFile, err := os.Create(p.logPath)
+	if err != nil {
+		return nil, err
+	}
+	all := append([]string{
+		"--kubeconfig=" + e.saKubeconfig,
+		"--metrics-bind-address=" + metricsAddr,
+		"--health-probe-bind-address=" + healthAddr,
+		fmt.Sprintf("--workers=%d", e.cfg.workers),
+		fmt.Sprintf("--kube-api-qps=%g", e.cfg.qps),
+		fmt.Sprintf("--kube-api-burst=%d", e.cfg.burst),
+	}, args...)
+	p.cmd = exec.Command(e.controllerBin, all...)
+	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	p.started = time.Now()
+	if err := startWithParent(p.cmd); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	logf("controller %s started (pid %d): %s", name, p.cmd.Process.Pid, strings.Join(all[4:], " "))
+	go func() {
+		p.exitErr = p.cmd.Wait()
+		logFile.Close()
+		close(p.exited)
+	}()
+	e.running[p] = struct{}{}
+	return p, nil
+}
+
+// pid is the controller's process, or this one when it runs in-process.
+func (p *ctlProc) pid() int {
+	if p.cmd == nil {
+		return os.Getpid()
+	}
+	return p.cmd.Process.Pid
+}
+
+// stopController sends SIGTERM and, after a grace period, SIGKILL. Only the
+// first call does anything.
+func (e *env) stopController(p *ctlProc) error {
+	if p.stopped {
+		return nil
+	}
+	p.stopped = true
+	delete(e.running, p)
+	select {
+	case <-p.exited:
+		return fmt.Errorf("controller %s had exited: %v (log %s)", p.name, p.exitErr, p.logPath)
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+	return nil
+}
+
+func (p *ctlProc) alive() error {
+	select {
+	case <-p.exited:
+		return fmt.Errorf("controller %s exited: %v; last lines of %s:\n%s", p.name, p.exitErr, p.logPath, tailFile(p.logPath, 15))
+	default:
+		return nil
+	}
+}
+
+// waitReady polls /readyz, which turns 200 once every informer has synced.
+func (p *ctlProc) waitReady(ctx context.Context) (time.Time, error) {
+	for {
+		if err := p.alive(); err != nil {
+			return time.Time{}, err
+		}
+		if resp, err := httpClient.Get(p.healthURL); err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return time.Now(), nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (p *ctlProc) scrape(ctx context.Context) (samples, error) {
+	return scrapeURL(ctx, p.metricsURL)
+}
+
+func scrapeURL(ctx context.Context, url string) (samples, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	return parseProm(string(b))
+}
+
+var queueLabel = map[string]string{"name": controller.Name}
+
+// ctlState is what the benchmark reads from the controller's own metrics.
+type ctlState struct {
+	depth, unfinished, adds, syncs, conflicts, fanOuts float64
+	requests                                           map[string]float64 // "method code" -> count
+	heapInuse                                          float64
+}
+
+func readState(ss samples) ctlState {
+	return ctlState{
+		depth:      ss.sum("workqueue_depth", queueLabel),
+		unfinished: ss.sum("workqueue_unfinished_work_seconds", queueLabel),
+		adds:       ss.sum("workqueue_adds_total", queueLabel),
+		syncs:      ss.sum("gamesession_controller_syncs_total", nil),
+		conflicts:  ss.sum("gamesession_controller_syncs_total", map[string]string{"result": "conflict"}),
+		fanOuts:    ss.sum("gamesession_controller_profile_fanout_sessions_count", nil),
+		requests:   ss.by("rest_client_requests_total", nil, "method", "code"),
+		heapInuse:  ss.sum("go_memstats_heap_inuse_bytes", nil),
+	}
+}
+
+// waitDrained returns once cond holds and the work queue is empty and idle
+// in two scrapes 100ms apart with no item added in between; the time is that
+// of the first of the two.
+func (p *ctlProc) waitDrained(ctx context.Context, cond func(ctlState) bool) (time.Time, ctlState, error) {
+	var prev ctlState
+	var prevAt time.Time
+	havePrev := false
+	for {
+		if err := p.alive(); err != nil {
+			return time.Time{}, prev, err
+		}
+		at := time.Now()
+		ss, err := p.scrape(ctx)
+		if err == nil {
+			st := readState(ss)
+			idle := st.depth == 0 && st.unfinished == 0 && (cond == nil || cond(st))
+			if idle && havePrev && st.adds == prev.adds && st.syncs == prev.syncs {
+				return prevAt, st, nil
+			}
+			havePrev = idle
+			prev, prevAt = st, at
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, prev, fmt.Errorf("controller %s did not drain: depth %g, syncs %g: %w", p.name, prev.depth, prev.syncs, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func freeLoopbackAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+func tailFile(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
