@@ -89,27 +89,36 @@ func TestNewRegistryRejectsDuplicateCollector(t *testing.T) {
 
 func TestWorkqueueMetrics(t *testing.T) {
 	reg := newRegistry(t)
+	// Series of a queue name outlive the queue: a fresh name per run keeps -count=N exact.
+	queueName := fmt.Sprintf("metrics-test-%d", time.Now().UnixNano())
 	q := workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.DefaultTypedControllerRateLimiter[string](),
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: "metrics-test"})
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: queueName})
 	defer q.ShutDown()
 
 	q.Add("a")
 	q.Add("b")
 	item, _ := q.Get()
-	q.AddRateLimited(item) // a retry
 	q.Done(item)
+	q.AddRateLimited(item) // a retry, added back after its backoff
+	// Scrape only once the retry is back, so the figures are settled.
+	for deadline := time.Now().Add(5 * time.Second); q.Len() < 2; {
+		if time.Now().After(deadline) {
+			t.Fatal("the retried item never came back")
+		}
+		time.Sleep(time.Millisecond)
+	}
 
 	exposition := scrape(t, reg)
 	wantLines(t, exposition,
-		`workqueue_adds_total{name="metrics-test"} 2`,
-		`workqueue_retries_total{name="metrics-test"} 1`,
-		`workqueue_depth{name="metrics-test"} 1`,
-		`workqueue_queue_duration_seconds_count{name="metrics-test"} 1`,
-		`workqueue_work_duration_seconds_count{name="metrics-test"} 1`,
+		fmt.Sprintf(`workqueue_adds_total{name="%s"} 3`, queueName),
+		fmt.Sprintf(`workqueue_retries_total{name="%s"} 1`, queueName),
+		fmt.Sprintf(`workqueue_depth{name="%s"} 2`, queueName),
+		fmt.Sprintf(`workqueue_queue_duration_seconds_count{name="%s"} 1`, queueName),
+		fmt.Sprintf(`workqueue_work_duration_seconds_count{name="%s"} 1`, queueName),
 	)
 	for _, name := range []string{"workqueue_unfinished_work_seconds", "workqueue_longest_running_processor_seconds"} {
-		if !strings.Contains(exposition, name+`{name="metrics-test"}`) {
+		if !strings.Contains(exposition, name+`{name="`+queueName+`"}`) {
 			t.Errorf("scrape lacks %s for the queue", name)
 		}
 	}
