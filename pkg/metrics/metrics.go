@@ -65,14 +65,6 @@ var (
 	})
 )
 
-func init() {
-	// Start every result at zero, so rate() and alerts on errors work before
-	// the first error ever happens.
-	for _, result := range []string{SyncSuccess, SyncConflict, SyncError} {
-		SyncsTotal.WithLabelValues(result)
-	}
-}
-
 // ObserveSync records one sync's result and duration.
 func ObserveSync(result string, d time.Duration) {
 	SyncsTotal.WithLabelValues(result).Inc()
@@ -99,6 +91,12 @@ func init() {
 		RequestResult:      &requestResult{requestsTotalVec},
 		RequestRetry:       &requestRetry{requestRetriesVec},
 	})
+
+	// Start every sync result at zero, so rate() and alerts on errors work
+	// before the first error ever happens.
+	for _, result := range []string{SyncSuccess, SyncConflict, SyncError} {
+		SyncsTotal.WithLabelValues(result)
+	}
 }
 
 // packageCollectors returns the package-level collectors every registry exposes.
