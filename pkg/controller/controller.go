@@ -23,7 +23,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	appsinformers "k8s.io/client-go/informers/apps/v1"
@@ -37,8 +36,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
-	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 	clientset "github.com/example/gamesession-controller/pkg/generated/clientset/versioned"
 	gamesscheme "github.com/example/gamesession-controller/pkg/generated/clientset/versioned/scheme"
 	gamesinformers "github.com/example/gamesession-controller/pkg/generated/informers/externalversions/games/v1"
@@ -72,17 +71,25 @@ type Options struct {
 	ProfileSelector string
 
 	// ProfileChangeDelay holds the sessions of a changed profile in the queue
-	// this long before they sync. Profile edits come in bursts (a script
-	// writing key by key, an apply of several files), and every rollout
-	// restarts game servers: within the delay, further edits collapse into one
-	// rollout per session instead of one per edit. Zero syncs at once.
+	// this long before they sync, so that a burst of edits rolls each session
+	// once (see profileFanOut). Zero syncs at once.
 	ProfileChangeDelay time.Duration
+
+	// Clock is the controller's time source: its queue's delays and backoff,
+	// and the profile-change delay. Nil means the real clock; tests pass a
+	// fake one and step it.
+	Clock clock.WithTicker
+
+	// Metrics receives the controller's own series. Nil gives the controller
+	// a fresh set that nothing exposes.
+	Metrics *metrics.ControllerMetrics
 }
 
 // Controller reconciles GameSessions into Deployments.
 type Controller struct {
 	kubeClient kubernetes.Interface
 	gameClient clientset.Interface
+	logger     klog.Logger
 
 	sessionLister    gameslisters.GameSessionLister
 	sessionIndexer   cache.Indexer
@@ -93,22 +100,11 @@ type Controller struct {
 	queue            workqueue.TypedRateLimitingInterface[string]
 	eventBroadcaster record.EventBroadcaster
 	recorder         record.EventRecorder
+	metrics          *metrics.ControllerMetrics
 
-	profileHashes      *profileHashCache
-	profileSelector    string
-	profileChangeDelay time.Duration
-
-	// pendingFanOuts holds the profiles ("namespace/name") whose fan-out is
-	// scheduled but has not run yet.
-	pendingMu      sync.Mutex
-	pendingFanOuts map[string]struct{}
-
-	// The objects the controller wrote, until its caches catch up with them.
-	writtenSessions    *writeTracker[*gamesv1.GameSession]
-	writtenDeployments *writeTracker[*appsv1.Deployment]
-
-	// rolling orders a fan-out's writes: every Deployment before any status.
-	rolling *rollingSessions
+	profileHashes   *profileHashCache
+	profileSelector string
+	fanOut          *profileFanOut
 
 	// workersRunning counts live workers, for the health check.
 	workersRunning atomic.Int32
@@ -136,11 +132,18 @@ func NewController(
 	opts Options,
 ) (*Controller, error) {
 	logger := klog.FromContext(ctx)
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = metrics.NewControllerMetrics()
+	}
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	c := &Controller{
 		kubeClient:       kubeClient,
 		gameClient:       gameClient,
+		logger:           logger,
 		sessionLister:    sessionInformer.Lister(),
 		sessionIndexer:   sessionInformer.Informer().GetIndexer(),
 		profileLister:    profileInformer.Lister(),
@@ -152,18 +155,17 @@ func NewController(
 		},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name},
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name, Clock: opts.Clock},
 		),
-		eventBroadcaster:   broadcaster,
-		recorder:           broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Name}),
-		profileHashes:      newProfileHashCache(),
-		profileSelector:    opts.ProfileSelector,
-		profileChangeDelay: opts.ProfileChangeDelay,
-		pendingFanOuts:     make(map[string]struct{}),
-		writtenSessions:    newWriteTracker[*gamesv1.GameSession](),
-		writtenDeployments: newWriteTracker[*appsv1.Deployment](),
-		rolling:            newRollingSessions(),
+		eventBroadcaster: broadcaster,
+		recorder:         broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Name}),
+		metrics:          opts.Metrics,
+		profileHashes:    newProfileHashCache(),
+		profileSelector:  opts.ProfileSelector,
 	}
+	// The fan-out reads c.queue at call time, so tests may swap the queue.
+	c.fanOut = newProfileFanOut(opts.Clock, opts.ProfileChangeDelay, c.sessionKeysOf,
+		func(key string, delay time.Duration) { c.queue.AddAfter(key, delay) })
 	c.syncHandler = c.syncGameSession
 	c.enqueueSession = c.enqueue
 
@@ -196,14 +198,9 @@ func NewController(
 		return nil, err
 	}
 	if _, err := deploymentInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: c.handleDeployment,
-		UpdateFunc: func(oldObj, newObj interface{}) {
-			if oldObj.(*appsv1.Deployment).ResourceVersion == newObj.(*appsv1.Deployment).ResourceVersion {
-				return // a resync; the session's own resync covers it
-			}
-			c.handleDeployment(newObj)
-		},
-		DeleteFunc: c.handleDeployment,
+		AddFunc:    c.addDeployment,
+		UpdateFunc: c.updateDeployment,
+		DeleteFunc: c.deleteDeployment,
 	}); err != nil {
 		return nil, err
 	}
@@ -307,7 +304,7 @@ func (c *Controller) enqueue(obj interface{}) {
 	// informer hands over when it missed the delete itself.
 	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
 	if err != nil {
-		utilruntime.HandleError(err)
+		c.logger.Error(err, "Cannot enqueue GameSession")
 		return
 	}
 	c.queue.Add(key)
@@ -315,7 +312,7 @@ func (c *Controller) enqueue(obj interface{}) {
 
 func (c *Controller) addProfile(obj interface{}) {
 	profile := obj.(*corev1.ConfigMap)
-	c.enqueueSessionsForProfile(profile.Namespace, profile.Name, false)
+	c.enqueueSessionsOf(profileKey(profile.Namespace, profile.Name))
 }
 
 func (c *Controller) updateProfile(oldObj, newObj interface{}) {
@@ -325,7 +322,16 @@ func (c *Controller) updateProfile(oldObj, newObj interface{}) {
 	if profileDataEqual(oldProfile, newProfile) {
 		return
 	}
-	c.scheduleProfileFanOut(newProfile.Namespace, newProfile.Name)
+	sessions, started := c.fanOut.profileChanged(profileKey(newProfile.Namespace, newProfile.Name))
+	if !started {
+		return // joined the rollout scheduled by an edit moments ago
+	}
+	c.metrics.ObserveFanOut(sessions)
+	if sessions > 0 {
+		// `kubectl describe configmap` then answers "what did my edit do?".
+		c.recorder.Eventf(newProfile, corev1.EventTypeNormal, EventReasonProfileFanOut,
+			MessageProfileFanOut, c.profileHashes.hash(newProfile), sessions)
+	}
 }
 
 func (c *Controller) deleteProfile(obj interface{}) {
@@ -333,112 +339,73 @@ func (c *Controller) deleteProfile(obj interface{}) {
 	if !ok {
 		tombstone, ok := obj.(cache.DeletedFinalStateUnknown)
 		if !ok {
-			utilruntime.HandleError(fmt.Errorf("profile delete: unexpected object %T", obj))
+			c.logger.Error(nil, "Profile delete handler got an unexpected object", "type", fmt.Sprintf("%T", obj))
 			return
 		}
 		if profile, ok = tombstone.Obj.(*corev1.ConfigMap); !ok {
-			utilruntime.HandleError(fmt.Errorf("profile delete: tombstone holds %T, not a ConfigMap", tombstone.Obj))
+			c.logger.Error(nil, "Profile tombstone holds an unexpected object", "type", fmt.Sprintf("%T", tombstone.Obj))
 			return
 		}
 	}
+	key := profileKey(profile.Namespace, profile.Name)
 	c.profileHashes.forget(profile.UID)
-	c.enqueueSessionsForProfile(profile.Namespace, profile.Name, false)
+	c.fanOut.forgetProfile(key)
+	c.enqueueSessionsOf(key)
 }
 
-// scheduleProfileFanOut enqueues the sessions of a changed profile after
-// ProfileChangeDelay. While a fan-out is pending, further edits of the same
-// profile join it: the sessions sync once, against the latest data.
-func (c *Controller) scheduleProfileFanOut(namespace, name string) {
-	if c.profileChangeDelay <= 0 {
-		c.fanOutProfile(namespace, name)
-		return
-	}
-	key := profileKey(namespace, name)
-	c.pendingMu.Lock()
-	defer c.pendingMu.Unlock()
-	if _, pending := c.pendingFanOuts[key]; pending {
-		return
-	}
-	c.pendingFanOuts[key] = struct{}{}
-	time.AfterFunc(c.profileChangeDelay, func() {
-		c.pendingMu.Lock()
-		delete(c.pendingFanOuts, key)
-		c.pendingMu.Unlock()
-		c.fanOutProfile(namespace, name)
-	})
-}
-
-// fanOutPending reports whether a fan-out of the profile is scheduled.
-func (c *Controller) fanOutPending(namespace, name string) bool {
-	c.pendingMu.Lock()
-	defer c.pendingMu.Unlock()
-	_, pending := c.pendingFanOuts[profileKey(namespace, name)]
-	return pending
-}
-
-// fanOutProfile enqueues the sessions of a changed profile and records on the
-// ConfigMap how many it set rolling, so `kubectl describe configmap` answers
-// "what did my edit do?".
-func (c *Controller) fanOutProfile(namespace, name string) {
-	n := c.enqueueSessionsForProfile(namespace, name, true)
-	metrics.ObserveFanOut(n)
-	profile, err := c.profileLister.ConfigMaps(namespace).Get(name)
-	if n == 0 || err != nil {
-		return // no sessions, or deleted meanwhile (its delete enqueued them)
-	}
-	c.recorder.Eventf(profile, corev1.EventTypeNormal, EventReasonProfileFanOut,
-		MessageProfileFanOut, c.profileHashes.hash(profile), n)
-}
-
-// enqueueSessionsForProfile enqueues every GameSession that references the
-// profile, and no other, and returns how many it enqueued. It reads only the
-// index: the keys are what the queue needs, so no object is even fetched.
-// rolling marks them as a fan-out (see rollingSessions).
-func (c *Controller) enqueueSessionsForProfile(namespace, name string, rolling bool) int {
-	keys, err := c.sessionIndexer.IndexKeys(profileRefIndex, profileKey(namespace, name))
+// sessionKeysOf returns the keys of the GameSessions that reference the
+// profile ("namespace/name"), and no other. It reads only the index: the keys
+// are what the queue needs, so no object is even fetched.
+func (c *Controller) sessionKeysOf(profileKey string) []string {
+	keys, err := c.sessionIndexer.IndexKeys(profileRefIndex, profileKey)
 	if err != nil {
 		// Only a missing index fails, and NewController adds it.
-		utilruntime.HandleError(fmt.Errorf("looking up GameSessions of profile %s/%s: %w", namespace, name, err))
-		return 0
+		c.logger.Error(err, "Looking up the GameSessions of a profile", "profile", profileKey)
+		return nil
 	}
-	if rolling {
-		// Before they are queued, so no worker can sync one unmarked.
-		c.rolling.add(keys)
-	}
-	for _, key := range keys {
-		c.queue.Add(key)
-	}
-	return len(keys)
+	return keys
 }
 
-// handleDeployment enqueues the GameSession that controls a Deployment or,
-// if no current session does, the session of the Deployment's name, which
-// that Deployment blocks (DeploymentNotControlled).
-func (c *Controller) handleDeployment(obj interface{}) {
-	object, ok := obj.(metav1.Object)
+func (c *Controller) enqueueSessionsOf(profileKey string) {
+	for _, key := range c.sessionKeysOf(profileKey) {
+		c.queue.Add(key)
+	}
+}
+
+func (c *Controller) addDeployment(obj interface{}) {
+	c.enqueueOwner(obj.(*appsv1.Deployment))
+}
+
+func (c *Controller) updateDeployment(oldObj, newObj interface{}) {
+	if oldObj.(*appsv1.Deployment).ResourceVersion == newObj.(*appsv1.Deployment).ResourceVersion {
+		return // a resync; the session's own resync covers it
+	}
+	c.enqueueOwner(newObj.(*appsv1.Deployment))
+}
+
+// deleteDeployment also sees a Deployment that lost the managed-by label:
+// it left the label-filtered cache, which the informer reports as a delete.
+func (c *Controller) deleteDeployment(obj interface{}) {
+	deployment, ok := obj.(*appsv1.Deployment)
 	if !ok {
 		tombstone, ok := obj.(cache.DeletedFinalStateUnknown)
 		if !ok {
-			utilruntime.HandleError(fmt.Errorf("deployment event: unexpected object %T", obj))
+			c.logger.Error(nil, "Deployment delete handler got an unexpected object", "type", fmt.Sprintf("%T", obj))
 			return
 		}
-		if object, ok = tombstone.Obj.(metav1.Object); !ok {
-			utilruntime.HandleError(fmt.Errorf("deployment event: tombstone holds %T", tombstone.Obj))
+		if deployment, ok = tombstone.Obj.(*appsv1.Deployment); !ok {
+			c.logger.Error(nil, "Deployment tombstone holds an unexpected object", "type", fmt.Sprintf("%T", tombstone.Obj))
 			return
 		}
 	}
-	// A Deployment in this cache carries our label and is named after its
-	// session. When no current session controls it (a deleted session's,
-	// awaiting the garbage collector; one orphaned by --cascade=orphan), the
-	// session of that name is blocked by it and must hear of its deletion
-	// at once, not at the next resync.
-	name := object.GetName()
-	if ref := metav1.GetControllerOf(object); ref != nil && ref.Kind == gameSessionKind.Kind && ref.APIVersion == gameSessionKind.GroupVersion().String() {
-		name = ref.Name
-	}
-	session, err := c.sessionLister.GameSessions(object.GetNamespace()).Get(name)
-	if err != nil {
-		return // gone: the garbage collector removes its Deployment
-	}
-	c.enqueueSession(session)
+	c.enqueueOwner(deployment)
+}
+
+// enqueueOwner enqueues the session of a Deployment's name. A Deployment in
+// this cache carries our label and is named after its session; whether that
+// session controls it or is blocked by it (a previous session's Deployment
+// awaiting the garbage collector, one orphaned by --cascade=orphan), the
+// session of that name must hear of the change, its deletion above all.
+func (c *Controller) enqueueOwner(deployment *appsv1.Deployment) {
+	c.queue.Add(cache.MetaObjectToName(deployment).String())
 }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/util/wait"
 	kubeinformers "k8s.io/client-go/informers"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
@@ -70,6 +71,13 @@ type fixture struct {
 // objects, as if the informers had synced them.
 func newFixture(ctx context.Context, t *testing.T, objects ...runtime.Object) *fixture {
 	t.Helper()
+	return newFixtureWithOptions(ctx, t, Options{}, objects...)
+}
+
+// newFixtureWithOptions is newFixture with the controller's options; the
+// profile selector is always the test one.
+func newFixtureWithOptions(ctx context.Context, t *testing.T, opts Options, objects ...runtime.Object) *fixture {
+	t.Helper()
 	var kubeObjects, gameObjects []runtime.Object
 	for _, obj := range objects {
 		if _, ok := obj.(*gamesv1.GameSession); ok {
@@ -98,8 +106,8 @@ func newFixture(ctx context.Context, t *testing.T, objects ...runtime.Object) *f
 	// NewController's event broadcaster lives until its context ends.
 	ctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
-	c, err := NewController(ctx, f.kubeClient, f.gameClient, sessionInformer, profileInformer, deploymentInformer,
-		Options{ProfileSelector: testProfileSelector})
+	opts.ProfileSelector = testProfileSelector
+	c, err := NewController(ctx, f.kubeClient, f.gameClient, sessionInformer, profileInformer, deploymentInformer, opts)
 	if err != nil {
 		t.Fatalf("NewController: %v", err)
 	}
@@ -137,18 +145,30 @@ func (f *fixture) deploymentGeneration(action core.Action) (bool, runtime.Object
 		return true, nil, err
 	}
 	after := obj.(*appsv1.Deployment)
+	if before != nil && after.UID != before.UID {
+		// The API server refuses to change a UID; put the object back.
+		if err := tracker.Update(gvr, before, ns); err != nil {
+			return true, nil, err
+		}
+		return true, nil, apierrors.NewInvalid(appsv1.SchemeGroupVersion.WithKind("Deployment").GroupKind(), name,
+			field.ErrorList{field.Invalid(field.NewPath("metadata", "uid"), after.UID, "field is immutable")})
+	}
 	generation := int64(1)
 	if before != nil {
 		generation = before.Generation
 		if !equality.Semantic.DeepEqual(before.Spec, after.Spec) {
 			generation++
 		}
-	}
-	if after.Generation != generation {
-		after.Generation = generation
-		if err := tracker.Update(gvr, after, ns); err != nil {
-			return true, nil, err
+		// A write that changes nothing keeps the resourceVersion; one that
+		// changes something gets a new one.
+		after.ResourceVersion = before.ResourceVersion
+		if !equality.Semantic.DeepEqual(before.Spec, after.Spec) || !equality.Semantic.DeepEqual(before.ObjectMeta, after.ObjectMeta) {
+			after.ResourceVersion = bumpVersion(before.ResourceVersion)
 		}
+	}
+	after.Generation = generation
+	if err := tracker.Update(gvr, after, ns); err != nil {
+		return true, nil, err
 	}
 	obj, err = tracker.Get(gvr, ns, name)
 	return true, obj, err
@@ -317,6 +337,10 @@ func createDeployment(namespace, name string) wantAction {
 
 // writeDeployment is the one write of an existing Deployment a sync makes.
 // Whether it goes as an update or a patch, the tests check what it stores.
+func getDeployment(namespace, name string) wantAction {
+	return wantAction{verb: "get", resource: "deployments", namespace: namespace, name: name}
+}
+
 func writeDeployment(namespace, name string) wantAction {
 	return wantAction{verb: "update|patch", resource: "deployments", namespace: namespace, name: name}
 }
@@ -729,35 +753,6 @@ func TestUpdateProfileEnqueuesExactlyItsSessions(t *testing.T) {
 	}
 }
 
-// With a ProfileChangeDelay, a burst of edits of one profile makes one
-// fan-out, after the delay, against the latest data.
-func TestProfileChangeDelayCoalescesEdits(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	f, classic := profileFixture(ctx, t)
-	f.c.profileChangeDelay = 200 * time.Millisecond
-
-	latest := classic
-	for i := range 3 {
-		next := withData(latest, map[string]string{"game.cfg": fmt.Sprintf("edit %d", i)})
-		f.setCached(next)
-		f.c.updateProfile(latest, next)
-		latest = next
-	}
-	if n := f.c.queue.Len(); n != 0 {
-		t.Errorf("%d sessions enqueued before the delay passed", n)
-	}
-	// The event follows the enqueues, so once it is there the queue is full.
-	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		return len(f.recorder.Events) > 0, nil
-	})
-	if err != nil {
-		t.Fatalf("no fan-out within 5s: %v", err)
-	}
-	time.Sleep(100 * time.Millisecond) // room for a wrongly scheduled second fan-out
-	expectQueue(t, f.c, "arena/s1", "arena/s2", "arena/s3")
-	f.expectEvents(fmt.Sprintf("Normal %s "+MessageProfileFanOut, EventReasonProfileFanOut, ProfileHash(latest), 3))
-}
-
 func TestAddAndDeleteProfileEnqueueItsSessions(t *testing.T) {
 	arenaClassic := []string{"arena/s1", "arena/s2", "arena/s3"}
 	t.Run("add", func(t *testing.T) {
@@ -796,50 +791,75 @@ func TestAddAndDeleteProfileEnqueueItsSessions(t *testing.T) {
 	})
 }
 
-func TestHandleDeploymentEnqueuesItsSession(t *testing.T) {
+// A Deployment event enqueues the session of the Deployment's name, whether
+// that session controls it or is blocked by it (DeploymentDeleting,
+// DeploymentNotControlled) and must hear when it changes or goes.
+func TestDeploymentEventsEnqueueTheSessionOfTheirName(t *testing.T) {
 	session := newSession(testNamespace, "arena-1", "classic")
 	owned := apiServerDeployment(session, "h")
-	otherKind := owned.DeepCopy()
-	otherKind.OwnerReferences[0].Kind, otherKind.OwnerReferences[0].APIVersion = "ReplicaSet", "apps/v1"
-	ownerGone := apiServerDeployment(newSession(testNamespace, "arena-2", "classic"), "h")
+	foreign := owned.DeepCopy()
+	foreign.OwnerReferences = nil
+	newer := owned.DeepCopy()
+	newer.ResourceVersion = bumpVersion(owned.ResourceVersion)
 	tests := []struct {
-		name string
-		obj  interface{}
-		want []string
+		name   string
+		handle func(c *Controller)
+		want   []string
 	}{
-		{name: "owned", obj: owned, want: []string{"arena/arena-1"}},
-		{name: "owned, tombstone", obj: cache.DeletedFinalStateUnknown{Key: "arena/arena-1", Obj: owned}, want: []string{"arena/arena-1"}},
-		{name: "owner gone", obj: ownerGone},
-		{name: "owner gone, tombstone", obj: cache.DeletedFinalStateUnknown{Key: "arena/arena-2", Obj: ownerGone}},
-		{name: "tombstone of something else", obj: cache.DeletedFinalStateUnknown{Key: "arena/arena-1", Obj: "junk"}},
-		{name: "not an object", obj: 42},
-		// The session of the same name is blocked by a Deployment it does not
-		// control (DeploymentNotControlled) and must hear when it changes or
-		// goes, not wait for a resync.
-		{name: "controlled by another kind", obj: otherKind, want: []string{"arena/arena-1"}},
+		{name: "add", handle: func(c *Controller) { c.addDeployment(owned) }, want: []string{"arena/arena-1"}},
+		{name: "add, not controlled", handle: func(c *Controller) { c.addDeployment(foreign) }, want: []string{"arena/arena-1"}},
+		{name: "update", handle: func(c *Controller) { c.updateDeployment(owned, newer) }, want: []string{"arena/arena-1"}},
+		// The session's own resync covers the Deployment's.
+		{name: "resync", handle: func(c *Controller) { c.updateDeployment(owned, owned) }},
+		{name: "delete", handle: func(c *Controller) { c.deleteDeployment(owned) }, want: []string{"arena/arena-1"}},
+		{name: "delete, tombstone", handle: func(c *Controller) {
+			c.deleteDeployment(cache.DeletedFinalStateUnknown{Key: "arena/arena-1", Obj: owned})
+		}, want: []string{"arena/arena-1"}},
+		{name: "tombstone of something else", handle: func(c *Controller) {
+			c.deleteDeployment(cache.DeletedFinalStateUnknown{Key: "arena/arena-1", Obj: "junk"})
+		}},
+		{name: "not an object", handle: func(c *Controller) { c.deleteDeployment(42) }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			f := newFixture(ctx, t, session)
-			f.c.handleDeployment(tc.obj)
+			tc.handle(f.c)
 			expectQueue(t, f.c, tc.want...)
 		})
 	}
 }
 
 // A session deleted and re-created under the same name finds its
-// predecessor's Deployment, still waiting for the garbage collector, and
-// reports DeploymentNotControlled. When the collector deletes it, the new
-// session must be synced at once and get its own Deployment.
+// predecessor's Deployment, still waiting for the garbage collector. That
+// resolves by itself, so the session waits without a Warning (and looks again
+// soon, in case the Deployment is outside the cache and no event comes). An
+// orphaned Deployment (kubectl delete --cascade=orphan) does not go away by
+// itself: only a user can remove it, and the session warns. Either way, when
+// it is deleted the session is synced at once and gets its own Deployment.
 func TestRecreatedSessionGetsDeploymentWhenPredecessorsIsDeleted(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		modify func(d *appsv1.Deployment)
+		name       string
+		modify     func(d *appsv1.Deployment)
+		wantReason string
+		wantEvents []string
 	}{
-		{name: "predecessor's Deployment", modify: func(d *appsv1.Deployment) { d.OwnerReferences[0].UID = "previous-uid" }},
-		// kubectl delete --cascade=orphan leaves the labels and drops the ownerReference.
-		{name: "orphaned Deployment", modify: func(d *appsv1.Deployment) { d.OwnerReferences = nil }},
+		{
+			name:       "predecessor's Deployment",
+			modify:     func(d *appsv1.Deployment) { d.OwnerReferences[0].UID = "previous-uid" },
+			wantReason: gamesv1.ReasonDeploymentDeleting,
+		},
+		{
+			name:       "Deployment being deleted",
+			modify:     func(d *appsv1.Deployment) { d.DeletionTimestamp = &lastTransition },
+			wantReason: gamesv1.ReasonDeploymentDeleting,
+		},
+		{
+			name:       "orphaned Deployment",
+			modify:     func(d *appsv1.Deployment) { d.OwnerReferences = nil },
+			wantReason: gamesv1.ReasonDeploymentNotControlled,
+			wantEvents: []string{"Warning " + gamesv1.ReasonDeploymentNotControlled},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
@@ -852,8 +872,8 @@ func TestRecreatedSessionGetsDeploymentWhenPredecessorsIsDeleted(t *testing.T) {
 			f.expectGame(updateSessionStatus(testNamespace, "arena-1"))
 			_, game := f.run(ctx, sessionKey(session))
 			expectCondition(t, objectOf[*gamesv1.GameSession](t, game[0]).Status.Conditions,
-				gamesv1.ConditionReady, metav1.ConditionFalse, gamesv1.ReasonDeploymentNotControlled)
-			f.expectEvents("Warning " + gamesv1.ReasonDeploymentNotControlled)
+				gamesv1.ConditionReady, metav1.ConditionFalse, tc.wantReason)
+			f.expectEvents(tc.wantEvents...)
 			f.observe(game...)
 
 			// The garbage collector (or the user) deletes it.
@@ -861,7 +881,8 @@ func TestRecreatedSessionGetsDeploymentWhenPredecessorsIsDeleted(t *testing.T) {
 			if err := f.kubeClient.Tracker().Delete(appsv1.SchemeGroupVersion.WithResource("deployments"), stale.Namespace, stale.Name); err != nil {
 				t.Fatal(err)
 			}
-			f.c.handleDeployment(stale)
+			drainQueue(f.c.queue)
+			f.c.deleteDeployment(stale)
 			expectQueue(t, f.c, sessionKey(session))
 
 			f.expectKube(createDeployment(testNamespace, "arena-1"))
@@ -917,7 +938,11 @@ func TestProfileRefChangeMovesSessionInIndex(t *testing.T) {
 	expectQueue(t, f.c, sessionKey(moved))
 	f.events()
 
+	// Queued by profile-b's fan-out: the Deployment first, the status on the
+	// next sync.
 	f.expectKube(writeDeployment(testNamespace, "arena-1"))
+	kube, _ := f.run(ctx, sessionKey(moved))
+	f.observe(kube...)
 	f.expectGame(updateSessionStatus(testNamespace, "arena-1"))
 	_, game := f.run(ctx, sessionKey(moved))
 	tmpl := f.storedDeployment(testNamespace, "arena-1").Spec.Template

@@ -2,7 +2,7 @@ package controller
 
 import (
 	"encoding/json"
-	"maps"
+	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -56,10 +56,11 @@ func managedLabels(session *gamesv1.GameSession) map[string]string {
 	return l
 }
 
-// newDeployment returns the Deployment the session wants, given the hash of
-// its profile's current data. It holds only the fields the controller owns;
-// deploymentNeedsUpdate and updatedDeployment compare and merge exactly those.
-func newDeployment(session *gamesv1.GameSession, profileHash string) *appsv1.Deployment {
+// NewDeployment returns the Deployment the session wants, given the hash of
+// its profile's current data. It holds only the fields the controller owns.
+// It is exported so that tests outside the package can check what it builds
+// against a real API server.
+func NewDeployment(session *gamesv1.GameSession, profileHash string) *appsv1.Deployment {
 	podLabels := managedLabels(session)
 	ports := make([]corev1.ContainerPort, 0, len(session.Spec.Ports))
 	for _, p := range session.Spec.Ports {
@@ -122,21 +123,32 @@ func newDeployment(session *gamesv1.GameSession, profileHash string) *appsv1.Dep
 // rolledProfileHash returns the profile hash in the Deployment's pod template
 // if the Deployment mounts that profile, else "".
 func rolledProfileHash(d *appsv1.Deployment, profile string) string {
-	if d == nil {
-		return ""
-	}
-	v := findVolume(d.Spec.Template.Spec.Volumes, profileVolumeName)
+	v := findByName(d.Spec.Template.Spec.Volumes, profileVolumeName)
 	if v == nil || v.ConfigMap == nil || v.ConfigMap.Name != profile {
 		return ""
 	}
 	return d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]
 }
 
+// What the controller owns in its Deployments, and so compares and writes:
+//   - its labels on the Deployment and the pod template, and its annotation on
+//     the template;
+//   - spec.replicas, and automountServiceAccountToken of the pod spec;
+//   - in the pod spec, the container named game-server (its image, ports,
+//     resources and profile mount) and the volume named profile.
+//
+// Everything else belongs to whoever sets it, and survives every write: other
+// labels and annotations, other containers and volumes (a log shipper, say),
+// other fields of the game server container (env), strategy, minReadySeconds,
+// progressDeadlineSeconds, paused. The writes are strategic merge patches that
+// address the controller's list items by their names and carry only values
+// taken from the session, never values read back from the cache, so a write
+// cannot undo a concurrent edit of anything the controller does not own.
+
 // deploymentNeedsUpdate reports whether the observed Deployment differs from
-// the desired one in a field the controller owns. Fields the API server
-// defaults (terminationMessagePath, defaultMode, ...) and fields other actors
-// set are not compared, so a Deployment the controller wrote itself compares
-// equal and an idle resync writes nothing.
+// the desired one in a field the controller owns. Values the API server fills
+// in by default are not compared, so a Deployment the controller wrote itself
+// compares equal and an idle resync writes nothing.
 func deploymentNeedsUpdate(observed, desired *appsv1.Deployment) bool {
 	return deploymentChanges(observed, desired) != (deploymentDiff{})
 }
@@ -144,7 +156,7 @@ func deploymentNeedsUpdate(observed, desired *appsv1.Deployment) bool {
 // deploymentDiff says which of the controller's fields of a Deployment differ
 // from the desired ones; deploymentPatch sends exactly those.
 type deploymentDiff struct {
-	labels, replicas, templateLabels, templateAnnotations, automount, podSpec bool
+	labels, replicas, templateLabels, templateAnnotations, automount, container, volume bool
 }
 
 func deploymentChanges(observed, desired *appsv1.Deployment) deploymentDiff {
@@ -155,83 +167,83 @@ func deploymentChanges(observed, desired *appsv1.Deployment) deploymentDiff {
 		templateLabels:      !hasAll(ot.Labels, dt.Labels),
 		templateAnnotations: !hasAll(ot.Annotations, dt.Annotations),
 		automount:           ptr.Deref(ot.Spec.AutomountServiceAccountToken, true) != ptr.Deref(dt.Spec.AutomountServiceAccountToken, true),
-		podSpec:             podSpecNeedsUpdate(ot, dt),
+		container:           !gameServerMatches(findByName(ot.Spec.Containers, gameServerContainerName), &dt.Spec.Containers[0]),
+		volume:              !profileVolumeMatches(findByName(ot.Spec.Volumes, profileVolumeName), &dt.Spec.Volumes[0]),
 	}
 }
 
-// podSpecNeedsUpdate compares the game server container, its profile mount
-// and the profile volume.
-func podSpecNeedsUpdate(ot, dt *corev1.PodTemplateSpec) bool {
-	oc := findContainer(ot.Spec.Containers, gameServerContainerName)
-	dc := &dt.Spec.Containers[0]
-	if oc == nil || oc.Image != dc.Image ||
-		!equality.Semantic.DeepEqual(oc.Ports, dc.Ports) ||
-		!equality.Semantic.DeepEqual(oc.Resources.Requests, dc.Resources.Requests) ||
-		!equality.Semantic.DeepEqual(oc.Resources.Limits, dc.Resources.Limits) {
-		return true
+// gameServerMatches compares the controller's fields of the game server
+// container; observed is nil if there is none.
+func gameServerMatches(observed, desired *corev1.Container) bool {
+	if observed == nil || observed.Image != desired.Image ||
+		!equality.Semantic.DeepEqual(observed.Ports, desired.Ports) ||
+		!equality.Semantic.DeepEqual(observed.Resources.Requests, desired.Resources.Requests) ||
+		!equality.Semantic.DeepEqual(observed.Resources.Limits, desired.Resources.Limits) {
+		return false
 	}
-	om := findVolumeMount(oc.VolumeMounts, profileVolumeName)
-	if om == nil || om.MountPath != ProfileMountPath || !om.ReadOnly || om.SubPath != "" {
-		return true
-	}
-	ov := findVolume(ot.Spec.Volumes, profileVolumeName)
-	return ov == nil || ov.ConfigMap == nil || ov.ConfigMap.Name != dt.Spec.Volumes[0].ConfigMap.Name
+	mount := findMount(observed.VolumeMounts, ProfileMountPath)
+	return mount != nil && equality.Semantic.DeepEqual(*mount, desired.VolumeMounts[0])
 }
 
-// updatedDeployment returns a copy of observed with the controller's fields
-// set from desired. Everything else (other containers, volumes, labels, fields
-// the API server defaulted) is kept as it is.
-func updatedDeployment(observed, desired *appsv1.Deployment) *appsv1.Deployment {
-	d := observed.DeepCopy()
-	d.Labels = mergeInto(d.Labels, desired.Labels)
-	d.Spec.Replicas = desired.Spec.Replicas
-	t, dt := &d.Spec.Template, &desired.Spec.Template
-	t.Labels = mergeInto(t.Labels, dt.Labels)
-	t.Annotations = mergeInto(t.Annotations, dt.Annotations)
-	t.Spec.AutomountServiceAccountToken = dt.Spec.AutomountServiceAccountToken
-	// Only the fields deploymentNeedsUpdate compares are set in the container
-	// and the volume, so that their other fields (terminationMessagePath,
-	// imagePullPolicy, defaultMode, ...) survive, as they do everywhere else.
-	dc := &dt.Spec.Containers[0]
-	if c := findContainer(t.Spec.Containers, gameServerContainerName); c != nil {
-		c.Image, c.Ports = dc.Image, dc.Ports
-		c.Resources.Requests, c.Resources.Limits = dc.Resources.Requests, dc.Resources.Limits
-		if m := findVolumeMount(c.VolumeMounts, profileVolumeName); m != nil {
-			*m = dc.VolumeMounts[0]
-		} else {
-			c.VolumeMounts = append(c.VolumeMounts, dc.VolumeMounts[0])
+// profileVolumeMatches compares the profile volume, setting aside the file
+// mode the API server fills in by default.
+func profileVolumeMatches(observed, desired *corev1.Volume) bool {
+	if observed == nil || observed.ConfigMap == nil {
+		return false
+	}
+	source := *observed.ConfigMap
+	if ptr.Deref(source.DefaultMode, corev1.ConfigMapVolumeSourceDefaultMode) == corev1.ConfigMapVolumeSourceDefaultMode {
+		source.DefaultMode = nil
+	}
+	return observed.Name == desired.Name && equality.Semantic.DeepEqual(source, *desired.ConfigMap)
+}
+
+// conflictingContainer returns the name of a container, other than the game
+// server, that declares one of the game server's ports ("" if none): a
+// renamed copy of the game server, say. The controller does not add its
+// container next to it: two containers on one port cannot both run, and the
+// API server only warns about it.
+func conflictingContainer(observed, desired *appsv1.Deployment) string {
+	ours := desired.Spec.Template.Spec.Containers[0].Ports
+	for _, c := range observed.Spec.Template.Spec.Containers {
+		if c.Name == gameServerContainerName {
+			continue
 		}
-	} else {
-		t.Spec.Containers = append(t.Spec.Containers, *dc)
+		for _, p := range c.Ports {
+			if slices.ContainsFunc(ours, func(q corev1.ContainerPort) bool {
+				return p.ContainerPort == q.ContainerPort && p.Protocol == q.Protocol
+			}) {
+				return c.Name
+			}
+		}
 	}
-	if v := findVolume(t.Spec.Volumes, profileVolumeName); v != nil && v.ConfigMap != nil {
-		v.ConfigMap.Name = dt.Spec.Volumes[0].ConfigMap.Name
-	} else if v != nil {
-		*v = dt.Spec.Volumes[0]
-	} else {
-		t.Spec.Volumes = append(t.Spec.Volumes, dt.Spec.Volumes[0])
-	}
-	return d
+	return ""
 }
 
-// deploymentPatch returns a JSON merge patch that sets the controller's fields
-// of observed to desired. A patch, unlike an update, carries no
-// resourceVersion: kube-controller-manager writes Deployment status all through
-// a rollout, and an update from the cache would often lose that race with a
-// conflict and be retried. Labels and annotations are patched key by key;
-// the containers and volumes lists are replaced whole (a merge patch cannot
-// address list items), built from observed so nothing else in them changes.
+// deploymentPatch returns a strategic merge patch that sets the controller's
+// fields of observed to desired.
+//
+// A patch, unlike an update, carries no resourceVersion: kube-controller-manager
+// writes Deployment status all through a rollout, and an update from the cache
+// would often lose that race with a conflict and be retried. The patch carries
+// observed's UID instead, which the API server refuses to change, so it lands
+// on the Deployment that was read or on none.
+//
+// Labels and annotations are patched key by key. The game server container
+// and the profile volume are merged into their lists by name, leaving the
+// other items alone (see gameServerPatch and itemPatch).
 //
 // Only the parts that differ are sent, so a profile change patches the one
 // annotation: the API server applies that at about the cost of an update, and
-// a patch that also replaces the lists at half as much again, which a fan-out
-// of thousands pays in full (docs/performance.md).
+// a patch that also rewrites the pod spec at half as much again, which a
+// fan-out of thousands pays in full (docs/performance.md).
 func deploymentPatch(observed, desired *appsv1.Deployment) ([]byte, error) {
 	diff := deploymentChanges(observed, desired)
 	dt := &desired.Spec.Template
-	patch, spec, template, templateMeta, podSpec := map[string]any{}, map[string]any{}, map[string]any{}, map[string]any{}, map[string]any{}
+	metadata := map[string]any{"uid": observed.UID}
+	spec, template, templateMeta, podSpec := map[string]any{}, map[string]any{}, map[string]any{}, map[string]any{}
 	if diff.labels {
-		patch["metadata"] = map[string]any{"labels": desired.Labels}
+		metadata["labels"] = desired.Labels
 	}
 	if diff.replicas {
 		spec["replicas"] = desired.Spec.Replicas
@@ -245,9 +257,12 @@ func deploymentPatch(observed, desired *appsv1.Deployment) ([]byte, error) {
 	if diff.automount {
 		podSpec["automountServiceAccountToken"] = dt.Spec.AutomountServiceAccountToken
 	}
-	if diff.podSpec {
-		t := &updatedDeployment(observed, desired).Spec.Template
-		podSpec["containers"], podSpec["volumes"] = t.Spec.Containers, t.Spec.Volumes
+	ot := &observed.Spec.Template
+	if diff.container {
+		podSpec["containers"] = []any{gameServerPatch(findByName(ot.Spec.Containers, gameServerContainerName), &dt.Spec.Containers[0])}
+	}
+	if diff.volume {
+		podSpec["volumes"] = []any{itemPatch(findByName(ot.Spec.Volumes, profileVolumeName), &dt.Spec.Volumes[0])}
 	}
 	if len(templateMeta) > 0 {
 		template["metadata"] = templateMeta
@@ -258,10 +273,105 @@ func deploymentPatch(observed, desired *appsv1.Deployment) ([]byte, error) {
 	if len(template) > 0 {
 		spec["template"] = template
 	}
+	patch := map[string]any{"metadata": metadata}
 	if len(spec) > 0 {
 		patch["spec"] = spec
 	}
 	return json.Marshal(patch)
+}
+
+// gameServerPatch is the game server container as a strategic merge patch
+// item, merged into the containers list by name. observed is the current
+// game server container, nil if there is none; then the item is the desired
+// container whole. Otherwise it names only the controller's fields: the
+// image, the ports (replaced whole, so a port removed from the session goes),
+// the resources and the profile mount (merged into the mounts by mount path),
+// so whatever else someone set on the container (env, probes, other mounts)
+// stays.
+func gameServerPatch(observed, desired *corev1.Container) map[string]any {
+	if observed == nil {
+		return toMap(desired)
+	}
+	ports := make([]any, 0, len(desired.Ports)+1)
+	for _, p := range desired.Ports {
+		ports = append(ports, p)
+	}
+	mount := &desired.VolumeMounts[0]
+	return map[string]any{
+		"name":         desired.Name,
+		"image":        desired.Image,
+		"ports":        append(ports, map[string]any{"$patch": "replace"}),
+		"resources":    mergeTo(toMap(observed.Resources), toMap(desired.Resources)),
+		"volumeMounts": []any{itemPatch(findMount(observed.VolumeMounts, mount.MountPath), mount)},
+	}
+}
+
+// itemPatch is a strategic merge patch item that turns the list item observed
+// into desired, or adds desired where observed is nil.
+func itemPatch[T any](observed, desired *T) map[string]any {
+	if observed == nil {
+		return toMap(desired)
+	}
+	return mergeTo(toMap(observed), toMap(desired))
+}
+
+// mergeTo returns the patch that turns the object observed into desired:
+// desired's values, and null (delete) for the fields only observed has,
+// recursing into objects both have. Lists are set whole.
+func mergeTo(observed, desired map[string]any) map[string]any {
+	patch := make(map[string]any, len(desired))
+	for k, v := range desired {
+		inner, isObject := v.(map[string]any)
+		current, hasObject := observed[k].(map[string]any)
+		if isObject && hasObject {
+			patch[k] = mergeTo(current, inner)
+		} else {
+			patch[k] = v
+		}
+	}
+	for k := range observed {
+		if _, ok := desired[k]; !ok {
+			patch[k] = nil
+		}
+	}
+	return patch
+}
+
+// toMap returns the JSON object form of v, a struct of the API.
+func toMap(v any) map[string]any {
+	// API structs always marshal, and to an object.
+	data, _ := json.Marshal(v)
+	m := map[string]any{}
+	_ = json.Unmarshal(data, &m)
+	return m
+}
+
+// findMount returns the mount at that path, or nil.
+func findMount(mounts []corev1.VolumeMount, path string) *corev1.VolumeMount {
+	i := slices.IndexFunc(mounts, func(m corev1.VolumeMount) bool { return m.MountPath == path })
+	if i < 0 {
+		return nil
+	}
+	return &mounts[i]
+}
+
+// findByName returns the item of items with that name, or nil.
+func findByName[T corev1.Container | corev1.Volume](items []T, name string) *T {
+	i := slices.IndexFunc(items, func(item T) bool { return itemName(item) == name })
+	if i < 0 {
+		return nil
+	}
+	return &items[i]
+}
+
+func itemName(item any) string {
+	switch v := item.(type) {
+	case corev1.Container:
+		return v.Name
+	case corev1.Volume:
+		return v.Name
+	}
+	return ""
 }
 
 // hasAll reports whether have contains every key of want with the same value.
@@ -272,39 +382,4 @@ func hasAll(have, want map[string]string) bool {
 		}
 	}
 	return true
-}
-
-func mergeInto(dst, src map[string]string) map[string]string {
-	if dst == nil {
-		dst = make(map[string]string, len(src))
-	}
-	maps.Copy(dst, src)
-	return dst
-}
-
-func findContainer(containers []corev1.Container, name string) *corev1.Container {
-	for i := range containers {
-		if containers[i].Name == name {
-			return &containers[i]
-		}
-	}
-	return nil
-}
-
-func findVolumeMount(mounts []corev1.VolumeMount, name string) *corev1.VolumeMount {
-	for i := range mounts {
-		if mounts[i].Name == name {
-			return &mounts[i]
-		}
-	}
-	return nil
-}
-
-func findVolume(volumes []corev1.Volume, name string) *corev1.Volume {
-	for i := range volumes {
-		if volumes[i].Name == name {
-			return &volumes[i]
-		}
-	}
-	return nil
 }

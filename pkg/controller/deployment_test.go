@@ -1,19 +1,23 @@
 package controller
 
 import (
+	"encoding/json"
+	"fmt"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/utils/ptr"
 )
 
-func TestDeploymentNeedsUpdateAndUpdatedDeployment(t *testing.T) {
+func TestDeploymentNeedsUpdateAndPatch(t *testing.T) {
 	profile := newProfile(testNamespace, "classic", classicData)
 	session := newSession(testNamespace, "arena-1", "classic")
-	desired := newDeployment(session, ProfileHash(profile))
+	desired := NewDeployment(session, ProfileHash(profile))
 	gameServer := func(d *appsv1.Deployment) *corev1.Container { return &d.Spec.Template.Spec.Containers[0] }
 
 	tests := []struct {
@@ -48,6 +52,7 @@ func TestDeploymentNeedsUpdateAndUpdatedDeployment(t *testing.T) {
 		{name: "limit removed", modify: func(d *appsv1.Deployment) { gameServer(d).Resources.Limits = nil }, wantUpdate: true},
 		{name: "someone's imagePullPolicy", modify: func(d *appsv1.Deployment) { gameServer(d).ImagePullPolicy = corev1.PullAlways }},
 		{name: "game server container renamed", modify: func(d *appsv1.Deployment) { gameServer(d).Name = "server" }, wantUpdate: true},
+		{name: "game server container gone", modify: func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers = nil }, wantUpdate: true},
 		{name: "sidecar first", modify: func(d *appsv1.Deployment) {
 			cs := d.Spec.Template.Spec.Containers
 			d.Spec.Template.Spec.Containers = append([]corev1.Container{{Name: "envoy", Image: "envoy:1"}}, cs...)
@@ -63,15 +68,19 @@ func TestDeploymentNeedsUpdateAndUpdatedDeployment(t *testing.T) {
 			d.Spec.Template.Spec.Volumes[0].VolumeSource = corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}
 		}, wantUpdate: true},
 		{name: "volume removed", modify: func(d *appsv1.Deployment) { d.Spec.Template.Spec.Volumes = nil }, wantUpdate: true},
+		// The profile volume is the controller's whole.
 		{name: "volume mode changed", modify: func(d *appsv1.Deployment) {
 			d.Spec.Template.Spec.Volumes[0].ConfigMap.DefaultMode = ptr.To[int32](0o600)
+		}, wantUpdate: true},
+		{name: "volume with the default mode unset", modify: func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.Volumes[0].ConfigMap.DefaultMode = nil
 		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			observed := apiServerDeployment(session, ProfileHash(profile))
+			addOthersChanges(observed)
 			tc.modify(observed)
-			before := observed.DeepCopy()
 
 			if got := deploymentNeedsUpdate(observed, desired); got != tc.wantUpdate {
 				t.Fatalf("deploymentNeedsUpdate = %v, want %v", got, tc.wantUpdate)
@@ -79,49 +88,112 @@ func TestDeploymentNeedsUpdateAndUpdatedDeployment(t *testing.T) {
 			if !tc.wantUpdate {
 				return
 			}
-			updated := updatedDeployment(observed, desired)
-			if !equality.Semantic.DeepEqual(observed, before) {
-				t.Error("updatedDeployment modified the observed Deployment")
+			patched := applyPatch(t, observed, desired)
+			// One write converges: the next sync finds nothing to do.
+			if deploymentNeedsUpdate(patched, desired) {
+				t.Errorf("still needs an update after the patch:\n%+v", patched.Spec.Template.Spec)
 			}
-			// One update converges: the next sync finds nothing to do.
-			if deploymentNeedsUpdate(updated, desired) {
-				t.Errorf("still needs an update after updatedDeployment:\n%+v", updated.Spec.Template.Spec)
+			// What is not the controller's survives the patch.
+			if patched.Labels["team"] != observed.Labels["team"] ||
+				patched.Spec.Template.Annotations["kubectl.kubernetes.io/restartedAt"] != observed.Spec.Template.Annotations["kubectl.kubernetes.io/restartedAt"] ||
+				!equality.Semantic.DeepEqual(patched.Spec.Strategy, observed.Spec.Strategy) ||
+				patched.Spec.Template.Spec.DNSPolicy != observed.Spec.Template.Spec.DNSPolicy {
+				t.Errorf("the patch lost others' labels, annotations or fields:\n%+v", patched)
 			}
-			// Status and resourceVersion are kept: the update is conditional on
-			// the version it was computed from.
-			if updated.ResourceVersion != before.ResourceVersion || !equality.Semantic.DeepEqual(updated.Status, before.Status) {
-				t.Error("updatedDeployment dropped the resourceVersion or status")
-			}
-			// Whatever the API server defaulted outside the controller's fields stays.
-			if !equality.Semantic.DeepEqual(updated.Spec.Strategy, before.Spec.Strategy) ||
-				updated.Spec.Template.Spec.DNSPolicy != before.Spec.Template.Spec.DNSPolicy ||
-				updated.Spec.Template.Spec.SchedulerName != before.Spec.Template.Spec.SchedulerName {
-				t.Error("updatedDeployment dropped server-defaulted Deployment fields")
-			}
-			if c := findContainer(before.Spec.Template.Spec.Containers, gameServerContainerName); c != nil {
-				u := findContainer(updated.Spec.Template.Spec.Containers, gameServerContainerName)
-				if u.TerminationMessagePath != c.TerminationMessagePath || u.ImagePullPolicy != c.ImagePullPolicy {
-					t.Errorf("updatedDeployment dropped the game server container's defaulted fields: %+v", u)
+			for _, c := range observed.Spec.Template.Spec.Containers {
+				if c.Name != gameServerContainerName && findByName(patched.Spec.Template.Spec.Containers, c.Name) == nil {
+					t.Errorf("the patch dropped container %q", c.Name)
 				}
 			}
-			if v := findVolume(before.Spec.Template.Spec.Volumes, profileVolumeName); v != nil && v.ConfigMap != nil {
-				u := findVolume(updated.Spec.Template.Spec.Volumes, profileVolumeName)
-				if !equality.Semantic.DeepEqual(u.ConfigMap.DefaultMode, v.ConfigMap.DefaultMode) {
-					t.Errorf("updatedDeployment dropped the profile volume's defaultMode: %+v", u.ConfigMap)
-				}
+			if gs := findByName(patched.Spec.Template.Spec.Containers, gameServerContainerName); gs != nil && len(gs.Env) == 0 &&
+				findByName(observed.Spec.Template.Spec.Containers, gameServerContainerName) != nil {
+				t.Error("the patch dropped the env someone set on the game server container")
 			}
-			// No container or volume of someone else's is lost.
-			for _, c := range before.Spec.Template.Spec.Containers {
-				if findContainer(updated.Spec.Template.Spec.Containers, c.Name) == nil {
-					t.Errorf("updatedDeployment dropped container %q", c.Name)
-				}
-			}
-			for _, v := range before.Spec.Template.Spec.Volumes {
-				if findVolume(updated.Spec.Template.Spec.Volumes, v.Name) == nil {
-					t.Errorf("updatedDeployment dropped volume %q", v.Name)
-				}
+			if findByName(observed.Spec.Template.Spec.Volumes, "scratch") != nil && findByName(patched.Spec.Template.Spec.Volumes, "scratch") == nil {
+				t.Error("the patch dropped someone's volume")
 			}
 		})
+	}
+}
+
+// applyPatch applies deploymentPatch(observed, desired) to observed as the API
+// server does, with the same strategic merge code.
+func applyPatch(t *testing.T, observed, desired *appsv1.Deployment) *appsv1.Deployment {
+	t.Helper()
+	patch, err := deploymentPatch(observed, desired)
+	if err != nil {
+		t.Fatal(err)
+	}
+	original, err := json.Marshal(observed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	merged, err := strategicpatch.StrategicMergePatch(original, patch, appsv1.Deployment{})
+	if err != nil {
+		t.Fatalf("applying %s: %v", patch, err)
+	}
+	patched := &appsv1.Deployment{}
+	if err := json.Unmarshal(merged, patched); err != nil {
+		t.Fatal(err)
+	}
+	if patched.UID != observed.UID {
+		t.Errorf("the patch changed the UID: %s", patch)
+	}
+	return patched
+}
+
+// The patch names the UID it was computed for, so the API server refuses it
+// for a Deployment that took the name since.
+func TestDeploymentPatchCarriesUID(t *testing.T) {
+	session := newSession(testNamespace, "arena-1", "classic")
+	observed := apiServerDeployment(session, "old")
+	patch, err := deploymentPatch(observed, NewDeployment(session, "new"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Metadata struct {
+			UID types.UID `json:"uid"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(patch, &got); err != nil || got.Metadata.UID != observed.UID || observed.UID == "" {
+		t.Errorf("patch %s does not carry the observed UID %q", patch, observed.UID)
+	}
+}
+
+// A profile change is the fan-out's write, thousands at a time: it patches the
+// one annotation and nothing else.
+func TestDeploymentPatchOfProfileChangeIsMinimal(t *testing.T) {
+	session := newSession(testNamespace, "arena-1", "classic")
+	observed := apiServerDeployment(session, "old")
+	patch, err := deploymentPatch(observed, NewDeployment(session, "new"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf(`{"metadata":{"uid":%q},"spec":{"template":{"metadata":{"annotations":{"games.example.com/profile-hash":"new"}}}}}`, observed.UID)
+	if string(patch) != want {
+		t.Errorf("patch:\n got %s\nwant %s", patch, want)
+	}
+}
+
+// A renamed game server container (or any container on its ports) is
+// reported, not joined by a twin on the same ports.
+func TestConflictingContainer(t *testing.T) {
+	session := newSession(testNamespace, "arena-1", "classic")
+	desired := NewDeployment(session, "h")
+	observed := apiServerDeployment(session, "h")
+	if name := conflictingContainer(observed, desired); name != "" {
+		t.Errorf("conflict %q in the controller's own Deployment", name)
+	}
+	observed.Spec.Template.Spec.Containers[0].Name = "server"
+	if name := conflictingContainer(observed, desired); name != "server" {
+		t.Errorf("conflictingContainer = %q, want the renamed container", name)
+	}
+	sidecar := apiServerDeployment(session, "h")
+	sidecar.Spec.Template.Spec.Containers = append(sidecar.Spec.Template.Spec.Containers,
+		corev1.Container{Name: "metrics", Ports: []corev1.ContainerPort{{ContainerPort: 9100, Protocol: corev1.ProtocolTCP}}})
+	if name := conflictingContainer(sidecar, desired); name != "" {
+		t.Errorf("a sidecar on another port is a conflict: %q", name)
 	}
 }
 

@@ -15,17 +15,22 @@ import (
 // Messages of status conditions and Events. The reasons are the API's
 // (gamesv1.Reason*); the messages tell the user what to do.
 const (
-	MessageProfileResolved   = "Profile ConfigMap %q is rolled into the Deployment (hash %s)"
-	MessageProfileNotFound   = "No ConfigMap %q matching %q in namespace %q: create it, or add the label if it exists. The Deployment, if any, is left running as it is"
-	MessageWaitingForProfile = "Waiting for profile ConfigMap %q before creating the Deployment"
-	MessageDeploymentReady   = "%d of %d game servers ready"
-	MessageDeploymentRolling = "%d of %d game servers ready, %d updated"
-	MessageNotControlled     = "Deployment %q already exists and is not controlled by this GameSession: delete or rename it, and the controller will create its own"
-	MessageDeploymentInvalid = "Deployment %q was rejected by the API server: %v"
-	MessageDeploymentCreated = "Created Deployment %q"
-	MessageProfileFanOut     = "Profile data changed (hash %s): rolling %d GameSession(s)"
-	EventReasonCreated       = "DeploymentCreated"
-	EventReasonProfileFanOut = "RollingSessions"
+	MessageProfileResolved     = "Profile ConfigMap %q is rolled into the Deployment (hash %s)"
+	MessageProfileNotFound     = "No ConfigMap %q matching %q in namespace %q: create it, or add the label if it exists. The Deployment, if any, is left running as it is"
+	MessageWaitingForProfile   = "Waiting for profile ConfigMap %q before creating the Deployment"
+	MessageSpecWaitsForProfile = "The spec is not applied until profile ConfigMap %q is back; the Deployment is left as it was, with %d of %d game servers ready"
+	MessageDeploymentReady     = "%d of %d game servers ready"
+	MessageDeploymentRolling   = "%d of %d game servers ready, %d updated"
+	MessageNotControlled       = "Deployment %q already exists and is not controlled by this GameSession: delete or rename it, and the controller will create its own"
+	MessageDeploymentDeleting  = "Waiting for Deployment %q, which is being deleted or belongs to an earlier GameSession of this name, to be removed by the garbage collector"
+	MessageDeploymentInvalid   = "Deployment %q was rejected by the API server: %v"
+	MessageContainerConflict   = "Container %q of Deployment %q declares the game server's ports, and only the container named %q is the controller's: remove that container or rename it back. The Deployment is left as it is until then"
+	MessageDeploymentCreated   = "Created Deployment %q"
+	MessageProfileRolled       = "Rolled profile ConfigMap %q (hash %s, was %s) into the Deployment"
+	MessageProfileFanOut       = "Profile data changed (hash %s): rolling %d GameSession(s)"
+	EventReasonCreated         = "DeploymentCreated"
+	EventReasonProfileRolled   = "ProfileRolled"
+	EventReasonProfileFanOut   = "RollingSessions"
 )
 
 // sessionStatus builds a session's new status from its old one. It changes
@@ -60,9 +65,30 @@ func (s *sessionStatus) profileResolved(hash string) {
 		fmt.Sprintf(MessageProfileResolved, s.session.Spec.ProfileRef, hash))
 }
 
-func (s *sessionStatus) profileNotFound(selector string) {
+// profileMissing reports a profile the cache does not hold, and the
+// Deployment, d (nil if none), that the controller leaves as it is meanwhile.
+// Ready never claims a spec the Deployment does not carry: a session scaled
+// while its profile is missing is not Ready with the old replica count.
+func (s *sessionStatus) profileMissing(selector string, d *appsv1.Deployment) {
+	ref := s.session.Spec.ProfileRef
 	s.setCondition(gamesv1.ConditionProfileResolved, metav1.ConditionFalse, gamesv1.ReasonProfileNotFound,
-		fmt.Sprintf(MessageProfileNotFound, s.session.Spec.ProfileRef, selector, s.session.Namespace))
+		fmt.Sprintf(MessageProfileNotFound, ref, selector, s.session.Namespace))
+	switch {
+	case d == nil:
+		s.notReady(gamesv1.ReasonWaitingForProfile, fmt.Sprintf(MessageWaitingForProfile, ref))
+	case specApplied(d, s.session):
+		s.deployment(d)
+	default:
+		s.status.Replicas, s.status.ReadyReplicas = d.Status.Replicas, d.Status.ReadyReplicas
+		s.notReady(gamesv1.ReasonWaitingForProfile,
+			fmt.Sprintf(MessageSpecWaitsForProfile, ref, d.Status.ReadyReplicas, ptr.Deref(d.Spec.Replicas, 1)))
+	}
+}
+
+// specApplied reports whether d carries the session's spec, whatever profile
+// data it was last rolled with.
+func specApplied(d *appsv1.Deployment, session *gamesv1.GameSession) bool {
+	return !deploymentNeedsUpdate(d, NewDeployment(session, d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]))
 }
 
 // deployment records the Deployment's replica counts and whether it is

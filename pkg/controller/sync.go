@@ -2,8 +2,11 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,9 +19,33 @@ import (
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 )
 
+// deletionRecheckInterval is how often a session blocked by a Deployment that
+// is going away looks again. Such a Deployment may be outside the controller's
+// label-filtered cache, and then no event announces that it is gone.
+const deletionRecheckInterval = 2 * time.Second
+
+// errNotControlled says that the Deployment of the session's name turned out,
+// on a live read, to be controlled by something else.
+var errNotControlled = errors.New("deployment not controlled by the GameSession")
+
+// containerConflictError says that a container other than the game server
+// declares the game server's ports, so the controller will not write its own.
+type containerConflictError struct{ container string }
+
+func (e containerConflictError) Error() string {
+	return fmt.Sprintf("container %q declares the game server's ports", e.container)
+}
+
 // syncGameSession drives one session's Deployment and status towards the
-// desired state. It reads only from the informer caches and writes only what
-// differs, so syncing a session that is already in order issues no request.
+// desired state: read the inputs from the caches, reconcile the Deployment,
+// write the status. Each step writes only what differs, so a session that is
+// already in order costs no request at all.
+//
+// The write path keeps nothing between syncs. A cache that lags behind the
+// controller's own writes is harmless: a create answered AlreadyExists leads
+// to a live read of the Deployment, a patch that repeats the last one changes
+// nothing on the server, and a status update from a stale copy is refused
+// with a conflict and retried once the cache has caught up.
 func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 	namespace, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
@@ -26,160 +53,274 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 	}
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "gameSession", klog.KRef(namespace, name))
 	ctx = klog.NewContext(ctx, logger)
-	// Taken first, so that a sync ending early (a deleted session) unmarks it.
-	rolling := c.rolling.take(key)
+	// Taken first, so that every sync, even one that ends early, clears it.
+	rolling := c.fanOut.takeRolling(key)
 
 	session, err := c.sessionLister.GameSessions(namespace).Get(name)
 	if apierrors.IsNotFound(err) {
 		// No finalizer: the garbage collector deletes the Deployment through
 		// its ownerReference, and deleting a session never waits on us.
 		logger.V(4).Info("GameSession deleted")
-		c.writtenSessions.forget(key)
-		c.writtenDeployments.forget(key)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	session = c.writtenSessions.latest(key, session, session.ResourceVersion)
+	if session.DeletionTimestamp != nil {
+		// With foreground deletion the session stays until the garbage
+		// collector has deleted its Deployment; a new one would be deleted
+		// again, and again, for as long as the session lingers.
+		logger.V(4).Info("GameSession is being deleted; its Deployment is left to the garbage collector")
+		return nil
+	}
 	logger.V(4).Info("Syncing GameSession", "resourceVersion", session.ResourceVersion)
 
-	deployment, err := c.deploymentLister.Deployments(namespace).Get(name)
-	if err != nil && !apierrors.IsNotFound(err) {
+	profile, deployment, err := c.readInputs(session)
+	if err != nil {
 		return err
 	}
-	cachedVersion := ""
-	if apierrors.IsNotFound(err) {
-		deployment = nil
-	} else {
-		cachedVersion = deployment.ResourceVersion
-	}
-	deployment = c.writtenDeployments.latest(key, deployment, cachedVersion)
 	status := newSessionStatus(session)
-
-	if deployment != nil && !metav1.IsControlledBy(deployment, session) {
-		// Someone else's Deployment (or a previous session's with the same
-		// name): never touch it.
-		c.notControlled(session, status)
-		return c.updateStatus(ctx, session, status)
-	}
-
-	profile, err := c.profileLister.ConfigMaps(namespace).Get(session.Spec.ProfileRef)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return err
-	}
-	if apierrors.IsNotFound(err) {
-		// Missing, deleted, or not labelled (the cache cannot tell these
-		// apart, as it never holds unlabelled ConfigMaps). A running game
-		// server is never torn down or changed for a bad profile: report it
-		// and leave the Deployment exactly as it is.
-		status.profileNotFound(c.profileSelector)
-		if deployment != nil {
-			status.deployment(deployment)
-		} else {
-			status.notReady(gamesv1.ReasonWaitingForProfile, fmt.Sprintf(MessageWaitingForProfile, session.Spec.ProfileRef))
-		}
-		c.warnOnTransition(session, status, gamesv1.ConditionProfileResolved)
-		return c.updateStatus(ctx, session, status)
-	}
-
-	hash := c.profileHashes.hash(profile)
-	if rolled := rolledProfileHash(deployment, profile.Name); rolled != "" && rolled != hash && c.fanOutPending(namespace, profile.Name) {
-		// The profile changed moments ago and its fan-out waits for the
-		// burst of edits to settle. A sync for another reason (a Deployment
-		// status change, a resync) must not roll ahead of it, or a burst
-		// would roll every busy session once per edit after all.
-		hash = rolled
-	}
-	desired := newDeployment(session, hash)
-	deploymentsClient := c.kubeClient.AppsV1().Deployments(namespace)
-	wrote := false
-	switch {
-	case deployment == nil:
-		logger.V(2).Info("Creating Deployment", "profileHash", hash)
-		deployment, err = deploymentsClient.Create(ctx, desired, metav1.CreateOptions{FieldManager: Name})
-		if apierrors.IsAlreadyExists(err) {
-			// The Deployment exists but is not in our cache, which holds only
-			// Deployments with our managed-by label: it is not ours.
-			c.notControlled(session, status)
-			return c.updateStatus(ctx, session, status)
-		}
-		if err == nil {
-			wrote = true
-			c.writtenDeployments.record(key, "", deployment)
-			c.recorder.Eventf(session, corev1.EventTypeNormal, EventReasonCreated, MessageDeploymentCreated, desired.Name)
-		}
-	case deploymentNeedsUpdate(deployment, desired):
-		logger.V(2).Info("Updating Deployment", "profileHash", hash)
-		var patch []byte
-		if patch, err = deploymentPatch(deployment, desired); err != nil {
-			return err
-		}
-		replaced := deployment.ResourceVersion
-		deployment, err = deploymentsClient.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: Name})
-		if err == nil {
-			// An unchanged resourceVersion means the server had it already.
-			wrote = deployment.ResourceVersion != replaced
-			c.writtenDeployments.record(key, replaced, deployment)
-		}
-	}
-	if apierrors.IsInvalid(err) {
-		// Retrying cannot help until the session's spec changes, which
-		// enqueues it again; say why on the session instead.
-		status.notReady(gamesv1.ReasonDeploymentInvalid, fmt.Sprintf(MessageDeploymentInvalid, name, err))
-		c.warnOnTransition(session, status, gamesv1.ConditionReady)
-		return c.updateStatus(ctx, session, status)
-	}
+	wrote, err := c.reconcileDeployment(ctx, session, profile, deployment, status)
 	if err != nil {
 		return err
 	}
 	if rolling && wrote {
 		// A fan-out's first pass: the status waits at the end of the queue,
-		// behind the other sessions' Deployments (see rollingSessions).
+		// behind the other sessions' Deployments (see profileFanOut).
 		c.queue.Add(key)
 		return nil
 	}
-
-	if old := session.Status.ProfileHash; old != "" && old != hash {
-		logger.V(2).Info("Rolled profile into Deployment", "profile", klog.KObj(profile), "profileHash", hash)
-	}
-	status.profileResolved(hash)
-	status.deployment(deployment)
-	if conditionChanged(session.Status.Conditions, status.status.Conditions, gamesv1.ConditionProfileResolved) &&
-		meta.FindStatusCondition(session.Status.Conditions, gamesv1.ConditionProfileResolved) != nil {
-		c.recorder.Eventf(session, corev1.EventTypeNormal, gamesv1.ReasonProfileResolved,
-			MessageProfileResolved, session.Spec.ProfileRef, hash)
-	}
-	return c.updateStatus(ctx, session, status)
+	return c.writeStatus(ctx, session, status)
 }
 
-func (c *Controller) notControlled(session *gamesv1.GameSession, status *sessionStatus) {
-	status.notReady(gamesv1.ReasonDeploymentNotControlled, fmt.Sprintf(MessageNotControlled, session.Name))
-	c.warnOnTransition(session, status, gamesv1.ConditionReady)
+// readInputs returns the session's profile and Deployment from the caches; nil
+// for one the cache does not hold. The profile cache holds only labelled
+// ConfigMaps, so a missing profile may exist without the label: the controller
+// cannot tell, and must not look (that would mean caching or reading the
+// cluster's other ConfigMaps).
+func (c *Controller) readInputs(session *gamesv1.GameSession) (*corev1.ConfigMap, *appsv1.Deployment, error) {
+	profile, err := c.profileLister.ConfigMaps(session.Namespace).Get(session.Spec.ProfileRef)
+	if apierrors.IsNotFound(err) {
+		profile, err = nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	deployment, err := c.deploymentLister.Deployments(session.Namespace).Get(session.Name)
+	if apierrors.IsNotFound(err) {
+		deployment, err = nil, nil
+	}
+	return profile, deployment, err
 }
 
-// warnOnTransition emits the condition's message as a Warning Event when the
-// condition has just changed, so a lasting problem is reported once.
-func (c *Controller) warnOnTransition(session *gamesv1.GameSession, status *sessionStatus, conditionType string) {
-	if !conditionChanged(session.Status.Conditions, status.status.Conditions, conditionType) {
+// reconcileDeployment makes the session's Deployment match its spec and
+// profile, and records the outcome in status. It reports whether it wrote the
+// Deployment. Problems the user has to solve (a foreign Deployment, a missing
+// profile, a Deployment the API server rejects) go into status, not into the
+// error, which is for what a retry can fix.
+func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.GameSession,
+	profile *corev1.ConfigMap, observed *appsv1.Deployment, status *sessionStatus) (bool, error) {
+	if observed != nil && (observed.DeletionTimestamp != nil || !metav1.IsControlledBy(observed, session)) {
+		c.blockedBy(session, observed, status)
+		return false, nil
+	}
+	if profile == nil {
+		// A running game server is never torn down or changed for a bad
+		// profile: report it and leave the Deployment exactly as it is.
+		status.profileMissing(c.profileSelector, observed)
+		return false, nil
+	}
+
+	desired := c.desiredDeployment(session, profile, observed)
+	current, wrote, err := c.writeDeployment(ctx, session, observed, desired)
+	var conflict containerConflictError
+	switch {
+	case errors.Is(err, errNotControlled):
+		c.blockedBy(session, current, status)
+		return false, nil
+	case errors.As(err, &conflict):
+		status.notReady(gamesv1.ReasonContainerConflict,
+			fmt.Sprintf(MessageContainerConflict, conflict.container, desired.Name, gameServerContainerName))
+		return false, nil
+	case apierrors.IsInvalid(err):
+		// Retrying cannot help until the session's spec changes, which
+		// enqueues it again; say why on the session instead.
+		status.notReady(gamesv1.ReasonDeploymentInvalid, fmt.Sprintf(MessageDeploymentInvalid, desired.Name, err))
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	status.profileResolved(desired.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation])
+	status.deployment(current)
+	return wrote, nil
+}
+
+// desiredDeployment returns the Deployment the session wants. While a change
+// of its profile waits out the fan-out delay, the session keeps the profile
+// hash its Deployment has, unless the Deployment needs a write anyway (the
+// session's spec changed): that write takes the new profile along, so the
+// game servers restart once, not twice.
+func (c *Controller) desiredDeployment(session *gamesv1.GameSession, profile *corev1.ConfigMap, observed *appsv1.Deployment) *appsv1.Deployment {
+	desired := NewDeployment(session, c.profileHashes.hash(profile))
+	if observed == nil || !c.fanOut.holdsBack(profileKey(profile.Namespace, profile.Name)) {
+		return desired
+	}
+	rolled := rolledProfileHash(observed, profile.Name)
+	if rolled == "" {
+		return desired
+	}
+	if held := NewDeployment(session, rolled); !deploymentNeedsUpdate(observed, held) {
+		return held
+	}
+	return desired
+}
+
+// writeDeployment makes the session's Deployment match desired and returns it
+// as the API server now has it, and whether it changed it. It creates the
+// Deployment when the cache holds none and patches only the fields that
+// differ otherwise.
+func (c *Controller) writeDeployment(ctx context.Context, session *gamesv1.GameSession,
+	observed, desired *appsv1.Deployment) (*appsv1.Deployment, bool, error) {
+	logger := klog.FromContext(ctx)
+	client := c.kubeClient.AppsV1().Deployments(session.Namespace)
+	if observed == nil {
+		created, err := client.Create(ctx, desired, metav1.CreateOptions{FieldManager: Name})
+		if err == nil {
+			logger.V(2).Info("Created Deployment", "deployment", klog.KObj(created))
+			c.recorder.Eventf(session, corev1.EventTypeNormal, EventReasonCreated, MessageDeploymentCreated, created.Name)
+			return created, true, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, false, err
+		}
+		// The name is taken by a Deployment the cache does not hold: ours,
+		// created moments ago or stripped of the managed-by label that the
+		// cache filters on, or someone else's. Only a live read can tell, and
+		// this is the one place the controller makes one.
+		if observed, err = client.Get(ctx, desired.Name, metav1.GetOptions{}); err != nil {
+			return nil, false, err // deleted meanwhile: the retry creates it
+		}
+		if observed.DeletionTimestamp != nil || !metav1.IsControlledBy(observed, session) {
+			return observed, false, errNotControlled
+		}
+	}
+	if !deploymentNeedsUpdate(observed, desired) {
+		return observed, false, nil
+	}
+	if name := conflictingContainer(observed, desired); name != "" {
+		return observed, false, containerConflictError{container: name}
+	}
+	patch, err := deploymentPatch(observed, desired)
+	if err != nil {
+		return nil, false, err
+	}
+	patched, err := client.Patch(ctx, desired.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: Name})
+	if isUIDMismatch(err) {
+		// The Deployment we read was deleted and another took its name; the
+		// patch carries our copy's UID, so the API server refused to touch
+		// the newcomer. Its events are on their way: sync again then.
+		return nil, false, apierrors.NewConflict(appsv1.Resource("deployments"), desired.Name, err)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	// An unchanged resourceVersion means the server had it already: our cache
+	// had not yet seen our own previous write.
+	wrote := patched.ResourceVersion != observed.ResourceVersion
+	if wrote {
+		logger.V(2).Info("Patched Deployment", "deployment", klog.KObj(patched), "patch", string(patch))
+	}
+	return patched, wrote, nil
+}
+
+// blockedBy reports a Deployment of the session's name that the session cannot
+// use: one being deleted or left by an earlier session of that name, which the
+// garbage collector will remove by itself, or a foreign one, which only a user
+// can remove. The controller never modifies either.
+func (c *Controller) blockedBy(session *gamesv1.GameSession, d *appsv1.Deployment, status *sessionStatus) {
+	if d.DeletionTimestamp != nil || controlledByEarlierSession(d, session) {
+		status.notReady(gamesv1.ReasonDeploymentDeleting, fmt.Sprintf(MessageDeploymentDeleting, d.Name))
+		c.queue.AddAfter(cache.MetaObjectToName(session).String(), deletionRecheckInterval)
 		return
 	}
-	cond := meta.FindStatusCondition(status.status.Conditions, conditionType)
-	c.recorder.Event(session, corev1.EventTypeWarning, cond.Reason, cond.Message)
+	status.notReady(gamesv1.ReasonDeploymentNotControlled, fmt.Sprintf(MessageNotControlled, d.Name))
 }
 
-// updateStatus writes the new status only if it differs from the cached one.
-func (c *Controller) updateStatus(ctx context.Context, session *gamesv1.GameSession, status *sessionStatus) error {
+// controlledByEarlierSession reports whether d is controlled by a GameSession
+// of the same name but another UID: a deleted session's Deployment, which the
+// garbage collector is about to delete (or orphan).
+func controlledByEarlierSession(d *appsv1.Deployment, session *gamesv1.GameSession) bool {
+	ref := metav1.GetControllerOf(d)
+	return ref != nil && ref.APIVersion == gameSessionKind.GroupVersion().String() &&
+		ref.Kind == gameSessionKind.Kind && ref.Name == session.Name && ref.UID != session.UID
+}
+
+// writeStatus writes the new status if it differs from the cached one, then
+// announces its transitions as Events. UpdateStatus carries the cached
+// resourceVersion, so a status computed from a stale copy is refused (a
+// conflict, retried quietly) instead of overwriting a newer one.
+func (c *Controller) writeStatus(ctx context.Context, session *gamesv1.GameSession, status *sessionStatus) error {
 	if equality.Semantic.DeepEqual(&session.Status, status.status) {
 		return nil
 	}
 	updated := session.DeepCopy()
 	updated.Status = *status.status
 	klog.FromContext(ctx).V(4).Info("Updating GameSession status")
-	written, err := c.gameClient.GamesV1().GameSessions(session.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: Name})
-	if err != nil {
+	if _, err := c.gameClient.GamesV1().GameSessions(session.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: Name}); err != nil {
 		return err
 	}
-	c.writtenSessions.record(cache.MetaObjectToName(session).String(), session.ResourceVersion, written)
+	c.recordTransitions(session, &session.Status, status.status)
 	return nil
+}
+
+// recordTransitions emits an Event for each change worth a user's attention,
+// once per change: a lasting problem warns once, not on every resync.
+func (c *Controller) recordTransitions(session *gamesv1.GameSession, prev, next *gamesv1.GameSessionStatus) {
+	if conditionChanged(prev.Conditions, next.Conditions, gamesv1.ConditionProfileResolved) {
+		switch cond := meta.FindStatusCondition(next.Conditions, gamesv1.ConditionProfileResolved); {
+		case cond.Status == metav1.ConditionFalse:
+			c.recorder.Event(session, corev1.EventTypeWarning, cond.Reason, cond.Message)
+		case meta.FindStatusCondition(prev.Conditions, gamesv1.ConditionProfileResolved) != nil:
+			c.recorder.Eventf(session, corev1.EventTypeNormal, gamesv1.ReasonProfileResolved,
+				MessageProfileResolved, session.Spec.ProfileRef, next.ProfileHash)
+		}
+	}
+	if conditionChanged(prev.Conditions, next.Conditions, gamesv1.ConditionReady) {
+		if cond := meta.FindStatusCondition(next.Conditions, gamesv1.ConditionReady); needsUser(cond.Reason) {
+			c.recorder.Event(session, corev1.EventTypeWarning, cond.Reason, cond.Message)
+		}
+	}
+	if prev.ProfileHash != "" && next.ProfileHash != prev.ProfileHash {
+		c.recorder.Eventf(session, corev1.EventTypeNormal, EventReasonProfileRolled,
+			MessageProfileRolled, session.Spec.ProfileRef, next.ProfileHash, prev.ProfileHash)
+	}
+}
+
+// needsUser reports whether a Ready reason is a problem only a user can solve.
+// The others (progressing, waiting for a profile or for a deletion) resolve by
+// themselves or are reported by the ProfileResolved condition already.
+func needsUser(reason string) bool {
+	switch reason {
+	case gamesv1.ReasonDeploymentNotControlled, gamesv1.ReasonDeploymentInvalid, gamesv1.ReasonContainerConflict:
+		return true
+	}
+	return false
+}
+
+// isUIDMismatch reports whether the API server refused a patch because the
+// patch's metadata.uid names another object than the one of that name now.
+func isUIDMismatch(err error) bool {
+	if !apierrors.IsInvalid(err) {
+		return false
+	}
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Details == nil {
+		return false
+	}
+	for _, cause := range status.Status().Details.Causes {
+		if cause.Field == "metadata.uid" {
+			return true
+		}
+	}
+	return false
 }

@@ -150,6 +150,7 @@ func TestSyncUpdatesDeployment(t *testing.T) {
 		// and nothing else, must differ in the update.
 		want       func(d *appsv1.Deployment)
 		wantStatus func(t *testing.T, s gamesv1.GameSessionStatus)
+		wantEvents []string
 	}{
 		{
 			name: "image",
@@ -206,6 +207,8 @@ func TestSyncUpdatesDeployment(t *testing.T) {
 				}
 				rollingOut(t, s)
 			},
+			// kubectl describe gs says why the game servers restarted.
+			wantEvents: []string{"Normal " + EventReasonProfileRolled},
 		},
 	}
 	for _, tc := range tests {
@@ -238,7 +241,7 @@ func TestSyncUpdatesDeployment(t *testing.T) {
 			if tc.wantStatus != nil {
 				tc.wantStatus(t, objectOf[*gamesv1.GameSession](t, game[0]).Status)
 			}
-			f.expectEvents()
+			f.expectEvents(tc.wantEvents...)
 		})
 	}
 }
@@ -335,7 +338,9 @@ func TestSyncDeploymentNotControlled(t *testing.T) {
 			}}
 		}},
 		{name: "no controller", modify: func(d *appsv1.Deployment) { d.OwnerReferences[0].Controller = nil }},
-		{name: "a previous session of the same name", modify: func(d *appsv1.Deployment) { d.OwnerReferences[0].UID = "previous" }},
+		// A previous session's Deployment is not reported as foreign: the
+		// garbage collector is about to delete it (see
+		// TestRecreatedSessionGetsDeploymentWhenPredecessorsIsDeleted).
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
@@ -362,29 +367,107 @@ func TestSyncDeploymentNotControlled(t *testing.T) {
 	}
 }
 
-// A Deployment of the session's name without the managed-by label is not in
-// the controller's cache; the create is how the controller learns of it.
+// A Deployment of the session's name that is not in the controller's
+// label-filtered cache answers the create with AlreadyExists. The controller
+// reads it live, once, to see whose it is: a foreign one is reported and left
+// alone; its own, stripped of the managed-by label (or created moments ago
+// and not yet in the cache), is patched back into shape.
 func TestSyncCreateAlreadyExists(t *testing.T) {
+	profile := newProfile(testNamespace, "classic", classicData)
+	for _, tc := range []struct {
+		name       string
+		live       func(s *gamesv1.GameSession) *appsv1.Deployment
+		wantKube   []wantAction
+		wantReady  metav1.ConditionStatus
+		wantReason string
+		wantEvents []string
+	}{
+		{
+			name: "foreign, unlabelled",
+			live: func(s *gamesv1.GameSession) *appsv1.Deployment {
+				d := apiServerDeployment(s, "somebody-elses")
+				d.OwnerReferences, d.Labels = nil, map[string]string{"app": "other"}
+				return d
+			},
+			wantKube:   []wantAction{createDeployment(testNamespace, "arena-1"), getDeployment(testNamespace, "arena-1")},
+			wantReason: gamesv1.ReasonDeploymentNotControlled,
+			wantEvents: []string{"Warning DeploymentNotControlled"},
+		},
+		{
+			name: "ours, managed-by label removed",
+			live: func(s *gamesv1.GameSession) *appsv1.Deployment {
+				d := apiServerDeployment(s, ProfileHash(profile))
+				delete(d.Labels, LabelManagedBy)
+				return d
+			},
+			wantKube: []wantAction{createDeployment(testNamespace, "arena-1"), getDeployment(testNamespace, "arena-1"),
+				writeDeployment(testNamespace, "arena-1")},
+			wantReason: gamesv1.ReasonDeploymentProgressing,
+		},
+		{
+			name:       "ours, not yet in the cache",
+			live:       func(s *gamesv1.GameSession) *appsv1.Deployment { return apiServerDeployment(s, ProfileHash(profile)) },
+			wantKube:   []wantAction{createDeployment(testNamespace, "arena-1"), getDeployment(testNamespace, "arena-1")},
+			wantReady:  metav1.ConditionTrue,
+			wantReason: gamesv1.ReasonDeploymentReady,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			session := newSession(testNamespace, "arena-1", "classic")
+			f := newFixture(ctx, t, session, profile)
+			if err := f.kubeClient.Tracker().Add(tc.live(session)); err != nil {
+				t.Fatal(err)
+			}
+
+			f.expectKube(tc.wantKube...)
+			f.expectGame(updateSessionStatus(testNamespace, "arena-1"))
+			_, game := f.run(ctx, sessionKey(session))
+			if tc.wantReady == "" {
+				tc.wantReady = metav1.ConditionFalse
+			}
+			expectCondition(t, objectOf[*gamesv1.GameSession](t, game[0]).Status.Conditions,
+				gamesv1.ConditionReady, tc.wantReady, tc.wantReason)
+			f.expectEvents(tc.wantEvents...)
+			if tc.wantReason == gamesv1.ReasonDeploymentNotControlled {
+				if d := f.storedDeployment(testNamespace, "arena-1"); d.Labels["app"] != "other" || len(d.OwnerReferences) != 0 {
+					t.Errorf("the foreign Deployment was modified: %+v", d.ObjectMeta)
+				}
+				return
+			}
+			if d := f.storedDeployment(testNamespace, "arena-1"); d.Labels[LabelManagedBy] != ManagedByValue {
+				t.Errorf("managed-by label not restored: %v", d.Labels)
+			}
+		})
+	}
+}
+
+// A Deployment that the cache still holds but that was deleted, and whose
+// name another Deployment took since, is never patched: the patch names the
+// UID it was computed for, the API server refuses it, and the sync retries
+// once the cache has caught up.
+func TestSyncNeverPatchesADeploymentThatTookTheName(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
+	profile := newProfile(testNamespace, "classic", classicData)
 	session := newSession(testNamespace, "arena-1", "classic")
-	f := newFixture(ctx, t, session, newProfile(testNamespace, "classic", classicData))
-	f.kubeClient.PrependReactor("create", "deployments", func(core.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewAlreadyExists(deploymentsGroupResource, "arena-1")
-	})
+	cached := apiServerDeployment(session, "old-hash")
+	f := newFixture(ctx, t, session, profile)
+	f.setCached(cached)
+	newcomer := cached.DeepCopy()
+	newcomer.UID = "someone-elses"
+	newcomer.OwnerReferences = nil
+	if err := f.kubeClient.Tracker().Add(newcomer); err != nil {
+		t.Fatal(err)
+	}
 
-	f.expectKube(createDeployment(testNamespace, "arena-1"))
-	f.expectGame(updateSessionStatus(testNamespace, "arena-1"))
-	_, game := f.run(ctx, sessionKey(session))
-	expectCondition(t, objectOf[*gamesv1.GameSession](t, game[0]).Status.Conditions,
-		gamesv1.ConditionReady, metav1.ConditionFalse, gamesv1.ReasonDeploymentNotControlled)
-	f.expectEvents("Warning DeploymentNotControlled")
-
-	// The cache still cannot see the Deployment, so each sync tries the
-	// create again, but the status is in order: no status write, no event.
-	f.observe(game...)
-	f.expectKube(createDeployment(testNamespace, "arena-1"))
-	f.run(ctx, sessionKey(session))
-	f.expectEvents()
+	f.expectKube(writeDeployment(testNamespace, "arena-1"))
+	_, _, err := f.runWithError(ctx, sessionKey(session))
+	if !apierrors.IsConflict(err) {
+		t.Errorf("sync error = %v, want a conflict (retried quietly)", err)
+	}
+	if d := f.storedDeployment(testNamespace, "arena-1"); d.UID != "someone-elses" || d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation] != "old-hash" {
+		t.Errorf("the newcomer was modified: %+v", d.ObjectMeta)
+	}
 }
 
 func TestSyncProfileMissingThenAppearing(t *testing.T) {
@@ -540,4 +623,84 @@ func TestSyncDeletedSessionOrBadKey(t *testing.T) {
 	if _, _, err := f.runWithError(ctx, "a/b/c"); err == nil {
 		t.Error("sync of a malformed key returned nil")
 	}
+}
+
+// A session being deleted in the foreground waits for the garbage collector
+// to delete its Deployment; the controller must not create a new one, which
+// would be deleted again, over and over, while the session lingers.
+func TestSyncSessionBeingDeletedGetsNoDeployment(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	session := newSession(testNamespace, "arena-1", "classic")
+	session.DeletionTimestamp = &lastTransition
+	session.Finalizers = []string{metav1.FinalizerDeleteDependents}
+	f := newFixture(ctx, t, session, newProfile(testNamespace, "classic", classicData))
+
+	f.run(ctx, sessionKey(session)) // no request at all
+	f.expectEvents()
+}
+
+// The cache never saw a Deployment the controller created before someone
+// deleted it. Nothing remembers the create: the next sync finds no Deployment
+// in the cache and creates it again.
+func TestSyncRecreatesDeploymentDeletedBeforeTheCacheSawIt(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	session := newSession(testNamespace, "arena-1", "classic")
+	f := newFixture(ctx, t, session, newProfile(testNamespace, "classic", classicData))
+
+	f.expectKube(createDeployment(testNamespace, "arena-1"))
+	f.expectGame(updateSessionStatus(testNamespace, "arena-1"))
+	_, game := f.run(ctx, sessionKey(session))
+	f.observe(game...)
+	f.events()
+	if err := f.kubeClient.Tracker().Delete(appsv1.SchemeGroupVersion.WithResource("deployments"), testNamespace, "arena-1"); err != nil {
+		t.Fatal(err)
+	}
+
+	f.expectKube(createDeployment(testNamespace, "arena-1"))
+	f.run(ctx, sessionKey(session))
+	f.expectEvents("Normal " + EventReasonCreated)
+}
+
+// Scaled while its profile is missing: the Deployment is left as it was, so
+// the session must not claim Ready for the new replica count.
+func TestSyncSpecChangeWhileProfileMissingIsNotReady(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	profile := newProfile(testNamespace, "classic", classicData)
+	running := settled(newSession(testNamespace, "arena-1", "classic"), ProfileHash(profile))
+	deployment := apiServerDeployment(running, ProfileHash(profile))
+	scaled := running.DeepCopy()
+	scaled.Spec.Replicas = ptr.To[int32](4)
+	scaled.Generation++
+	f := newFixture(ctx, t, scaled, deployment) // no profile
+
+	f.expectGame(updateSessionStatus(testNamespace, "arena-1")) // and no Deployment request
+	_, game := f.run(ctx, sessionKey(scaled))
+	status := objectOf[*gamesv1.GameSession](t, game[0]).Status
+	c := expectCondition(t, status.Conditions, gamesv1.ConditionReady, metav1.ConditionFalse, gamesv1.ReasonWaitingForProfile)
+	if want := fmt.Sprintf(MessageSpecWaitsForProfile, "classic", 3, 3); c.Message != want {
+		t.Errorf("Ready message: got %q, want %q", c.Message, want)
+	}
+	if status.ObservedGeneration != scaled.Generation || c.ObservedGeneration != scaled.Generation {
+		t.Errorf("observedGeneration %d (condition %d), want %d", status.ObservedGeneration, c.ObservedGeneration, scaled.Generation)
+	}
+}
+
+// A renamed game server container is reported, and the controller adds no
+// second container on the same ports.
+func TestSyncRenamedContainerIsReportedNotTwinned(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	profile := newProfile(testNamespace, "classic", classicData)
+	session := settled(newSession(testNamespace, "arena-1", "classic"), ProfileHash(profile))
+	renamed := apiServerDeployment(session, ProfileHash(profile))
+	renamed.Spec.Template.Spec.Containers[0].Name = "server"
+	f := newFixture(ctx, t, session, profile, renamed)
+
+	f.expectGame(updateSessionStatus(testNamespace, "arena-1")) // and no Deployment request
+	_, game := f.run(ctx, sessionKey(session))
+	c := expectCondition(t, objectOf[*gamesv1.GameSession](t, game[0]).Status.Conditions,
+		gamesv1.ConditionReady, metav1.ConditionFalse, gamesv1.ReasonContainerConflict)
+	if !strings.Contains(c.Message, `"server"`) {
+		t.Errorf("Ready message %q does not name the container", c.Message)
+	}
+	f.expectEvents("Warning " + gamesv1.ReasonContainerConflict)
 }

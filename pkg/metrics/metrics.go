@@ -3,10 +3,11 @@
 // into Prometheus.
 //
 // client-go reports those through process-global hooks that accept one
-// provider per process, so Register installs them once and the collectors
-// behind them are package-level. Each NewRegistry call returns a fresh registry
-// that exposes them, so several controllers started in one test process can
-// each serve their own /metrics without "duplicate registration" errors.
+// provider per process, so package initialisation installs them once and the
+// collectors behind them are package-level. The controller's own series are
+// not: each controller gets a ControllerMetrics of its own. Each NewRegistry
+// call returns a fresh registry, so several controllers started in one test
+// process each serve their own /metrics, with their own counts.
 package metrics
 
 import (
@@ -36,44 +37,66 @@ const (
 	SyncError    = "error"
 )
 
-var (
-	// SyncsTotal counts GameSession syncs by result.
-	SyncsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: Namespace,
-		Name:      "syncs_total",
-		Help:      "GameSession syncs by result: success, conflict (stale cache, retried) or error.",
-	}, []string{"result"})
-
+// ControllerMetrics are the series one controller produces. Each controller
+// gets its own set, registered on the registry it is given, so two controllers
+// in one process (tests, embedders) never share counts. Only client-go's
+// process-wide hooks (work queue, REST client, leader election) stay global.
+type ControllerMetrics struct {
+	// Syncs counts GameSession syncs by result.
+	Syncs *prometheus.CounterVec
 	// SyncDuration is the time one GameSession sync takes. An in-order
 	// session syncs from the caches alone in microseconds; the upper buckets
 	// are there for syncs that wait on the API server.
-	SyncDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Namespace: Namespace,
-		Name:      "sync_duration_seconds",
-		Help:      "Time taken by one GameSession sync.",
-		Buckets:   prometheus.ExponentialBuckets(0.0001, 4, 10), // 100µs to about 26s
-	})
-
+	SyncDuration prometheus.Histogram
 	// ProfileFanOut is the number of sessions enqueued by one change of a
 	// profile's data. Buckets reach beyond ten thousand because one profile
 	// may be shared by thousands of sessions.
-	ProfileFanOut = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Namespace: Namespace,
-		Name:      "profile_fanout_sessions",
-		Help:      "GameSessions enqueued by one change of a profile ConfigMap's data.",
-		Buckets:   []float64{0, 1, 4, 16, 64, 256, 1024, 4096, 16384, 65536},
-	})
-)
+	ProfileFanOut prometheus.Histogram
+}
+
+// NewControllerMetrics returns a fresh, unregistered set of a controller's series.
+func NewControllerMetrics() *ControllerMetrics {
+	m := &ControllerMetrics{
+		Syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace,
+			Name:      "syncs_total",
+			Help:      "GameSession syncs by result: success, conflict (stale cache, retried) or error.",
+		}, []string{"result"}),
+		SyncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: Namespace,
+			Name:      "sync_duration_seconds",
+			Help:      "Time taken by one GameSession sync.",
+			Buckets:   prometheus.ExponentialBuckets(0.0001, 4, 10), // 100µs to about 26s
+		}),
+		ProfileFanOut: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: Namespace,
+			Name:      "profile_fanout_sessions",
+			Help:      "GameSessions enqueued by one change of a profile ConfigMap's data.",
+			Buckets:   []float64{0, 1, 4, 16, 64, 256, 1024, 4096, 16384, 65536},
+		}),
+	}
+	// Start every sync result at zero, so rate() and alerts on errors work
+	// before the first error ever happens.
+	for _, result := range []string{SyncSuccess, SyncConflict, SyncError} {
+		m.Syncs.WithLabelValues(result)
+	}
+	return m
+}
+
+// Collectors returns the series, for a registry to register.
+func (m *ControllerMetrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.Syncs, m.SyncDuration, m.ProfileFanOut}
+}
 
 // ObserveSync records one sync's result and duration.
-func ObserveSync(result string, d time.Duration) {
-	SyncsTotal.WithLabelValues(result).Inc()
-	SyncDuration.Observe(d.Seconds())
+func (m *ControllerMetrics) ObserveSync(result string, d time.Duration) {
+	m.Syncs.WithLabelValues(result).Inc()
+	m.SyncDuration.Observe(d.Seconds())
 }
 
 // ObserveFanOut records how many sessions one profile change enqueued.
-func ObserveFanOut(sessions int) {
-	ProfileFanOut.Observe(float64(sessions))
+func (m *ControllerMetrics) ObserveFanOut(sessions int) {
+	m.ProfileFanOut.Observe(float64(sessions))
 }
 
 // init installs the Prometheus adapters for client-go's work queue, REST
@@ -91,18 +114,12 @@ func init() {
 		RequestResult:      &requestResult{requestsTotalVec},
 		RequestRetry:       &requestRetry{requestRetriesVec},
 	})
-
-	// Start every sync result at zero, so rate() and alerts on errors work
-	// before the first error ever happens.
-	for _, result := range []string{SyncSuccess, SyncConflict, SyncError} {
-		SyncsTotal.WithLabelValues(result)
-	}
 }
 
-// packageCollectors returns the package-level collectors every registry exposes.
+// packageCollectors returns the process-wide collectors behind client-go's
+// hooks, which every registry exposes.
 func packageCollectors() []prometheus.Collector {
 	return []prometheus.Collector{
-		SyncsTotal, SyncDuration, ProfileFanOut,
 		workqueueDepth, workqueueAdds, workqueueLatency, workqueueWorkDuration,
 		workqueueUnfinishedWork, workqueueLongestRunning, workqueueRetries,
 		requestsTotalVec, requestLatencyVec, rateLimiterLatencyVec, requestRetriesVec,
@@ -111,8 +128,8 @@ func packageCollectors() []prometheus.Collector {
 }
 
 // NewRegistry returns a registry, not the global default one, with the Go
-// runtime and process collectors, client-go's metrics, the controller's own
-// metrics and the extra collectors given. A dedicated registry exposes exactly
+// runtime and process collectors, client-go's metrics and the extra collectors
+// given (a controller's own metrics, the session collector). A dedicated registry exposes exactly
 // these, whatever other packages register globally.
 func NewRegistry(extra ...prometheus.Collector) (*prometheus.Registry, error) {
 	reg := prometheus.NewRegistry()

@@ -82,7 +82,8 @@ func TestNewRegistryRepeats(t *testing.T) {
 }
 
 func TestNewRegistryRejectsDuplicateCollector(t *testing.T) {
-	if _, err := NewRegistry(SyncsTotal); err == nil {
+	m := NewControllerMetrics()
+	if _, err := NewRegistry(append(m.Collectors(), m.Syncs)...); err == nil {
 		t.Fatal("NewRegistry accepted a collector it already registers")
 	}
 }
@@ -176,15 +177,13 @@ func TestRESTClientMetricsLabelsCarryNoPath(t *testing.T) {
 }
 
 func TestControllerMetrics(t *testing.T) {
-	reg := newRegistry(t)
-	before := scrapeValue(t, reg, `gamesession_controller_syncs_total{result="conflict"}`)
-	ObserveSync(SyncConflict, 3*time.Millisecond)
-	ObserveFanOut(7340)
+	m := NewControllerMetrics()
+	reg := newRegistry(t, m.Collectors()...)
+	m.ObserveSync(SyncConflict, 3*time.Millisecond)
+	m.ObserveFanOut(7340)
 
 	exposition := scrape(t, reg)
-	if after := scrapeValue(t, reg, `gamesession_controller_syncs_total{result="conflict"}`); after != before+1 {
-		t.Errorf("conflict syncs went from %v to %v, want +1", before, after)
-	}
+	wantLines(t, exposition, `gamesession_controller_syncs_total{result="conflict"} 1`)
 	// Every result exists from the start, at zero if need be.
 	for _, result := range []string{SyncSuccess, SyncError} {
 		if !strings.Contains(exposition, `gamesession_controller_syncs_total{result="`+result+`"}`) {
@@ -282,7 +281,7 @@ func (failingLister) List(labels.Selector) ([]*gamesv1.GameSession, error) {
 // A failing collector must not take the other metrics down with it.
 func TestSessionCollectorErrorKeepsOtherMetrics(t *testing.T) {
 	sessions := NewSessionCollector()
-	reg := newRegistry(t, sessions)
+	reg := newRegistry(t, append(NewControllerMetrics().Collectors(), sessions)...)
 	sessions.SetSource(failingLister{}, nil)
 	if exposition := scrape(t, reg); !strings.Contains(exposition, "gamesession_controller_syncs_total") {
 		t.Errorf("scrape with a failing collector lost the other metrics:\n%s", exposition)
@@ -292,10 +291,11 @@ func TestSessionCollectorErrorKeepsOtherMetrics(t *testing.T) {
 // Metric names and help texts follow the Prometheus conventions, which is
 // what lets generic dashboards and recording rules apply to them.
 func TestMetricsLint(t *testing.T) {
-	reg := newRegistry(t)
+	m := NewControllerMetrics()
+	reg := newRegistry(t, m.Collectors()...)
 	// Make every vector have a child, so that it is gathered and linted.
-	ObserveSync(SyncSuccess, time.Millisecond)
-	ObserveFanOut(1)
+	m.ObserveSync(SyncSuccess, time.Millisecond)
+	m.ObserveFanOut(1)
 	(&requestLatency{requestLatencyVec}).Observe(context.Background(), "GET", url.URL{Host: "h"}, time.Millisecond)
 	(&requestLatency{rateLimiterLatencyVec}).Observe(context.Background(), "GET", url.URL{Host: "h"}, time.Millisecond)
 	(&requestResult{requestsTotalVec}).Increment(context.Background(), "200", "GET", "h")
@@ -314,4 +314,14 @@ func TestMetricsLint(t *testing.T) {
 	for _, p := range problems {
 		t.Errorf("%s: %s", p.Metric, p.Text)
 	}
+}
+
+// Two controllers in one process count apart: a sync of one is not a sync of
+// the other.
+func TestControllerMetricsAreNotShared(t *testing.T) {
+	a, b := NewControllerMetrics(), NewControllerMetrics()
+	regA, regB := newRegistry(t, a.Collectors()...), newRegistry(t, b.Collectors()...)
+	a.ObserveSync(SyncSuccess, time.Millisecond)
+	wantLines(t, scrape(t, regA), `gamesession_controller_syncs_total{result="success"} 1`)
+	wantLines(t, scrape(t, regB), `gamesession_controller_syncs_total{result="success"} 0`)
 }

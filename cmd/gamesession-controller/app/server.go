@@ -53,7 +53,8 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	health := newHealthChecker(o.Workers, watchdog)
 	sessions := metrics.NewSessionCollector()
-	registry, err := metrics.NewRegistry(sessions)
+	controllerMetrics := metrics.NewControllerMetrics()
+	registry, err := metrics.NewRegistry(append(controllerMetrics.Collectors(), sessions)...)
 	if err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
@@ -75,7 +76,7 @@ func Run(ctx context.Context, o *Options) error {
 	defer stopHealth()
 
 	run := func(ctx context.Context) error {
-		return runController(ctx, o, kubeClient, gameClient, health, sessions)
+		return runController(ctx, o, kubeClient, gameClient, health, sessions, controllerMetrics)
 	}
 	if !o.LeaderElect {
 		return run(ctx)
@@ -88,7 +89,7 @@ func Run(ctx context.Context, o *Options) error {
 // the one term this process leads: losing the lease ends the process rather
 // than reusing caches and a queue built for the old term.
 func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interface, gameClient clientset.Interface,
-	health *healthChecker, sessions *metrics.SessionCollector) error {
+	health *healthChecker, sessions *metrics.SessionCollector, controllerMetrics *metrics.ControllerMetrics) error {
 	logger := klog.FromContext(ctx)
 
 	// One factory per filter: a factory applies its list options to every
@@ -110,7 +111,11 @@ func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interf
 		sessionInformer,
 		profileFactory.Core().V1().ConfigMaps(),
 		deploymentFactory.Apps().V1().Deployments(),
-		controller.Options{ProfileSelector: o.ProfileSelector, ProfileChangeDelay: o.ProfileChangeDelay})
+		controller.Options{
+			ProfileSelector:    o.ProfileSelector,
+			ProfileChangeDelay: o.ProfileChangeDelay,
+			Metrics:            controllerMetrics,
+		})
 	if err != nil {
 		return err
 	}

@@ -39,6 +39,14 @@ const (
 	ReasonWaitingForProfile       = "WaitingForProfile"
 	ReasonDeploymentNotControlled = "DeploymentNotControlled"
 	ReasonDeploymentInvalid       = "DeploymentInvalid"
+	// ReasonDeploymentDeleting: the Deployment of the session's name is being
+	// deleted, or belongs to an earlier session of that name and awaits the
+	// garbage collector. It resolves by itself.
+	ReasonDeploymentDeleting = "DeploymentDeleting"
+	// ReasonContainerConflict: another container of the Deployment declares
+	// the game server's ports (a renamed game server container, say). The
+	// controller leaves the Deployment as it is until a user resolves it.
+	ReasonContainerConflict = "ContainerConflict"
 )
 
 // GameSession runs one game-server Deployment whose pods mount a shared

@@ -1,0 +1,171 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
+)
+
+const testDelay = 10 * time.Second
+
+// delayFixture is profileFixture with a profile-change delay on a fake clock.
+func delayFixture(ctx context.Context, t *testing.T) (*fixture, *clocktesting.FakeClock) {
+	clock := clocktesting.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	f := newFixtureWithOptions(ctx, t, Options{ProfileChangeDelay: testDelay, Clock: clock},
+		newSession(testNamespace, "s1", "classic"),
+		newSession(testNamespace, "s2", "classic"),
+		newSession(testNamespace, "s3", "hardcore"),
+	)
+	return f, clock
+}
+
+// waitForQueueLen waits for delayed keys to land: the queue moves them over on
+// a goroutine of its own once the fake clock has passed their time.
+func waitForQueueLen(ctx context.Context, t *testing.T, c *Controller, n int) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return c.queue.Len() >= n, nil
+	})
+	if err != nil {
+		t.Fatalf("queue holds %d keys, want %d: %v", c.queue.Len(), n, err)
+	}
+}
+
+// A burst of edits within the delay is one fan-out, after the delay, of the
+// profile's sessions; the next edit after it starts another.
+func TestFanOutCoalescesEditsWithinTheDelay(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f, clock := delayFixture(ctx, t)
+	classic := newProfile(testNamespace, "classic", map[string]string{"game.cfg": "v0"})
+
+	latest := classic
+	for i := range 3 {
+		next := withData(latest, map[string]string{"game.cfg": fmt.Sprintf("edit %d", i)})
+		f.setCached(next)
+		f.c.updateProfile(latest, next)
+		latest = next
+		clock.Step(testDelay / 4)
+	}
+	if n := f.c.queue.Len(); n != 0 {
+		t.Errorf("%d sessions queued before the delay passed", n)
+	}
+	// One announcement, for the edit that started the rollout.
+	f.expectEvents(fmt.Sprintf("Normal %s "+MessageProfileFanOut, EventReasonProfileFanOut,
+		ProfileHash(withData(classic, map[string]string{"game.cfg": "edit 0"})), 2))
+
+	clock.Step(testDelay / 4)
+	waitForQueueLen(ctx, t, f.c, 2)
+	expectQueue(t, f.c, "arena/s1", "arena/s2")
+
+	next := withData(latest, map[string]string{"game.cfg": "later"})
+	f.setCached(next)
+	f.c.updateProfile(latest, next)
+	f.expectEvents("Normal " + EventReasonProfileFanOut)
+	clock.Step(testDelay)
+	waitForQueueLen(ctx, t, f.c, 2)
+	expectQueue(t, f.c, "arena/s1", "arena/s2")
+}
+
+// While a profile change waits out its delay, a session that syncs for another
+// reason (its Deployment's status changed) does not roll the new data ahead of
+// the fan-out; a session whose spec changed rolls the new data along with the
+// spec, so its game servers restart once, not twice.
+func TestFanOutDelayHoldsBackOnlyProfileOnlyWrites(t *testing.T) {
+	oldProfile := newProfile(testNamespace, "classic", classicData)
+	newProfileData := withData(oldProfile, map[string]string{"game.cfg": "new"})
+	for _, tc := range []struct {
+		name      string
+		edit      func(s *gamesv1.GameSession)
+		wantWrite bool
+	}{
+		{name: "unrelated sync", edit: func(*gamesv1.GameSession) {}},
+		{name: "image changed", edit: func(s *gamesv1.GameSession) { s.Spec.Image = "registry.example.com/arena:2.0" }, wantWrite: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			clock := clocktesting.NewFakeClock(time.Now())
+			session := settled(newSession(testNamespace, "arena-1", "classic"), ProfileHash(oldProfile))
+			edited := session.DeepCopy()
+			tc.edit(edited)
+			f := newFixtureWithOptions(ctx, t, Options{ProfileChangeDelay: testDelay, Clock: clock},
+				edited, newProfileData, apiServerDeployment(session, ProfileHash(oldProfile)))
+			f.c.updateProfile(oldProfile, newProfileData)
+			f.events()
+
+			if !tc.wantWrite {
+				f.run(ctx, sessionKey(edited))
+				return
+			}
+			// The session was queued by the fan-out too, so its status waits
+			// behind the other sessions' Deployments (see the next test).
+			f.expectKube(writeDeployment(testNamespace, "arena-1"))
+			kube, _ := f.run(ctx, sessionKey(edited))
+			f.observe(kube...)
+			f.expectGame(updateSessionStatus(testNamespace, "arena-1"))
+			_, game := f.run(ctx, sessionKey(edited))
+			f.observe(game...)
+			d := f.storedDeployment(testNamespace, "arena-1")
+			if got, want := d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation], ProfileHash(newProfileData); got != want {
+				t.Errorf("the spec change rolled profile hash %q, want the new %q", got, want)
+			}
+			// When the delay is over, the fan-out's sync finds nothing to roll.
+			clock.Step(testDelay)
+			waitForQueueLen(ctx, t, f.c, 1)
+			drainQueue(f.c.queue)
+			f.run(ctx, sessionKey(edited))
+		})
+	}
+}
+
+// A fan-out writes every Deployment before any status: the first sync of each
+// session writes its Deployment and queues the session again, behind the
+// others.
+func TestFanOutWritesDeploymentsBeforeStatuses(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	oldProfile := newProfile(testNamespace, "classic", classicData)
+	newProfileData := withData(oldProfile, map[string]string{"game.cfg": "new"})
+	f := newFixture(ctx, t, newProfileData)
+	for i := range 3 {
+		s := settled(newSession(testNamespace, fmt.Sprintf("s%d", i), "classic"), ProfileHash(oldProfile))
+		d := apiServerDeployment(s, ProfileHash(oldProfile))
+		f.setCached(s)
+		f.setCached(d)
+		if err := f.kubeClient.Tracker().Add(d); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.gameClient.Tracker().Add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.c.updateProfile(oldProfile, newProfileData)
+	f.events()
+
+	var order []string
+	for f.c.queue.Len() > 0 {
+		key, _ := f.c.queue.Get()
+		f.kubeClient.ClearActions()
+		f.gameClient.ClearActions()
+		if err := f.c.syncHandler(ctx, key); err != nil {
+			t.Fatalf("sync %s: %v", key, err)
+		}
+		f.c.queue.Done(key)
+		for _, a := range filterInformerActions(append(f.kubeClient.Actions(), f.gameClient.Actions()...)) {
+			order = append(order, a.GetVerb()+" "+a.GetResource().Resource)
+		}
+		f.observe(filterInformerActions(f.kubeClient.Actions())...)
+	}
+	want := []string{
+		"patch deployments", "patch deployments", "patch deployments",
+		"update gamesessions", "update gamesessions", "update gamesessions",
+	}
+	if fmt.Sprint(order) != fmt.Sprint(want) {
+		t.Errorf("requests in order: got %q, want %q", order, want)
+	}
+}
