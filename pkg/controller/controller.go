@@ -105,6 +105,7 @@ type Controller struct {
 	profileHashes   *profileHashCache
 	profileSelector string
 	fanOut          *profileFanOut
+	expectations    *writeExpectations
 
 	// workersRunning counts live workers, for the health check.
 	workersRunning atomic.Int32
@@ -162,6 +163,7 @@ func NewController(
 		metrics:          opts.Metrics,
 		profileHashes:    newProfileHashCache(),
 		profileSelector:  opts.ProfileSelector,
+		expectations:     newWriteExpectations(opts.Clock),
 	}
 	// The fan-out reads c.queue at call time, so tests may swap the queue.
 	c.fanOut = newProfileFanOut(opts.Clock, opts.ProfileChangeDelay, c.sessionKeysOf,

@@ -41,11 +41,12 @@ func (e containerConflictError) Error() string {
 // write the status. Each step writes only what differs, so a session that is
 // already in order costs no request at all.
 //
-// The write path keeps nothing between syncs. A cache that lags behind the
-// controller's own writes is harmless: a create answered AlreadyExists leads
-// to a live read of the Deployment, a patch that repeats the last one changes
-// nothing on the server, and a status update from a stale copy is refused
-// with a conflict and retried once the cache has caught up.
+// The write path keeps no copies of objects between syncs. A cache that lags
+// behind the controller's own writes is handled where it shows: a create
+// answered AlreadyExists leads to a live read of the Deployment; a sync that
+// finds the Deployment older than the generation our last patch produced
+// waits for the watch event (writeExpectations); a status update from a stale
+// copy is refused with a conflict and retried once the cache has caught up.
 func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 	namespace, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
@@ -61,6 +62,7 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 		// No finalizer: the garbage collector deletes the Deployment through
 		// its ownerReference, and deleting a session never waits on us.
 		logger.V(4).Info("GameSession deleted")
+		c.expectations.forget(key)
 		return nil
 	}
 	if err != nil {
@@ -78,6 +80,12 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 	profile, deployment, err := c.readInputs(session)
 	if err != nil {
 		return err
+	}
+	if !c.expectations.satisfied(key, deployment) {
+		// The cache has not caught up with our last write to the Deployment.
+		// Its watch event is on its way and syncs the session again.
+		logger.V(4).Info("Waiting for the cache to show the last Deployment write")
+		return nil
 	}
 	status := newSessionStatus(session)
 	wrote, err := c.reconcileDeployment(ctx, session, profile, deployment, status)
@@ -229,6 +237,9 @@ func (c *Controller) writeDeployment(ctx context.Context, session *gamesv1.GameS
 	wrote := patched.ResourceVersion != observed.ResourceVersion
 	if wrote {
 		logger.V(2).Info("Patched Deployment", "deployment", klog.KObj(patched), "patch", string(patch))
+	}
+	if patched.Generation > observed.Generation {
+		c.expectations.expect(cache.MetaObjectToName(session).String(), patched)
 	}
 	return patched, wrote, nil
 }

@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -390,17 +391,18 @@ func (e *env) waitForReady(name string) *gamesv1.GameSession {
 }
 
 // warningEvents returns the reasons of Warning events about the named object.
-func (e *env) warningEvents(name string) []string {
+// waitForWarning waits for a Warning Event with the reason on the named
+// object. Events are posted asynchronously, after the status that reports the
+// same problem, so a test must wait for them, not look once.
+func (e *env) waitForWarning(name, reason string) {
 	e.t.Helper()
-	events, err := e.kube.CoreV1().Events(e.ns).List(e.ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name, TypeMeta: metav1.TypeMeta{}})
-	if err != nil {
-		e.t.Fatalf("list events: %v", err)
-	}
-	var reasons []string
-	for _, ev := range events.Items {
-		if ev.Type == corev1.EventTypeWarning {
-			reasons = append(reasons, ev.Reason)
+	e.eventually(fmt.Sprintf("a Warning %s Event on %s", reason, name), func() (bool, error) {
+		events, err := e.kube.CoreV1().Events(e.ns).List(e.ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+		if err != nil {
+			return false, err
 		}
-	}
-	return reasons
+		return slices.ContainsFunc(events.Items, func(ev corev1.Event) bool {
+			return ev.Type == corev1.EventTypeWarning && ev.Reason == reason
+		}), nil
+	})
 }

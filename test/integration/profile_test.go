@@ -33,9 +33,7 @@ func TestUnlabelledProfileIsIgnoredUntilLabelled(t *testing.T) {
 	if _, err := e.deployment("waiting"); !apierrors.IsNotFound(err) {
 		t.Errorf("Deployment for a session without a usable profile: got %v, want NotFound", err)
 	}
-	if got := e.warningEvents("waiting"); !slices.Contains(got, gamesv1.ReasonProfileNotFound) {
-		t.Errorf("warning events %v, want %s", got, gamesv1.ReasonProfileNotFound)
-	}
+	e.waitForWarning("waiting", gamesv1.ReasonProfileNotFound)
 	// Every ConfigMap request the controller made carried the label selector,
 	// so the API server never sent it an unlabelled ConfigMap.
 	configMapRequests := 0
@@ -76,9 +74,7 @@ func TestDeletedProfileKeepsDeploymentRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := e.waitForCondition("survivor", gamesv1.ConditionProfileResolved, metav1.ConditionFalse, gamesv1.ReasonProfileNotFound)
-	if got := e.warningEvents("survivor"); !slices.Contains(got, gamesv1.ReasonProfileNotFound) {
-		t.Errorf("warning events %v, want %s", got, gamesv1.ReasonProfileNotFound)
-	}
+	e.waitForWarning("survivor", gamesv1.ReasonProfileNotFound)
 	after, err := e.deployment("survivor")
 	if err != nil {
 		t.Fatalf("the Deployment is gone after its profile was deleted: %v", err)

@@ -1,0 +1,70 @@
+package controller
+
+import (
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+func deploymentAt(uid types.UID, generation int64) *appsv1.Deployment {
+	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{UID: uid, Generation: generation}}
+}
+
+func TestWriteExpectations(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		cached *appsv1.Deployment
+		after  time.Duration
+		want   bool
+	}{
+		{name: "cache behind the write", cached: deploymentAt("a", 2), want: false},
+		{name: "cache shows the write", cached: deploymentAt("a", 3), want: true},
+		{name: "cache beyond the write", cached: deploymentAt("a", 4), want: true},
+		{name: "Deployment replaced", cached: deploymentAt("b", 1), want: true},
+		{name: "Deployment gone", cached: nil, want: true},
+		{name: "event lost", cached: deploymentAt("a", 2), after: expectationTimeout, want: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := clocktesting.NewFakePassiveClock(time.Now())
+			e := newWriteExpectations(clock)
+			e.expect("arena/s1", deploymentAt("a", 3))
+			clock.SetTime(clock.Now().Add(tc.after))
+			if got := e.satisfied("arena/s1", tc.cached); got != tc.want {
+				t.Errorf("satisfied = %v, want %v", got, tc.want)
+			}
+			// Once satisfied, forgotten: the next sync is not held.
+			if tc.want && !e.satisfied("arena/s1", deploymentAt("a", 1)) {
+				t.Error("a satisfied expectation was kept")
+			}
+			if !e.satisfied("arena/other", deploymentAt("a", 1)) {
+				t.Error("a session without expectations was held")
+			}
+		})
+	}
+}
+
+// The fan-out's status pass comes right after the Deployment write, usually
+// before the cache has it: it waits for the watch event instead of patching
+// the Deployment again.
+func TestSyncWaitsForTheCacheToShowItsWrite(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	oldProfile := newProfile(testNamespace, "classic", classicData)
+	newData := withData(oldProfile, map[string]string{"game.cfg": "new"})
+	session := settled(newSession(testNamespace, "arena-1", "classic"), ProfileHash(oldProfile))
+	f := newFixture(ctx, t, session, newData, apiServerDeployment(session, ProfileHash(oldProfile)))
+
+	f.expectKube(writeDeployment(testNamespace, "arena-1"))
+	f.expectGame(updateSessionStatus(testNamespace, "arena-1"))
+	kube, game := f.run(ctx, sessionKey(session))
+	f.observe(game...)
+	f.events()
+
+	f.run(ctx, sessionKey(session)) // the cache is stale: no request at all
+	f.observe(kube...)
+	f.run(ctx, sessionKey(session)) // caught up: in order
+}
