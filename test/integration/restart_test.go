@@ -36,18 +36,21 @@ func TestProfileEditBurstCoalesces(t *testing.T) {
 		last = e.updateProfile("bursty", func(cm *corev1.ConfigMap) { cm.Data["rev"] = fmt.Sprint(i) })
 		time.Sleep(40 * time.Millisecond)
 	}
-	if took := time.Since(start); took > time.Second {
-		t.Logf("the %d edits took %s, more than the intended second (slow machine?)", edits, took)
-	}
+	// Edits within one delay join one rollout, so a burst rolls a session at
+	// most once per delay it spans, plus the one started by its last edits.
+	// On a loaded machine the 20 edits take longer than the intended second.
+	took := time.Since(start)
+	delay := app.NewOptions().ProfileChangeDelay
+	maxWrites := int(took/delay) + 2
 	hash := controller.ProfileHash(last)
 	for i := range sessions {
 		e.waitForDeploymentHash(fmt.Sprintf("burst-%d", i), hash)
 	}
 	for i := range sessions {
 		writes := c.requests.count(fmt.Sprintf("patch deployments burst-%d", i)) - updatesBefore[i]
-		t.Logf("session burst-%d: %d Deployment writes for %d profile edits", i, writes, edits)
-		if writes < 1 || writes > 3 {
-			t.Errorf("session burst-%d: %d Deployment writes for %d edits, want 1 to 3", i, writes, edits)
+		t.Logf("session burst-%d: %d Deployment writes for %d profile edits in %s", i, writes, edits, took)
+		if writes < 1 || writes > maxWrites {
+			t.Errorf("session burst-%d: %d Deployment writes for %d edits in %s, want 1 to %d", i, writes, edits, took, maxWrites)
 		}
 	}
 }
