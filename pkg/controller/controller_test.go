@@ -1034,8 +1034,16 @@ func TestProcessNextWorkItemStopsOnShutdown(t *testing.T) {
 	}
 }
 
+// Run starts workers once the caches sync, and when its context ends it stops
+// them, shuts the queue down and leaves no goroutine behind: neither its own
+// nor those of its event broadcaster, queue or (stopped by the caller)
+// informers.
 func TestRunStartsAndStops(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
+	withGoroutineLabel(ctx, t, func(ctx context.Context) { runStartsAndStops(ctx, t) })
+}
+
+func runStartsAndStops(ctx context.Context, t *testing.T) {
 	profile := newProfile(testNamespace, "classic", map[string]string{"game.cfg": "x"})
 	kubeClient := k8sfake.NewClientset(profile)
 	gameClient := gamesfake.NewSimpleClientset() // see newFixture
