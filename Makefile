@@ -40,8 +40,11 @@ test: verify controlplane ## Verify, then run all unit and integration tests (bu
 unit: ## Run unit tests only (no control plane).
 	$(GO) test -count=1 ./pkg/... ./cmd/...
 
+# Controller flags for `make run`, e.g. make run ARGS='-v=2 --workers=4'.
+ARGS ?=
+
 .PHONY: run
-run: build ## Run the controller: against $$KUBECONFIG if set, else on a local control plane with the examples applied.
+run: build ## Run the controller (its flags in ARGS='-v=2 ...'): on the cluster in KUBECONFIG if set, else on a local control plane with the examples applied.
 	@if [[ -n "$${KUBECONFIG:-}" ]]; then \
 	  $(BIN_DIR)/gamesession-controller --kubeconfig "$$KUBECONFIG" $(ARGS); \
 	else \
@@ -58,7 +61,7 @@ bench-full: controlplane ## The 7,340-session scenario (~20 min): table in docs/
 	$(GO) run ./test/bench -preset=full
 
 .PHONY: image
-image: ## Build the controller image $(IMAGE) (needs a Docker engine).
+image: ## Build the controller image; IMAGE=name:tag names it (needs a Docker engine).
 	docker build -t $(IMAGE) .
 
 .PHONY: clean

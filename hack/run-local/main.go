@@ -4,7 +4,10 @@
 // artifacts/examples, and runs the controller in the foreground. Ctrl-C stops
 // the controller and tears the whole control plane down.
 //
-// Flags after `--` go to the controller, e.g. `make run ARGS=-v=4`.
+// It takes the controller's flags (and klog's) directly, beside its own
+// --nodes, in one flag set: `make run ARGS='-v=4 --workers=4'`, or
+// `bin/run-local -v=4 --nodes=5`. There is no `--` separator: Go's flag
+// parsing stops at it, so anything after it would be ignored.
 package main
 
 import (
@@ -32,7 +35,25 @@ func main() {
 	klog.InitFlags(nil)
 	opts.AddFlags(flag.CommandLine)
 	nodes := flag.Int("nodes", 3, "Fake kwok nodes to create.")
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "Usage: %s [flags]\n\n"+
+			"Runs the controller on a local control plane. The flags are the controller's\n"+
+			"and run-local's own, e.g. make run ARGS='-v=2 --nodes=5'.\n\n", filepath.Base(os.Args[0]))
+		flag.PrintDefaults()
+	}
 	flag.Parse()
+	// flag.Parse stops at the first argument that is not a flag, or at "--":
+	// refuse what it left rather than silently run without it.
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "run-local: unexpected arguments %q: pass flags only, e.g. -v=2 (no \"--\")\n", flag.Args())
+		os.Exit(2)
+	}
+	// Checked here too, so that a bad flag fails at once, not after the
+	// control plane has started.
+	if err := opts.Validate(); err != nil {
+		fmt.Fprintf(os.Stderr, "run-local: %v\n", err)
+		os.Exit(2)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()

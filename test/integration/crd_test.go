@@ -1,10 +1,14 @@
 package integration
 
 import (
+	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -65,5 +69,88 @@ func TestCRDValidation(t *testing.T) {
 	}
 	if got := created.Spec.Ports[0].Protocol; got != "UDP" {
 		t.Errorf("defaulted protocol = %q, want UDP", got)
+	}
+}
+
+// A session's name becomes the value of the app.kubernetes.io/instance label
+// on its Deployment and pods, and a label value is at most 63 characters:
+// the CRD refuses a longer name when the session is created, rather than
+// accept a session whose Deployment can never be created.
+func TestCRDNameLength(t *testing.T) {
+	e := newEnv(t)
+	sessions := e.game.GamesV1().GameSessions(e.ns)
+
+	if _, err := sessions.Create(e.ctx, newSession(strings.Repeat("a", 63), "arena", 1), metav1.CreateOptions{}); err != nil {
+		t.Errorf("create with a 63-character name: %v", err)
+	}
+
+	_, err := sessions.Create(e.ctx, newSession(strings.Repeat("a", 64), "arena", 1), metav1.CreateOptions{})
+	if !apierrors.IsInvalid(err) {
+		t.Fatalf("create with a 64-character name: got %v, want an Invalid error", err)
+	}
+	for _, want := range []string{"at most 63 characters", "app.kubernetes.io/instance"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	t.Logf("64 characters: %v", err)
+
+	// A generated name never exceeds 63 characters: the API server cuts a
+	// longer generateName down to 58 before it appends its 5 random
+	// characters, and only then validates the object.
+	long := newSession("", "arena", 1)
+	long.GenerateName = strings.Repeat("b", 70) + "-"
+	created, err := sessions.Create(e.ctx, long, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create with a 71-character generateName: %v", err)
+	}
+	if len(created.Name) != 63 || !strings.HasPrefix(created.Name, strings.Repeat("b", 58)) {
+		t.Errorf("generated name %q (%d characters), want 58 b's and 5 random characters", created.Name, len(created.Name))
+	}
+	t.Logf("generateName of 71 characters: created %q", created.Name)
+}
+
+// TestCRDWidePrinterColumns: `kubectl get gs -o wide` asks the API server
+// for a Table and shows the columns of priority 1 as well as those of
+// priority 0. The wide columns say what the session runs and why it is not
+// ready.
+func TestCRDWidePrinterColumns(t *testing.T) {
+	e := newEnv(t)
+	s := e.createSession(newSession("wide", "arena", 1))
+	// No controller runs here: the test writes the status the columns read.
+	s.Status.ProfileHash = "0123456789abcdef0123"
+	message := `Deployment "wide" is rolling out: 0 of 1 replicas ready`
+	meta.SetStatusCondition(&s.Status.Conditions, metav1.Condition{Type: gamesv1.ConditionReady,
+		Status: metav1.ConditionFalse, Reason: gamesv1.ReasonDeploymentProgressing, Message: message})
+	if _, err := e.game.GamesV1().GameSessions(e.ns).UpdateStatus(e.ctx, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	raw, err := e.game.GamesV1().RESTClient().Get().Namespace(e.ns).Resource("gamesessions").
+		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").DoRaw(e.ctx)
+	if err != nil {
+		t.Fatalf("get a Table of GameSessions: %v", err)
+	}
+	var table metav1.Table
+	if err := json.Unmarshal(raw, &table); err != nil {
+		t.Fatalf("decoding the Table: %v\n%s", err, raw)
+	}
+	var columns []string
+	for _, c := range table.ColumnDefinitions {
+		columns = append(columns, fmt.Sprintf("%s/%d", c.Name, c.Priority))
+	}
+	want := []string{"Name/0", "Profile/0", "Desired/0", "Ready/0", "Status/0", "Age/0",
+		"Image/1", "Profile Hash/1", "Message/1"}
+	if !slices.Equal(columns, want) {
+		t.Fatalf("columns (name/priority) %q, want %q", columns, want)
+	}
+	if len(table.Rows) != 1 || len(table.Rows[0].Cells) != len(columns) {
+		t.Fatalf("rows %v, want one of %d cells", table.Rows, len(columns))
+	}
+	cells := table.Rows[0].Cells
+	for i, want := range map[int]string{6: s.Spec.Image, 7: s.Status.ProfileHash, 8: message} {
+		if cells[i] != want {
+			t.Errorf("column %s = %v, want %q", table.ColumnDefinitions[i].Name, cells[i], want)
+		}
 	}
 }

@@ -51,6 +51,10 @@ const (
 
 // GameSession runs one game-server Deployment whose pods mount a shared
 // profile ConfigMap. When the profile's data change, the Deployment rolls out.
+// Its name is at most 63 characters, as it becomes a label value on the
+// Deployment and its pods. The limit is checked on create only (names are
+// immutable), so that a session stored before it existed can still be
+// updated and deleted.
 //
 // +genclient
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -63,6 +67,10 @@ const (
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.image`,priority=1
+// +kubebuilder:printcolumn:name="Profile Hash",type=string,JSONPath=`.status.profileHash`,priority=1
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
+// +kubebuilder:validation:XValidation:rule="oldSelf.hasValue() || self.metadata.name.size() <= 63",optionalOldSelf=true,message="metadata.name must be at most 63 characters: it becomes the value of the app.kubernetes.io/instance label on the GameSession's Deployment and pods, and label values are at most 63 characters"
 type GameSession struct {
 	metav1.TypeMeta `json:",inline"`
 	// Standard object metadata.

@@ -29,6 +29,10 @@ import (
 //
 // GameSession runs one game-server Deployment whose pods mount a shared
 // profile ConfigMap. When the profile's data change, the Deployment rolls out.
+// Its name is at most 63 characters, as it becomes a label value on the
+// Deployment and its pods. The limit is checked on create only (names are
+// immutable), so that a session stored before it existed can still be
+// updated and deleted.
 type GameSessionApplyConfiguration struct {
 	metav1.TypeMetaApplyConfiguration `json:""`
 	// Standard object metadata.
