@@ -65,14 +65,19 @@ func (s *sessionStatus) profileResolved(hash string) {
 		fmt.Sprintf(MessageProfileResolved, s.session.Spec.ProfileRef, hash))
 }
 
+// profileNotFound reports a profile the cache does not hold.
+func (s *sessionStatus) profileNotFound(selector string) {
+	s.setCondition(gamesv1.ConditionProfileResolved, metav1.ConditionFalse, gamesv1.ReasonProfileNotFound,
+		fmt.Sprintf(MessageProfileNotFound, s.session.Spec.ProfileRef, selector, s.session.Namespace))
+}
+
 // profileMissing reports a profile the cache does not hold, and the
 // Deployment, d (nil if none), that the controller leaves as it is meanwhile.
 // Ready never claims a spec the Deployment does not carry: a session scaled
 // while its profile is missing is not Ready with the old replica count.
 func (s *sessionStatus) profileMissing(selector string, d *appsv1.Deployment) {
 	ref := s.session.Spec.ProfileRef
-	s.setCondition(gamesv1.ConditionProfileResolved, metav1.ConditionFalse, gamesv1.ReasonProfileNotFound,
-		fmt.Sprintf(MessageProfileNotFound, ref, selector, s.session.Namespace))
+	s.profileNotFound(selector)
 	switch {
 	case d == nil:
 		s.notReady(gamesv1.ReasonWaitingForProfile, fmt.Sprintf(MessageWaitingForProfile, ref))

@@ -130,6 +130,9 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 	profile *corev1.ConfigMap, observed *appsv1.Deployment, status *sessionStatus) (bool, error) {
 	if observed != nil && (observed.DeletionTimestamp != nil || !metav1.IsControlledBy(observed, session)) {
 		c.blockedBy(session, observed, status)
+		if profile == nil {
+			status.profileNotFound(c.profileSelector) // one problem need not hide the other
+		}
 		return false, nil
 	}
 	if profile == nil {
