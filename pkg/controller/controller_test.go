@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -21,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/util/wait"
 	kubeinformers "k8s.io/client-go/informers"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
@@ -136,6 +136,20 @@ func (f *fixture) deploymentGeneration(action core.Action) (bool, runtime.Object
 	if obj, err := tracker.Get(gvr, ns, name); err == nil {
 		before = obj.(*appsv1.Deployment)
 	}
+	// A patch that names a resourceVersion applies only to that version.
+	if patch, ok := action.(core.PatchAction); ok && before != nil {
+		var precondition struct {
+			Metadata struct {
+				ResourceVersion string `json:"resourceVersion"`
+			} `json:"metadata"`
+		}
+		if err := json.Unmarshal(patch.GetPatch(), &precondition); err != nil {
+			return true, nil, err
+		}
+		if rv := precondition.Metadata.ResourceVersion; rv != "" && rv != before.ResourceVersion {
+			return true, nil, apierrors.NewConflict(appsv1.Resource("deployments"), name, errors.New("the object has been modified"))
+		}
+	}
 	// The fake's own reaction applies the request.
 	if _, _, err := core.ObjectReaction(tracker)(action); err != nil {
 		return true, nil, err
@@ -145,14 +159,6 @@ func (f *fixture) deploymentGeneration(action core.Action) (bool, runtime.Object
 		return true, nil, err
 	}
 	after := obj.(*appsv1.Deployment)
-	if before != nil && after.UID != before.UID {
-		// The API server refuses to change a UID; put the object back.
-		if err := tracker.Update(gvr, before, ns); err != nil {
-			return true, nil, err
-		}
-		return true, nil, apierrors.NewInvalid(appsv1.SchemeGroupVersion.WithKind("Deployment").GroupKind(), name,
-			field.ErrorList{field.Invalid(field.NewPath("metadata", "uid"), after.UID, "field is immutable")})
-	}
 	generation := int64(1)
 	if before != nil {
 		generation = before.Generation

@@ -223,11 +223,14 @@ func conflictingContainer(observed, desired *appsv1.Deployment) string {
 // deploymentPatch returns a strategic merge patch that sets the controller's
 // fields of observed to desired.
 //
-// A patch, unlike an update, carries no resourceVersion: kube-controller-manager
-// writes Deployment status all through a rollout, and an update from the cache
-// would often lose that race with a conflict and be retried. The patch carries
-// observed's UID instead, which the API server refuses to change, so it lands
-// on the Deployment that was read or on none.
+// The patch carries observed's resourceVersion, which makes it conditional:
+// it applies to exactly the Deployment the sync read, or the API server
+// answers Conflict and the sync runs again on a fresh copy. Nothing that
+// happened since the read (another writer's edit, an orphaning by the
+// garbage collector, a deletion and a new Deployment of the name) can be
+// written over. A profile fan-out patches Deployments that sit idle, so the
+// condition costs nothing there; during a rollout kube-controller-manager's
+// status writes can make it fail, and the retry is quiet and quick.
 //
 // Labels and annotations are patched key by key. The game server container
 // and the profile volume are merged into their lists by name, leaving the
@@ -240,7 +243,7 @@ func conflictingContainer(observed, desired *appsv1.Deployment) string {
 func deploymentPatch(observed, desired *appsv1.Deployment) ([]byte, error) {
 	diff := deploymentChanges(observed, desired)
 	dt := &desired.Spec.Template
-	metadata := map[string]any{"uid": observed.UID}
+	metadata := map[string]any{"resourceVersion": observed.ResourceVersion}
 	spec, template, templateMeta, podSpec := map[string]any{}, map[string]any{}, map[string]any{}, map[string]any{}
 	if diff.labels {
 		metadata["labels"] = desired.Labels

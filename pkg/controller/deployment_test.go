@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/utils/ptr"
 )
@@ -136,15 +135,12 @@ func applyPatch(t *testing.T, observed, desired *appsv1.Deployment) *appsv1.Depl
 	if err := json.Unmarshal(merged, patched); err != nil {
 		t.Fatal(err)
 	}
-	if patched.UID != observed.UID {
-		t.Errorf("the patch changed the UID: %s", patch)
-	}
 	return patched
 }
 
-// The patch names the UID it was computed for, so the API server refuses it
-// for a Deployment that took the name since.
-func TestDeploymentPatchCarriesUID(t *testing.T) {
+// The patch names the resourceVersion it was computed from, so the API
+// server applies it to exactly that version of the Deployment, or refuses it.
+func TestDeploymentPatchIsConditional(t *testing.T) {
 	session := newSession(testNamespace, "arena-1", "classic")
 	observed := apiServerDeployment(session, "old")
 	patch, err := deploymentPatch(observed, NewDeployment(session, "new"))
@@ -153,11 +149,11 @@ func TestDeploymentPatchCarriesUID(t *testing.T) {
 	}
 	var got struct {
 		Metadata struct {
-			UID types.UID `json:"uid"`
+			ResourceVersion string `json:"resourceVersion"`
 		} `json:"metadata"`
 	}
-	if err := json.Unmarshal(patch, &got); err != nil || got.Metadata.UID != observed.UID || observed.UID == "" {
-		t.Errorf("patch %s does not carry the observed UID %q", patch, observed.UID)
+	if err := json.Unmarshal(patch, &got); err != nil || got.Metadata.ResourceVersion != observed.ResourceVersion || observed.ResourceVersion == "" {
+		t.Errorf("patch %s does not carry the observed resourceVersion %q", patch, observed.ResourceVersion)
 	}
 }
 
@@ -170,7 +166,7 @@ func TestDeploymentPatchOfProfileChangeIsMinimal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := fmt.Sprintf(`{"metadata":{"uid":%q},"spec":{"template":{"metadata":{"annotations":{"games.example.com/profile-hash":"new"}}}}}`, observed.UID)
+	want := fmt.Sprintf(`{"metadata":{"resourceVersion":%q},"spec":{"template":{"metadata":{"annotations":{"games.example.com/profile-hash":"new"}}}}}`, observed.ResourceVersion)
 	if string(patch) != want {
 		t.Errorf("patch:\n got %s\nwant %s", patch, want)
 	}

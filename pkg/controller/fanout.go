@@ -84,10 +84,15 @@ func (f *profileFanOut) profileChanged(profileKey string) (sessions int, started
 // Until it is over, a session of the profile that syncs for another reason (a
 // Deployment status change, a resync) must not roll the new data ahead of the
 // fan-out, or a burst of edits would roll every busy session once per edit.
-func (f *profileFanOut) holdsBack(profileKey string) bool {
+// It returns how long the delay has still to run.
+func (f *profileFanOut) holdsBack(profileKey string) (time.Duration, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.holdingLocked(profileKey, f.clock.Now())
+	now := f.clock.Now()
+	if !f.holdingLocked(profileKey, now) {
+		return 0, false
+	}
+	return f.holding[profileKey].Sub(now), true
 }
 
 func (f *profileFanOut) holdingLocked(profileKey string, now time.Time) bool {

@@ -16,6 +16,7 @@ import (
 // (gamesv1.Reason*); the messages tell the user what to do.
 const (
 	MessageProfileResolved     = "Profile ConfigMap %q is rolled into the Deployment (hash %s)"
+	MessageProfileFound        = "Profile ConfigMap %q found (hash %s); it is rolled out once the session has a Deployment of its own"
 	MessageProfileNotFound     = "No ConfigMap %q matching %q in namespace %q: create it, or add the label if it exists. The Deployment, if any, is left running as it is"
 	MessageWaitingForProfile   = "Waiting for profile ConfigMap %q before creating the Deployment"
 	MessageSpecWaitsForProfile = "The spec is not applied until profile ConfigMap %q is back; the Deployment is left as it was, with %d of %d game servers ready"
@@ -65,26 +66,32 @@ func (s *sessionStatus) profileResolved(hash string) {
 		fmt.Sprintf(MessageProfileResolved, s.session.Spec.ProfileRef, hash))
 }
 
+// profileFound reports a profile that exists but is not rolled into a
+// Deployment, as the session has none it may write to.
+func (s *sessionStatus) profileFound(hash string) {
+	s.setCondition(gamesv1.ConditionProfileResolved, metav1.ConditionTrue, gamesv1.ReasonProfileResolved,
+		fmt.Sprintf(MessageProfileFound, s.session.Spec.ProfileRef, hash))
+}
+
 // profileNotFound reports a profile the cache does not hold.
 func (s *sessionStatus) profileNotFound(selector string) {
 	s.setCondition(gamesv1.ConditionProfileResolved, metav1.ConditionFalse, gamesv1.ReasonProfileNotFound,
 		fmt.Sprintf(MessageProfileNotFound, s.session.Spec.ProfileRef, selector, s.session.Namespace))
 }
 
-// profileMissing reports a profile the cache does not hold, and the
-// Deployment, d (nil if none), that the controller leaves as it is meanwhile.
+// profileMissing reports on the Deployment, d (nil if none), that the
+// controller leaves as it is while the session's profile is missing.
 // Ready never claims a spec the Deployment does not carry: a session scaled
 // while its profile is missing is not Ready with the old replica count.
-func (s *sessionStatus) profileMissing(selector string, d *appsv1.Deployment) {
+func (s *sessionStatus) profileMissing(d *appsv1.Deployment) {
 	ref := s.session.Spec.ProfileRef
-	s.profileNotFound(selector)
 	switch {
 	case d == nil:
 		s.notReady(gamesv1.ReasonWaitingForProfile, fmt.Sprintf(MessageWaitingForProfile, ref))
 	case specApplied(d, s.session):
 		s.deployment(d)
 	default:
-		s.status.Replicas, s.status.ReadyReplicas = d.Status.Replicas, d.Status.ReadyReplicas
+		s.replicas(d)
 		s.notReady(gamesv1.ReasonWaitingForProfile,
 			fmt.Sprintf(MessageSpecWaitsForProfile, ref, d.Status.ReadyReplicas, ptr.Deref(d.Spec.Replicas, 1)))
 	}
@@ -96,11 +103,15 @@ func specApplied(d *appsv1.Deployment, session *gamesv1.GameSession) bool {
 	return !deploymentNeedsUpdate(d, NewDeployment(session, d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]))
 }
 
+// replicas records the Deployment's replica counts.
+func (s *sessionStatus) replicas(d *appsv1.Deployment) {
+	s.status.Replicas, s.status.ReadyReplicas = d.Status.Replicas, d.Status.ReadyReplicas
+}
+
 // deployment records the Deployment's replica counts and whether it is
 // fully rolled out and ready.
 func (s *sessionStatus) deployment(d *appsv1.Deployment) {
-	s.status.Replicas = d.Status.Replicas
-	s.status.ReadyReplicas = d.Status.ReadyReplicas
+	s.replicas(d)
 	want := ptr.Deref(d.Spec.Replicas, 1)
 	if deploymentComplete(d) {
 		s.setCondition(gamesv1.ConditionReady, metav1.ConditionTrue, gamesv1.ReasonDeploymentReady,
@@ -109,6 +120,12 @@ func (s *sessionStatus) deployment(d *appsv1.Deployment) {
 	}
 	s.setCondition(gamesv1.ConditionReady, metav1.ConditionFalse, gamesv1.ReasonDeploymentProgressing,
 		fmt.Sprintf(MessageDeploymentRolling, d.Status.ReadyReplicas, want, d.Status.UpdatedReplicas))
+}
+
+// deploymentInvalid reports a Deployment the API server refused. Retrying
+// cannot help until the session's spec changes, which enqueues it again.
+func (s *sessionStatus) deploymentInvalid(err error) {
+	s.notReady(gamesv1.ReasonDeploymentInvalid, fmt.Sprintf(MessageDeploymentInvalid, s.session.Name, err))
 }
 
 func (s *sessionStatus) notReady(reason, message string) {

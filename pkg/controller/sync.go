@@ -24,10 +24,6 @@ import (
 // label-filtered cache, and then no event announces that it is gone.
 const deletionRecheckInterval = 2 * time.Second
 
-// errNotControlled says that the Deployment of the session's name turned out,
-// on a live read, to be controlled by something else.
-var errNotControlled = errors.New("deployment not controlled by the GameSession")
-
 // containerConflictError says that a container other than the game server
 // declares the game server's ports, so the controller will not write its own.
 type containerConflictError struct{ container string }
@@ -45,8 +41,10 @@ func (e containerConflictError) Error() string {
 // behind the controller's own writes is handled where it shows: a create
 // answered AlreadyExists leads to a live read of the Deployment; a sync that
 // finds the Deployment older than the generation our last patch produced
-// waits for the watch event (writeExpectations); a status update from a stale
-// copy is refused with a conflict and retried once the cache has caught up.
+// waits for the watch event (writeExpectations); a patch or a status update
+// computed from a stale copy is refused with a conflict (both carry the
+// resourceVersion they were computed from) and retried once the cache has
+// caught up.
 func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 	namespace, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
@@ -128,93 +126,121 @@ func (c *Controller) readInputs(session *gamesv1.GameSession) (*corev1.ConfigMap
 // error, which is for what a retry can fix.
 func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.GameSession,
 	profile *corev1.ConfigMap, observed *appsv1.Deployment, status *sessionStatus) (bool, error) {
-	if observed != nil && (observed.DeletionTimestamp != nil || !metav1.IsControlledBy(observed, session)) {
+	if profile == nil {
+		status.profileNotFound(c.profileSelector)
+	} else {
+		// Until the Deployment carries it, the profile is only found.
+		status.profileFound(c.profileHashes.hash(profile))
+	}
+	if observed != nil && blocks(observed, session) {
 		c.blockedBy(session, observed, status)
-		if profile == nil {
-			status.profileNotFound(c.profileSelector) // one problem need not hide the other
-		}
 		return false, nil
 	}
 	if profile == nil {
 		// A running game server is never torn down or changed for a bad
 		// profile: report it and leave the Deployment exactly as it is.
-		status.profileMissing(c.profileSelector, observed)
+		status.profileMissing(observed)
 		return false, nil
 	}
 
-	desired := c.desiredDeployment(session, profile, observed)
-	current, wrote, err := c.writeDeployment(ctx, session, observed, desired)
+	wrote := false
+	if observed == nil {
+		created, live, err := c.createDeployment(ctx, session, NewDeployment(session, c.profileHashes.hash(profile)))
+		switch {
+		case apierrors.IsInvalid(err):
+			status.deploymentInvalid(err)
+			return false, nil
+		case err != nil:
+			return false, err
+		case created != nil:
+			observed, wrote = created, true
+		case blocks(live, session):
+			c.blockedBy(session, live, status)
+			return false, nil
+		default:
+			observed = live // ours, hidden from the cache: patch it below
+		}
+	}
+
+	desired := c.desiredDeployment(ctx, session, profile, observed)
+	current, patched, err := c.patchDeployment(ctx, session, observed, desired)
 	var conflict containerConflictError
 	switch {
-	case errors.Is(err, errNotControlled):
-		c.blockedBy(session, current, status)
-		return false, nil
 	case errors.As(err, &conflict):
+		status.replicas(observed)
 		status.notReady(gamesv1.ReasonContainerConflict,
 			fmt.Sprintf(MessageContainerConflict, conflict.container, desired.Name, gameServerContainerName))
-		return false, nil
+		return wrote, nil
 	case apierrors.IsInvalid(err):
-		// Retrying cannot help until the session's spec changes, which
-		// enqueues it again; say why on the session instead.
-		status.notReady(gamesv1.ReasonDeploymentInvalid, fmt.Sprintf(MessageDeploymentInvalid, desired.Name, err))
-		return false, nil
+		status.deploymentInvalid(err)
+		return wrote, nil
 	case err != nil:
-		return false, err
+		return wrote, err
 	}
 	status.profileResolved(desired.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation])
 	status.deployment(current)
-	return wrote, nil
+	return wrote || patched, nil
+}
+
+// blocks reports whether d, the Deployment of the session's name, is one the
+// session may not write: being deleted, or not controlled by the session.
+func blocks(d *appsv1.Deployment, session *gamesv1.GameSession) bool {
+	return d.DeletionTimestamp != nil || !metav1.IsControlledBy(d, session)
 }
 
 // desiredDeployment returns the Deployment the session wants. While a change
 // of its profile waits out the fan-out delay, the session keeps the profile
 // hash its Deployment has, unless the Deployment needs a write anyway (the
 // session's spec changed): that write takes the new profile along, so the
-// game servers restart once, not twice.
-func (c *Controller) desiredDeployment(session *gamesv1.GameSession, profile *corev1.ConfigMap, observed *appsv1.Deployment) *appsv1.Deployment {
+// game servers restart once, not twice. A session held back is queued again
+// for the end of the delay, so that its roll never depends on another event.
+func (c *Controller) desiredDeployment(ctx context.Context, session *gamesv1.GameSession,
+	profile *corev1.ConfigMap, observed *appsv1.Deployment) *appsv1.Deployment {
 	desired := NewDeployment(session, c.profileHashes.hash(profile))
-	if observed == nil || !c.fanOut.holdsBack(profileKey(profile.Namespace, profile.Name)) {
-		return desired
-	}
 	rolled := rolledProfileHash(observed, profile.Name)
-	if rolled == "" {
+	if rolled == "" || rolled == desired.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation] {
 		return desired
 	}
-	if held := NewDeployment(session, rolled); !deploymentNeedsUpdate(observed, held) {
-		return held
+	remaining, holding := c.fanOut.holdsBack(profileKey(profile.Namespace, profile.Name))
+	if !holding {
+		return desired
 	}
-	return desired
+	held := NewDeployment(session, rolled)
+	if deploymentNeedsUpdate(observed, held) {
+		return desired
+	}
+	klog.FromContext(ctx).V(4).Info("Profile change held back until the fan-out delay ends", "remaining", remaining)
+	c.queue.AddAfter(cache.MetaObjectToName(session).String(), remaining)
+	return held
 }
 
-// writeDeployment makes the session's Deployment match desired and returns it
-// as the API server now has it, and whether it changed it. It creates the
-// Deployment when the cache holds none and patches only the fields that
-// differ otherwise.
-func (c *Controller) writeDeployment(ctx context.Context, session *gamesv1.GameSession,
-	observed, desired *appsv1.Deployment) (*appsv1.Deployment, bool, error) {
-	logger := klog.FromContext(ctx)
+// createDeployment creates the session's Deployment. If the name is taken by
+// a Deployment the cache does not hold, it returns that Deployment, read live,
+// instead: the session's own, created moments ago or stripped of the
+// managed-by label that the cache filters on, or someone else's. Only a live
+// read can tell, and this is the one place the controller makes one.
+func (c *Controller) createDeployment(ctx context.Context, session *gamesv1.GameSession,
+	desired *appsv1.Deployment) (created, live *appsv1.Deployment, err error) {
 	client := c.kubeClient.AppsV1().Deployments(session.Namespace)
-	if observed == nil {
-		created, err := client.Create(ctx, desired, metav1.CreateOptions{FieldManager: Name})
-		if err == nil {
-			logger.V(2).Info("Created Deployment", "deployment", klog.KObj(created))
-			c.recorder.Eventf(session, corev1.EventTypeNormal, EventReasonCreated, MessageDeploymentCreated, created.Name)
-			return created, true, nil
-		}
-		if !apierrors.IsAlreadyExists(err) {
-			return nil, false, err
-		}
-		// The name is taken by a Deployment the cache does not hold: ours,
-		// created moments ago or stripped of the managed-by label that the
-		// cache filters on, or someone else's. Only a live read can tell, and
-		// this is the one place the controller makes one.
-		if observed, err = client.Get(ctx, desired.Name, metav1.GetOptions{}); err != nil {
-			return nil, false, err // deleted meanwhile: the retry creates it
-		}
-		if observed.DeletionTimestamp != nil || !metav1.IsControlledBy(observed, session) {
-			return observed, false, errNotControlled
-		}
+	created, err = client.Create(ctx, desired, metav1.CreateOptions{FieldManager: Name})
+	if err == nil {
+		klog.FromContext(ctx).V(2).Info("Created Deployment", "deployment", klog.KObj(created))
+		c.recorder.Eventf(session, corev1.EventTypeNormal, EventReasonCreated, MessageDeploymentCreated, created.Name)
+		return created, nil, nil
 	}
+	if !apierrors.IsAlreadyExists(err) {
+		return nil, nil, err
+	}
+	// NotFound: deleted meanwhile, and the retry creates it.
+	live, err = client.Get(ctx, desired.Name, metav1.GetOptions{})
+	return nil, live, err
+}
+
+// patchDeployment patches the controller's fields of observed that differ
+// from desired, and returns the Deployment as the API server now has it and
+// whether the patch changed it.
+func (c *Controller) patchDeployment(ctx context.Context, session *gamesv1.GameSession,
+	observed, desired *appsv1.Deployment) (*appsv1.Deployment, bool, error) {
 	if !deploymentNeedsUpdate(observed, desired) {
 		return observed, false, nil
 	}
@@ -225,21 +251,17 @@ func (c *Controller) writeDeployment(ctx context.Context, session *gamesv1.GameS
 	if err != nil {
 		return nil, false, err
 	}
-	patched, err := client.Patch(ctx, desired.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: Name})
-	if isUIDMismatch(err) {
-		// The Deployment we read was deleted and another took its name; the
-		// patch carries our copy's UID, so the API server refused to touch
-		// the newcomer. Its events are on their way: sync again then.
-		return nil, false, apierrors.NewConflict(appsv1.Resource("deployments"), desired.Name, err)
-	}
+	// A Conflict means the Deployment changed since it was read: the sync
+	// runs again, quietly, once the cache has the new version.
+	patched, err := c.kubeClient.AppsV1().Deployments(session.Namespace).Patch(ctx, desired.Name,
+		types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: Name})
 	if err != nil {
 		return nil, false, err
 	}
-	// An unchanged resourceVersion means the server had it already: our cache
-	// had not yet seen our own previous write.
+	// An unchanged resourceVersion means the server had it already.
 	wrote := patched.ResourceVersion != observed.ResourceVersion
 	if wrote {
-		logger.V(2).Info("Patched Deployment", "deployment", klog.KObj(patched), "patch", string(patch))
+		klog.FromContext(ctx).V(2).Info("Patched Deployment", "deployment", klog.KObj(patched), "patch", string(patch))
 	}
 	if patched.Generation > observed.Generation {
 		c.expectations.expect(cache.MetaObjectToName(session).String(), patched)
@@ -317,24 +339,6 @@ func needsUser(reason string) bool {
 	switch reason {
 	case gamesv1.ReasonDeploymentNotControlled, gamesv1.ReasonDeploymentInvalid, gamesv1.ReasonContainerConflict:
 		return true
-	}
-	return false
-}
-
-// isUIDMismatch reports whether the API server refused a patch because the
-// patch's metadata.uid names another object than the one of that name now.
-func isUIDMismatch(err error) bool {
-	if !apierrors.IsInvalid(err) {
-		return false
-	}
-	var status apierrors.APIStatus
-	if !errors.As(err, &status) || status.Status().Details == nil {
-		return false
-	}
-	for _, cause := range status.Status().Details.Causes {
-		if cause.Field == "metadata.uid" {
-			return true
-		}
 	}
 	return false
 }

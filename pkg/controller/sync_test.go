@@ -442,11 +442,12 @@ func TestSyncCreateAlreadyExists(t *testing.T) {
 	}
 }
 
-// A Deployment that the cache still holds but that was deleted, and whose
-// name another Deployment took since, is never patched: the patch names the
-// UID it was computed for, the API server refuses it, and the sync retries
-// once the cache has caught up.
-func TestSyncNeverPatchesADeploymentThatTookTheName(t *testing.T) {
+// A Deployment that changed since the cache saw it is never patched on the
+// strength of the stale copy: another Deployment that took the name since, or
+// ours, orphaned by the garbage collector a moment ago. The patch names the
+// resourceVersion it was computed from, the API server refuses it, and the
+// sync retries once the cache has caught up.
+func TestSyncNeverPatchesAChangedDeployment(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	profile := newProfile(testNamespace, "classic", classicData)
 	session := newSession(testNamespace, "arena-1", "classic")
@@ -456,6 +457,7 @@ func TestSyncNeverPatchesADeploymentThatTookTheName(t *testing.T) {
 	newcomer := cached.DeepCopy()
 	newcomer.UID = "someone-elses"
 	newcomer.OwnerReferences = nil
+	newcomer.ResourceVersion = bumpVersion(cached.ResourceVersion)
 	if err := f.kubeClient.Tracker().Add(newcomer); err != nil {
 		t.Fatal(err)
 	}
