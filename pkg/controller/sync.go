@@ -19,10 +19,14 @@ import (
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 )
 
-// deletionRecheckInterval is how often a session blocked by a Deployment that
-// is going away looks again. Such a Deployment may be outside the controller's
-// label-filtered cache, and then no event announces that it is gone.
-const deletionRecheckInterval = 2 * time.Second
+// How often a session blocked by a Deployment of its name looks again. The
+// Deployment may be outside the controller's label-filtered cache, and then
+// no event announces that it is gone: one being deleted goes by itself, soon;
+// a foreign one goes when a user deletes it, as the session's status asks.
+const (
+	deletionRecheckInterval = 2 * time.Second
+	foreignRecheckInterval  = 10 * time.Second
+)
 
 // containerConflictError says that a container other than the game server
 // declares the game server's ports, so the controller will not write its own.
@@ -274,12 +278,14 @@ func (c *Controller) patchDeployment(ctx context.Context, session *gamesv1.GameS
 // garbage collector will remove by itself, or a foreign one, which only a user
 // can remove. The controller never modifies either.
 func (c *Controller) blockedBy(session *gamesv1.GameSession, d *appsv1.Deployment, status *sessionStatus) {
+	key := cache.MetaObjectToName(session).String()
 	if d.DeletionTimestamp != nil || controlledByEarlierSession(d, session) {
 		status.notReady(gamesv1.ReasonDeploymentDeleting, fmt.Sprintf(MessageDeploymentDeleting, d.Name))
-		c.queue.AddAfter(cache.MetaObjectToName(session).String(), deletionRecheckInterval)
+		c.queue.AddAfter(key, deletionRecheckInterval)
 		return
 	}
 	status.notReady(gamesv1.ReasonDeploymentNotControlled, fmt.Sprintf(MessageNotControlled, d.Name))
+	c.queue.AddAfter(key, foreignRecheckInterval)
 }
 
 // controlledByEarlierSession reports whether d is controlled by a GameSession
