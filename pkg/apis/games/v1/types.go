@@ -100,10 +100,13 @@ type GameSessionSpec struct {
 	ProfileRef string `json:"profileRef"`
 
 	// image is the game server's container image, e.g. registry.example.com/arena:1.4.2.
+	// It must not contain whitespace, nor begin or end with any Unicode space
+	// (a no-break space, say), which Kubernetes refuses in a Pod's image.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=512
 	// +kubebuilder:validation:XValidation:rule="!self.matches('\\\\s')",message="image must not contain whitespace"
+	// +kubebuilder:validation:XValidation:rule="self == self.trim()",message="image must not begin or end with a whitespace character (Kubernetes refuses an image with leading or trailing Unicode space, such as a no-break space)"
 	Image string `json:"image"`
 
 	// replicas is the number of game server pods. Defaults to 1.
@@ -129,12 +132,16 @@ type GameSessionSpec struct {
 
 // GameServerPort is one port the game server listens on.
 type GameServerPort struct {
-	// name of the port, unique within the session (an IANA service name,
-	// at most 15 characters), e.g. "game" or "query".
+	// name of the port, unique within the session: an IANA service name of at
+	// most 15 lowercase letters, digits and '-', with at least one letter,
+	// beginning and ending with a letter or digit, and no "--"; e.g. "game"
+	// or "query".
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=15
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('[a-z]')",message="port name must contain at least one letter (an IANA service name cannot be digits only)"
+	// +kubebuilder:validation:XValidation:rule="!self.contains('--')",message="port name must not contain '--' (an IANA service name cannot have adjacent hyphens)"
 	Name string `json:"name"`
 
 	// containerPort is the port number inside the container, 1 to 65535.
@@ -152,17 +159,29 @@ type GameServerPort struct {
 
 // GameServerResources are the compute resources of the game server container.
 // It is the requests/limits part of a container's resources, without the
-// fields a game server has no use for.
+// fields a game server has no use for. A request must not exceed the limit
+// of the same resource.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.requests) || !has(self.limits) || ['cpu', 'memory', 'ephemeral-storage'].all(k, !(k in self.requests) || !(k in self.limits) || !isQuantity(string(self.requests[k])) || !isQuantity(string(self.limits[k])) || quantity(string(self.requests[k])).compareTo(quantity(string(self.limits[k]))) <= 0)",message="each request must be less than or equal to the limit of the same resource"
 type GameServerResources struct {
 	// requests is the minimum amount of each resource the game server needs,
-	// e.g. cpu: 500m, memory: 256Mi.
+	// e.g. cpu: 500m, memory: 256Mi. Resource names are cpu, memory and
+	// ephemeral-storage; each value a non-negative quantity.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=8
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k in ['cpu', 'memory', 'ephemeral-storage'])",message="requests may name only the resources cpu, memory and ephemeral-storage"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, isQuantity(string(self[k])))",message="each request must be a valid quantity, e.g. 500m or 256Mi"
+	// +kubebuilder:validation:XValidation:rule="['cpu', 'memory', 'ephemeral-storage'].all(k, !(k in self) || !isQuantity(string(self[k])) || !quantity(string(self[k])).isLessThan(quantity('0')))",message="each request must not be negative"
 	Requests corev1.ResourceList `json:"requests,omitempty"`
 
 	// limits is the maximum amount of each resource the game server may use.
+	// Resource names are cpu, memory and ephemeral-storage; each value a
+	// non-negative quantity.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=8
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k in ['cpu', 'memory', 'ephemeral-storage'])",message="limits may name only the resources cpu, memory and ephemeral-storage"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, isQuantity(string(self[k])))",message="each limit must be a valid quantity, e.g. 500m or 256Mi"
+	// +kubebuilder:validation:XValidation:rule="['cpu', 'memory', 'ephemeral-storage'].all(k, !(k in self) || !isQuantity(string(self[k])) || !quantity(string(self[k])).isLessThan(quantity('0')))",message="each limit must not be negative"
 	Limits corev1.ResourceList `json:"limits,omitempty"`
 }
 

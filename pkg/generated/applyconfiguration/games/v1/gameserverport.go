@@ -27,8 +27,10 @@ import (
 //
 // GameServerPort is one port the game server listens on.
 type GameServerPortApplyConfiguration struct {
-	// name of the port, unique within the session (an IANA service name,
-	// at most 15 characters), e.g. "game" or "query".
+	// name of the port, unique within the session: an IANA service name of at
+	// most 15 lowercase letters, digits and '-', with at least one letter,
+	// beginning and ending with a letter or digit, and no "--"; e.g. "game"
+	// or "query".
 	Name *string `json:"name,omitempty"`
 	// containerPort is the port number inside the container, 1 to 65535.
 	ContainerPort *int32 `json:"containerPort,omitempty"`

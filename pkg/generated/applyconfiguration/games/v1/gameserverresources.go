@@ -27,12 +27,16 @@ import (
 //
 // GameServerResources are the compute resources of the game server container.
 // It is the requests/limits part of a container's resources, without the
-// fields a game server has no use for.
+// fields a game server has no use for. A request must not exceed the limit
+// of the same resource.
 type GameServerResourcesApplyConfiguration struct {
 	// requests is the minimum amount of each resource the game server needs,
-	// e.g. cpu: 500m, memory: 256Mi.
+	// e.g. cpu: 500m, memory: 256Mi. Resource names are cpu, memory and
+	// ephemeral-storage; each value a non-negative quantity.
 	Requests *corev1.ResourceList `json:"requests,omitempty"`
 	// limits is the maximum amount of each resource the game server may use.
+	// Resource names are cpu, memory and ephemeral-storage; each value a
+	// non-negative quantity.
 	Limits *corev1.ResourceList `json:"limits,omitempty"`
 }
 

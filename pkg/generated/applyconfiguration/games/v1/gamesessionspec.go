@@ -30,6 +30,8 @@ type GameSessionSpecApplyConfiguration struct {
 	// namespace field: a session can only use its own namespace's profiles.
 	ProfileRef *string `json:"profileRef,omitempty"`
 	// image is the game server's container image, e.g. registry.example.com/arena:1.4.2.
+	// It must not contain whitespace, nor begin or end with any Unicode space
+	// (a no-break space, say), which Kubernetes refuses in a Pod's image.
 	Image *string `json:"image,omitempty"`
 	// replicas is the number of game server pods. Defaults to 1.
 	Replicas *int32 `json:"replicas,omitempty"`
