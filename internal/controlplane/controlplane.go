@@ -4,7 +4,9 @@
 //
 // The binaries come from hack/build-controlplane.sh (`make controlplane`).
 // Every process binds 127.0.0.1 only and lives in a fresh temporary directory
-// that also holds its log (<Dir>/<component>.log).
+// that also holds its log (<Dir>/<component>.log). For fault injection,
+// kube-apiserver can be stopped and started again, and etcd restarted
+// (restart.go).
 package controlplane
 
 import (
@@ -50,6 +52,10 @@ type Options struct {
 	// Without it the ServiceAccount and TaintNodesByCondition admission
 	// plugins are disabled, so that pods are still admitted and scheduled.
 	ControllerManager bool
+	// ControllerManagerFlags are added to kube-controller-manager's flags,
+	// after (so overriding) the ones Start sets: tests that roll out
+	// thousands of Deployments raise its rate limit and parallelism.
+	ControllerManagerFlags []string
 	// Out receives progress messages; nil discards them.
 	Out io.Writer
 }
@@ -59,14 +65,31 @@ type ControlPlane struct {
 	dir        string
 	out        io.Writer
 	apiURL     string
+	etcdURL    string
 	caData     []byte
+	caPinned   bool // caData is final: a restarted apiserver must serve it
 	adminToken string
 	kubeconfig string
 
-	procs []*process // in start order; stopped in reverse
+	// etcd and apiserver are kept to restart them (restart.go): same
+	// binary, flags, ports, data directory and certificates.
+	etcd, apiserver component
+	certDir         string
+
+	// mu guards procs, which restarts replace in place, and closed.
+	mu     sync.Mutex
+	procs  []*process // in start order; stopped in reverse
+	closed bool       // Stop has begun: no more restarts
 
 	stopOnce sync.Once
 	stopErr  error
+}
+
+// component is how to start one process again.
+type component struct {
+	name string
+	bin  string
+	args []string
 }
 
 // ErrBinariesMissing is returned (wrapped) by Start when a binary is absent.
@@ -116,31 +139,31 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	// etcd
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdClient)
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPeer)
-	etcd, err := cp.launch("etcd", bins.etcd,
+	cp.etcd = component{name: "etcd", bin: bins.etcd, args: []string{
 		"--name=default",
-		"--data-dir="+filepath.Join(dir, "etcd"),
-		"--listen-client-urls="+etcdURL,
-		"--advertise-client-urls="+etcdURL,
-		"--listen-peer-urls="+peerURL,
+		"--data-dir=" + filepath.Join(dir, "etcd"),
+		"--listen-client-urls=" + etcdURL,
+		"--advertise-client-urls=" + etcdURL,
+		"--listen-peer-urls=" + peerURL,
 		// Spelled out so etcd's localhost:2380 defaults never appear.
-		"--initial-advertise-peer-urls="+peerURL,
-		"--initial-cluster=default="+peerURL,
+		"--initial-advertise-peer-urls=" + peerURL,
+		"--initial-cluster=default=" + peerURL,
 		"--unsafe-no-fsync", // tests do not need durability; fsync dominates etcd latency
-	)
+	}}
+	cp.etcdURL = etcdURL
+	etcd, err := cp.launch(cp.etcd.name, cp.etcd.bin, cp.etcd.args...)
 	if err != nil {
 		return nil, err
 	}
-	if err := cp.waitReady(ctx, etcd, func(ctx context.Context) (bool, error) {
-		return etcdHealthy(ctx, etcdURL)
-	}); err != nil {
+	if err := cp.waitReady(ctx, etcd, cp.etcdReady); err != nil {
 		return nil, err
 	}
 
 	// kube-apiserver
-	certDir := filepath.Join(dir, "apiserver-certs")
+	cp.certDir = filepath.Join(dir, "apiserver-certs")
 	apiArgs := []string{
 		"--etcd-servers=" + etcdURL,
-		"--cert-dir=" + certDir,
+		"--cert-dir=" + cp.certDir,
 		"--secure-port=" + fmt.Sprint(apiPort),
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
@@ -162,32 +185,17 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		// TaintNodesByCondition puts on every new node.
 		apiArgs = append(apiArgs, "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition")
 	}
-	apiserver, err := cp.launch("kube-apiserver", bins.apiserver, apiArgs...)
+	cp.apiserver = component{name: "kube-apiserver", bin: bins.apiserver, args: apiArgs}
+	apiserver, err := cp.launch(cp.apiserver.name, cp.apiserver.bin, cp.apiserver.args...)
 	if err != nil {
 		return nil, err
 	}
 	cp.apiURL = fmt.Sprintf("https://127.0.0.1:%d", apiPort)
-	var client kubernetes.Interface
-	if err := cp.waitReady(ctx, apiserver, func(ctx context.Context) (bool, error) {
-		// The apiserver self-signs its serving certificate at start-up;
-		// trusting that CA avoids disabling TLS verification. The file is
-		// re-read until /readyz answers, in case it was caught half-written.
-		ca, ok := readServingCA(filepath.Join(certDir, "apiserver.crt"))
-		if !ok {
-			return false, nil
-		}
-		cp.caData = ca
-		c, err := kubernetes.NewForConfig(cp.RESTConfig())
-		if err != nil {
-			return false, err
-		}
-		body, err := c.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
-		if err != nil || string(body) != "ok" {
-			return false, nil
-		}
-		client = c
-		return true, nil
-	}); err != nil {
+	if err := cp.waitReady(ctx, apiserver, cp.apiServerReady); err != nil {
+		return nil, err
+	}
+	client, err := kubernetes.NewForConfig(cp.RESTConfig())
+	if err != nil {
 		return nil, err
 	}
 	caFile := filepath.Join(dir, "ca.crt")
@@ -203,15 +211,17 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	// their readiness times overlap, which keeps start-up short.
 	var kcm, kwok *process
 	if opts.ControllerManager {
-		kcm, err = cp.launch("kube-controller-manager", bins.controllerManager,
-			"--kubeconfig="+cp.kubeconfig,
+		kcmArgs := []string{
+			"--kubeconfig=" + cp.kubeconfig,
 			"--leader-elect=false",
 			"--controllers=*",
 			"--secure-port=0",
-			"--service-account-private-key-file="+files.saPrivateKey,
+			"--service-account-private-key-file=" + files.saPrivateKey,
 			// Published to namespaces as kube-root-ca.crt.
-			"--root-ca-file="+caFile,
-		)
+			"--root-ca-file=" + caFile,
+		}
+		kcmArgs = append(kcmArgs, opts.ControllerManagerFlags...)
+		kcm, err = cp.launch("kube-controller-manager", bins.controllerManager, kcmArgs...)
 		if err != nil {
 			return nil, err
 		}
@@ -273,6 +283,11 @@ func (cp *ControlPlane) stop(keepDir bool) error {
 	cp.stopOnce.Do(func() {
 		begin := time.Now()
 		var errs []error
+		// Held throughout, so that a restart in progress cannot launch a
+		// process after its slot was stopped.
+		cp.mu.Lock()
+		defer cp.mu.Unlock()
+		cp.closed = true
 		for i := len(cp.procs) - 1; i >= 0; i-- {
 			errs = append(errs, cp.procs[i].stop(stopGrace, cp.out))
 		}

@@ -28,11 +28,25 @@ type process struct {
 	stopping bool // set before we signal it, so its exit is not "unexpected"
 }
 
-// launch starts a component with its stdout and stderr in <dir>/<name>.log.
+// launch starts a component with its stdout and stderr in <dir>/<name>.log
+// and adds it to the processes Stop stops.
 func (cp *ControlPlane) launch(name, bin string, args ...string) (*process, error) {
+	p, err := cp.startProcess(name, bin, args)
+	if err != nil {
+		return nil, err
+	}
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	cp.procs = append(cp.procs, p)
+	return p, nil
+}
+
+// startProcess starts a component. Its log is appended to, so that a
+// restarted component's log follows on from its previous life.
+func (cp *ControlPlane) startProcess(name, bin string, args []string) (*process, error) {
 	fmt.Fprintf(cp.out, "controlplane: starting %s...\n", name)
 	logPath := filepath.Join(cp.dir, name+".log")
-	logFile, err := os.Create(logPath)
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +65,6 @@ func (cp *ControlPlane) launch(name, bin string, args ...string) (*process, erro
 		p.waitErr = cmd.Wait()
 		close(p.done)
 	}()
-	cp.procs = append(cp.procs, p)
 	return p, nil
 }
 
@@ -82,7 +95,14 @@ func spawn(cmd *exec.Cmd) error {
 // waitReady polls check until it reports true, the process exits, the
 // readiness timeout passes or ctx ends.
 func (cp *ControlPlane) waitReady(ctx context.Context, p *process, check func(context.Context) (bool, error)) error {
-	deadline := time.NewTimer(readyTimeout)
+	return cp.waitReadySince(ctx, p, p.started, readyTimeout, check)
+}
+
+// waitReadySince is waitReady with another timeout, for a process that may
+// have become unready after it started (a restart); begin is when, for the
+// progress message.
+func (cp *ControlPlane) waitReadySince(ctx context.Context, p *process, begin time.Time, timeout time.Duration, check func(context.Context) (bool, error)) error {
+	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
@@ -95,14 +115,14 @@ func (cp *ControlPlane) waitReady(ctx context.Context, p *process, check func(co
 			return p.failure(fmt.Sprintf("readiness check failed: %v", err))
 		}
 		if ok {
-			fmt.Fprintf(cp.out, "controlplane: %s ready in %.1fs\n", p.name, time.Since(p.started).Seconds())
+			fmt.Fprintf(cp.out, "controlplane: %s ready in %.1fs\n", p.name, time.Since(begin).Seconds())
 			return nil
 		}
 		select {
 		case <-p.done:
 			return p.failure(fmt.Sprintf("exited during start-up: %v", p.waitErr))
 		case <-deadline.C:
-			return p.failure(fmt.Sprintf("not ready within %s", readyTimeout))
+			return p.failure(fmt.Sprintf("not ready within %s", timeout))
 		case <-ctx.Done():
 			return fmt.Errorf("controlplane: %s start-up aborted: %w", p.name, context.Cause(ctx))
 		case <-tick.C:
@@ -112,6 +132,8 @@ func (cp *ControlPlane) waitReady(ctx context.Context, p *process, check func(co
 
 // checkRunning reports the first component that has already exited.
 func (cp *ControlPlane) checkRunning() error {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
 	for _, p := range cp.procs {
 		select {
 		case <-p.done:

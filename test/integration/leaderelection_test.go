@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/example/gamesession-controller/cmd/gamesession-controller/app"
+	"github.com/example/gamesession-controller/internal/testutil"
 	"github.com/example/gamesession-controller/pkg/controller"
 )
 
@@ -30,7 +31,7 @@ func TestLeaderElectionFailover(t *testing.T) {
 	}
 	leaseID := "gamesession-controller-" + e.ns
 	args := []string{"--leader-elect", "--leader-election-namespace=" + e.ns, "--leader-election-id=" + leaseID}
-	replicas := []*controllerProcess{
+	replicas := []*testutil.ControllerProcess{
 		e.startControllerProcess("replica-a", cp.KubeconfigPath(), nil, args...),
 		e.startControllerProcess("replica-b", cp.KubeconfigPath(), nil, args...),
 	}
@@ -49,60 +50,60 @@ func TestLeaderElectionFailover(t *testing.T) {
 		hash := controller.ProfileHash(e.profile("arena"))
 		return e.deploymentsCarry(names, hash)
 	})
-	var leader, standby *controllerProcess
+	var leader, standby *testutil.ControllerProcess
 	for _, p := range replicas {
-		switch p.identity() {
+		switch p.Identity() {
 		case holder:
 			leader = p
 		case "":
-			t.Fatalf("%s logged no leader election identity", p.name)
+			t.Fatalf("%s logged no leader election identity", p.Name)
 		default:
 			standby = p
 		}
 	}
 	if leader == nil || standby == nil {
-		t.Fatalf("lease holder %q is not exactly one of the replicas (%s, %s)", holder, replicas[0].identity(), replicas[1].identity())
+		t.Fatalf("lease holder %q is not exactly one of the replicas (%s, %s)", holder, replicas[0].Identity(), replicas[1].Identity())
 	}
-	t.Logf("%s leads, %s stands by", leader.name, standby.name)
+	t.Logf("%s leads, %s stands by", leader.Name, standby.Name)
 
 	// Both are live and ready: a standby that failed readiness would stall
 	// every rolling update of the controller's Deployment.
 	for _, p := range replicas {
-		for _, probe := range []func() (int, string){func() (int, string) { return p.healthz(e.ctx) }, func() (int, string) { return p.readyz(e.ctx) }} {
+		for _, probe := range []func() (int, string){func() (int, string) { return p.Healthz(e.ctx) }, func() (int, string) { return p.Readyz(e.ctx) }} {
 			if code, body := probe(); code != http.StatusOK {
-				t.Errorf("%s probe = %d %q, want 200", p.name, code, body)
+				t.Errorf("%s probe = %d %q, want 200", p.Name, code, body)
 			}
 		}
 	}
 	// Only the leader synced; the standby only read the lease.
 	e.eventually("the leader's sync metrics", func() (bool, error) {
-		n, _ := leader.metrics(e.ctx).sum("gamesession_controller_syncs_total", map[string]string{"result": "success"})
+		n, _ := leader.Metrics(e.ctx).Sum("gamesession_controller_syncs_total", map[string]string{"result": "success"})
 		return n >= sessions, fmt.Errorf("%g successful syncs", n)
 	})
-	sm := standby.metrics(e.ctx)
-	if n, _ := sm.sum("gamesession_controller_syncs_total", nil); n != 0 {
+	sm := standby.Metrics(e.ctx)
+	if n, _ := sm.Sum("gamesession_controller_syncs_total", nil); n != 0 {
 		t.Errorf("the standby synced %g times, want 0", n)
 	}
 	// Started together, both replicas may try to create the Lease; only
 	// successful writes count.
 	for _, method := range []string{"POST", "PUT", "PATCH", "DELETE"} {
 		for _, code := range []string{"200", "201"} {
-			if n, _ := sm.sum("rest_client_requests_total", map[string]string{"method": method, "code": code}); n != 0 {
+			if n, _ := sm.Sum("rest_client_requests_total", map[string]string{"method": method, "code": code}); n != 0 {
 				t.Errorf("the standby wrote: %g %s requests answered %s, want none", n, method, code)
 			}
 		}
 	}
 	status := map[string]string{"name": leaseID}
-	if v, ok := leader.metrics(e.ctx).sum("leader_election_master_status", status); !ok || v != 1 {
+	if v, ok := leader.Metrics(e.ctx).Sum("leader_election_master_status", status); !ok || v != 1 {
 		t.Errorf("leader's leader_election_master_status = %g (present %v), want 1", v, ok)
 	}
-	if v, ok := sm.sum("leader_election_master_status", status); !ok || v != 0 {
+	if v, ok := sm.Sum("leader_election_master_status", status); !ok || v != 0 {
 		t.Errorf("standby's leader_election_master_status = %g (present %v), want 0", v, ok)
 	}
 
 	// The leader dies without releasing the lease; a profile edit lands at
 	// that very moment and waits for the standby.
-	leader.kill()
+	leader.Kill()
 	killed := time.Now()
 	hash := controller.ProfileHash(e.updateProfile("arena", func(cm *corev1.ConfigMap) { cm.Data["server.cfg"] = "max_players=32" }))
 	var tookOver, rolledOut time.Duration
@@ -112,7 +113,7 @@ func TestLeaderElectionFailover(t *testing.T) {
 			if err != nil {
 				return false, err
 			}
-			if ptr.Deref(lease.Spec.HolderIdentity, "") == standby.identity() {
+			if ptr.Deref(lease.Spec.HolderIdentity, "") == standby.Identity() {
 				tookOver = time.Since(killed)
 			}
 		}
@@ -131,10 +132,10 @@ func TestLeaderElectionFailover(t *testing.T) {
 	if limit := lease + 10*time.Second; rolledOut >= limit {
 		t.Errorf("rollout finished %s after the leader died, want under %s (lease duration + 10s)", rolledOut, limit)
 	}
-	if code, body := standby.readyz(e.ctx); code != http.StatusOK {
+	if code, body := standby.Readyz(e.ctx); code != http.StatusOK {
 		t.Errorf("new leader /readyz = %d %q, want 200", code, body)
 	}
-	if n, _ := standby.metrics(e.ctx).sum("gamesession_controller_syncs_total", map[string]string{"result": "success"}); n == 0 {
+	if n, _ := standby.Metrics(e.ctx).Sum("gamesession_controller_syncs_total", map[string]string{"result": "success"}); n == 0 {
 		t.Errorf("the new leader reports no syncs")
 	}
 }

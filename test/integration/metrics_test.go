@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/example/gamesession-controller/internal/testutil"
 	"github.com/example/gamesession-controller/pkg/controller"
 )
 
@@ -20,19 +21,19 @@ import (
 func TestReadinessAndMetrics(t *testing.T) {
 	e := newEnv(t)
 	cfg := e.serviceAccountConfig(rbacServiceAccount)
-	p := e.startControllerProcess("controller", writeKubeconfig(t, cfg), nil)
+	p := e.startControllerProcess("controller", testutil.WriteKubeconfig(t, cfg), nil)
 
 	// Refused, the informers retry; /readyz waits for them and says why,
 	// while /healthz stays 200: a long cache sync is no reason to restart.
 	e.waitFor("the controller's first refused request", func() bool {
-		n, _ := p.metrics(e.ctx).sum("rest_client_requests_total", map[string]string{"code": "403"})
+		n, _ := p.Metrics(e.ctx).Sum("rest_client_requests_total", map[string]string{"code": "403"})
 		return n > 0
 	})
 	for range 3 {
-		if code, body := p.readyz(e.ctx); code != http.StatusServiceUnavailable || !strings.Contains(body, "caches not synced") {
+		if code, body := p.Readyz(e.ctx); code != http.StatusServiceUnavailable || !strings.Contains(body, "caches not synced") {
 			t.Fatalf("/readyz before the caches synced = %d %q, want 503: caches not synced", code, body)
 		}
-		if code, body := p.healthz(e.ctx); code != http.StatusOK {
+		if code, body := p.Healthz(e.ctx); code != http.StatusOK {
 			t.Fatalf("/healthz before the caches synced = %d %q, want 200", code, body)
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -43,7 +44,7 @@ func TestReadinessAndMetrics(t *testing.T) {
 	e.applyRBAC(r)
 	// The informers back off between attempts (up to a few seconds by now).
 	e.eventually("/readyz 200 once the role is granted", func() (bool, error) {
-		code, body := p.readyz(e.ctx)
+		code, body := p.Readyz(e.ctx)
 		return code == http.StatusOK, fmt.Errorf("/readyz %d %q", code, body)
 	})
 
@@ -70,7 +71,7 @@ func TestReadinessAndMetrics(t *testing.T) {
 
 	// The status writes above are the last requests of the fan-out; the
 	// scrape after them sees its whole count.
-	m := p.metrics(e.ctx)
+	m := p.Metrics(e.ctx)
 	queue := map[string]string{"name": controller.Name}
 	want := []struct {
 		what   string
@@ -99,17 +100,17 @@ func TestReadinessAndMetrics(t *testing.T) {
 		{"resolved sessions", "gamesession_controller_session_conditions", map[string]string{"condition": "ProfileResolved", "status": "True"}, func(v float64) bool { return v == sessions }, fmt.Sprint(sessions)},
 	}
 	for _, w := range want {
-		v, found := m.sum(w.metric, w.labels)
+		v, found := m.Sum(w.metric, w.labels)
 		if !found || !w.ok(v) {
-			t.Errorf("%s: %s = %g (found %v), want %s", w.what, series(w.metric, w.labels), v, found, w.expect)
+			t.Errorf("%s: %s = %g (found %v), want %s", w.what, testutil.Series(w.metric, w.labels), v, found, w.expect)
 		} else {
-			t.Logf("%s: %s = %g", w.what, series(w.metric, w.labels), v)
+			t.Logf("%s: %s = %g", w.what, testutil.Series(w.metric, w.labels), v)
 		}
 	}
-	if code, body := p.healthz(e.ctx); code != http.StatusOK {
+	if code, body := p.Healthz(e.ctx); code != http.StatusOK {
 		t.Errorf("/healthz = %d %q, want 200", code, body)
 	}
-	if code, body := p.readyz(e.ctx); code != http.StatusOK {
+	if code, body := p.Readyz(e.ctx); code != http.StatusOK {
 		t.Errorf("/readyz = %d %q, want 200", code, body)
 	}
 }

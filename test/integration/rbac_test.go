@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/example/gamesession-controller/cmd/gamesession-controller/app"
+	"github.com/example/gamesession-controller/internal/testutil"
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 	"github.com/example/gamesession-controller/pkg/controller"
 )
@@ -160,6 +161,29 @@ var rbacSteps = []rbacStep{
 			}
 			return false, fmt.Errorf("no %s event", gamesv1.ReasonProfileNotFound)
 		}},
+	{name: "repair a removed managed-by label", reaction: true,
+		// Without the label the Deployment leaves the controller's filtered
+		// cache, so the session's create answers AlreadyExists. Only a GET
+		// shows the Deployment is still the session's own, to patch its label back.
+		act: func(s *rbacScenario) {
+			patch := fmt.Sprintf(`{"metadata":{"labels":{%q:null}}}`, controller.LabelManagedBy)
+			d, err := s.kube.AppsV1().Deployments(s.ns).Patch(s.ctx, "arena-1", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+			if err != nil {
+				s.t.Fatal(err)
+			}
+			s.oldUID = d.UID
+		},
+		done: func(s *rbacScenario) (bool, error) {
+			d, err := s.deployment("arena-1")
+			if err != nil {
+				return false, err
+			}
+			if d.UID != s.oldUID {
+				return false, fmt.Errorf("deployment arena-1 was replaced, not repaired")
+			}
+			got, ok := d.Labels[controller.LabelManagedBy]
+			return got == controller.ManagedByValue, fmt.Errorf("deployment arena-1 label %s=%q (present: %v)", controller.LabelManagedBy, got, ok)
+		}},
 }
 
 // deploymentsCarry reports whether the sessions' Deployments all exist with
@@ -279,6 +303,9 @@ type revocationEffect struct {
 	// clients with WatchListClient off). The binary runs with streaming off,
 	// and its caches must never sync.
 	streamingOff bool
+	// reported, if set, checks how the failure shows once the request is
+	// refused: it must not pass silently.
+	reported func(*rbacScenario) (bool, error)
 }
 
 // revocationEffects has an entry for every verb of artifacts/rbac; a verb
@@ -302,6 +329,21 @@ var revocationEffects = map[string]revocationEffect{
 	// existing Lease, such as the one a predecessor released on its way
 	// out: that takes an update, so without it no replica leads again.
 	"Role update leases": {failsAt: "take the lease", denied: "update leases", setup: (*rbacScenario).releasedLease},
+	// Without get, the controller cannot tell its own unlabelled Deployment
+	// from someone else's: it leaves the Deployment alone, and the sync
+	// fails and is retried with backoff.
+	"ClusterRole get deployments": {failsAt: "repair a removed managed-by label", denied: "get deployments",
+		reported: refusedAgain("get deployments")},
+}
+
+// refusedAgain checks that the controller treats the refusal of key ("verb
+// resource") as a failed sync, which it retries: the API server refuses the
+// request again.
+func refusedAgain(key string) func(*rbacScenario) (bool, error) {
+	return func(s *rbacScenario) (bool, error) {
+		n := s.ctl.requests.answered(key, http.StatusForbidden)
+		return n >= 2, fmt.Errorf("%q refused %d times", key, n)
+	}
 }
 
 // releasedLease creates the Lease as a leader leaves it when it stops
@@ -405,6 +447,11 @@ func (s *rbacScenario) failsWithout(effect revocationEffect) {
 	}
 	_, why := step.done(s)
 	t.Logf("step %q failed as expected: %q refused; %v", step.name, effect.denied, why)
+	if effect.reported != nil {
+		s.eventually("the failure reported", func() (bool, error) { return effect.reported(s) })
+		_, how := effect.reported(s)
+		t.Logf("reported: %v", how)
+	}
 	if step.name == "take the lease" {
 		// Not leading, the controller reconciles nothing at all.
 		if list, err := s.kube.AppsV1().Deployments(s.ns).List(s.ctx, metav1.ListOptions{}); err != nil || len(list.Items) > 0 {
@@ -433,20 +480,20 @@ func listNeededWithoutStreaming(t *testing.T, g grantedVerb) {
 	cfg := s.serviceAccountConfig(rbacServiceAccount)
 	s.applyRBAC(r)
 	s.waitForAuthorizer(rbacServiceAccount, r, g)
-	p := s.startControllerProcess("controller", writeKubeconfig(t, cfg),
+	p := s.startControllerProcess("controller", testutil.WriteKubeconfig(t, cfg),
 		[]string{"KUBE_FEATURE_WatchListClient=false"},
 		"--leader-elect", "--leader-election-namespace="+s.ns)
 
 	// Only the list is revoked, so any refusal is the list's; the second
 	// shows the informer retrying in vain.
 	s.waitFor("two refused requests", func() bool {
-		n, _ := p.metrics(s.ctx).sum("rest_client_requests_total", map[string]string{"code": "403", "method": "GET"})
+		n, _ := p.Metrics(s.ctx).Sum("rest_client_requests_total", map[string]string{"code": "403", "method": "GET"})
 		return n >= 2
 	})
 	if ok, err := rbacSteps[0].done(s); !ok {
 		t.Fatalf("the controller did not lead: %v", err)
 	}
-	code, body := p.readyz(s.ctx)
+	code, body := p.Readyz(s.ctx)
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "caches not synced") {
 		t.Errorf("/readyz = %d %q, want 503: caches not synced", code, body)
 	}
@@ -463,7 +510,7 @@ func listNeededWithoutStreaming(t *testing.T, g grantedVerb) {
 		t.Fatal(err)
 	}
 	s.eventually("Deployments once the list is granted", func() (bool, error) { return s.deploymentsCarry(s.sessions, s.hash) })
-	if code, body := p.readyz(s.ctx); code != http.StatusOK {
+	if code, body := p.Readyz(s.ctx); code != http.StatusOK {
 		t.Errorf("/readyz = %d %q after the list was granted, want 200", code, body)
 	}
 }

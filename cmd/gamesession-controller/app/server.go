@@ -52,6 +52,9 @@ func Run(ctx context.Context, o *Options) error {
 		watchdog = leaderelection.NewLeaderHealthzAdaptor(o.LeaseDuration)
 	}
 	health := newHealthChecker(o.Workers, watchdog)
+	if health.apiServer, err = newAPIServerCheck(klog.FromContext(ctx), cfg); err != nil {
+		return err
+	}
 	sessions := metrics.NewSessionCollector()
 	controllerMetrics := metrics.NewControllerMetrics()
 	registry, err := metrics.NewRegistry(append(controllerMetrics.Collectors(), sessions)...)
