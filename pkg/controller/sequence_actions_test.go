@@ -1,0 +1,511 @@
+package controller
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
+)
+
+// What one step of a sequence can be. Names and values come from small pools,
+// so that sessions are deleted and recreated under the same name, profiles
+// come and go under the names sessions reference, and edits often undo each
+// other.
+
+var (
+	worldSessionNames = []string{"gs-a", "gs-b", "gs-c"}
+	worldProfileNames = []string{"pf-x", "pf-y"}
+	worldImages       = []string{"arena:1", "arena:2", "arena:3"}
+	worldPortSets     = [][]gamesv1.GameServerPort{
+		nil,
+		{{Name: "game", ContainerPort: 7777}},
+		{{Name: "game", ContainerPort: 7777, Protocol: corev1.ProtocolUDP}, {Name: "query", ContainerPort: 27015, Protocol: corev1.ProtocolTCP}},
+	}
+	worldResources = []gamesv1.GameServerResources{
+		{},
+		{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}},
+		{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}, Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")}},
+	}
+	worldProfileData = []map[string]string{
+		{"server.cfg": "max_players = 16"},
+		{"server.cfg": "max_players = 32"},
+		{"server.cfg": "max_players = 16", "motd.txt": "Season 2!"},
+	}
+)
+
+// action is one kind of step; run reports false when it cannot happen now
+// (nothing to deliver, no session to delete, ...).
+type action struct {
+	weight int
+	run    func() bool
+}
+
+func (w *world) stepActions() []action {
+	return []action{
+		// The controller's side: informer deliveries, syncs, time.
+		{30, w.deliverOne},
+		{24, w.syncOne},
+		{8, w.passTime},
+		// Users.
+		{4, w.createSession},
+		{4, w.editSession},
+		{2, w.deleteSession},
+		{2, w.createProfile},
+		{3, w.editProfile},
+		{1, w.relabelProfile},
+		{1, w.deleteProfile},
+		{3, w.editOwnedDeploymentField},
+		{2, w.editOtherDeploymentField},
+		{1, w.deleteDeployment},
+		{1, w.createForeignDeployment},
+		// The rest of the control plane.
+		{4, w.collectGarbage},
+		{6, w.writeDeploymentStatus},
+		// Trouble.
+		{2, w.armFault},
+		{1, w.restartController},
+		{1, w.relistCache},
+		{1, w.resyncCache},
+	}
+}
+
+// act takes one step.
+func (w *world) act() {
+	total := 0
+	for _, a := range w.actions {
+		total += a.weight
+	}
+	for range 100 {
+		n := w.rng.IntN(total)
+		for _, a := range w.actions {
+			if n -= a.weight; n < 0 {
+				if a.run() {
+					return
+				}
+				break
+			}
+		}
+	}
+	w.passTime()
+}
+
+func pick[T any](w *world, from []T) T { return from[w.rng.IntN(len(from))] }
+
+// ---- The controller's side ----
+
+func (w *world) deliverOne() bool {
+	var ready []*informerCache
+	for _, c := range w.caches {
+		if len(c.pending) > 0 {
+			ready = append(ready, c)
+		}
+	}
+	if len(ready) == 0 {
+		return false
+	}
+	w.deliver(pick(w, ready))
+	return true
+}
+
+func (w *world) deliver(c *informerCache) {
+	w.logf("deliver %s", c.pending[0])
+	w.queue.call(func() { c.deliver() })
+}
+
+func (w *world) syncOne() bool {
+	if !w.queue.hasReady() {
+		return false
+	}
+	w.sync()
+	return true
+}
+
+func (w *world) passTime() bool {
+	w.advance(time.Duration(10+w.rng.IntN(600)) * time.Millisecond)
+	return true
+}
+
+// advance moves the clock and releases the delayed keys whose time has come.
+func (w *world) advance(d time.Duration) {
+	w.clock.Step(d)
+	w.logf("time +%v: ready %v", d, w.queue.release())
+}
+
+// ---- Users: GameSessions ----
+
+func (w *world) createSession() bool {
+	name := pick(w, worldSessionNames)
+	if w.server.session(name) != nil {
+		return false
+	}
+	s := &gamesv1.GameSession{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: worldNamespace},
+		Spec: gamesv1.GameSessionSpec{
+			ProfileRef: pick(w, worldProfileNames),
+			Image:      pick(w, worldImages),
+			Replicas:   ptr.To(w.rng.Int32N(4)),
+			Ports:      pick(w, worldPortSets),
+			Resources:  pick(w, worldResources),
+		},
+	}
+	created, err := w.server.create(byUser, sessionsResource, s)
+	must(err)
+	w.logf("user: create gamesession %s (%s) %s", name, created.GetUID(), describeSpec(created.(*gamesv1.GameSession)))
+	return true
+}
+
+func (w *world) editSession() bool {
+	s := w.liveSession()
+	if s == nil {
+		return false
+	}
+	switch w.rng.IntN(5) {
+	case 0:
+		s.Spec.Image = pick(w, worldImages)
+	case 1:
+		s.Spec.Replicas = ptr.To(w.rng.Int32N(4))
+	case 2:
+		s.Spec.Ports = pick(w, worldPortSets)
+	case 3:
+		s.Spec.ProfileRef = pick(w, worldProfileNames)
+	case 4:
+		s.Spec.Resources = pick(w, worldResources)
+	}
+	updated, err := w.server.update(byUser, sessionsResource, s, true)
+	must(err)
+	w.logf("user: edit gamesession %s: %s (generation %d, rv %s)", s.Name, describeSpec(updated.(*gamesv1.GameSession)),
+		updated.GetGeneration(), updated.GetResourceVersion())
+	return true
+}
+
+func (w *world) deleteSession() bool {
+	s := w.liveSession()
+	if s == nil {
+		return false
+	}
+	propagation := pick(w, []metav1.DeletionPropagation{
+		metav1.DeletePropagationBackground, metav1.DeletePropagationBackground,
+		metav1.DeletePropagationForeground, metav1.DeletePropagationOrphan,
+	})
+	must(w.server.delete(byUser, sessionsResource, s.Name, propagation))
+	w.logf("user: delete gamesession %s (%s), propagation %s", s.Name, s.UID, propagation)
+	return true
+}
+
+func (w *world) liveSession() *gamesv1.GameSession {
+	var live []*gamesv1.GameSession
+	for _, s := range w.server.sessions() {
+		if s.DeletionTimestamp == nil {
+			live = append(live, s)
+		}
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	return pick(w, live)
+}
+
+// ---- Users: profiles ----
+
+func (w *world) createProfile() bool {
+	name := pick(w, worldProfileNames)
+	if w.server.profile(name) != nil {
+		return false
+	}
+	p := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: worldNamespace},
+		Data:       pick(w, worldProfileData),
+	}
+	if w.rng.IntN(5) > 0 {
+		p.Labels = map[string]string{gamesv1.ProfileLabel: gamesv1.ProfileLabelValue}
+	}
+	created, err := w.server.create(byUser, profilesResource, p)
+	must(err)
+	w.logf("user: create configmap %s (%s), labelled %t, hash %s", name, created.GetUID(), p.Labels != nil, ProfileHash(p))
+	return true
+}
+
+func (w *world) editProfile() bool {
+	p := w.someProfile()
+	if p == nil {
+		return false
+	}
+	p.Data = pick(w, worldProfileData)
+	updated, err := w.server.update(byUser, profilesResource, p, true)
+	must(err)
+	w.logf("user: edit configmap %s data, hash %s (rv %s)", p.Name, ProfileHash(p), updated.GetResourceVersion())
+	return true
+}
+
+func (w *world) relabelProfile() bool {
+	p := w.someProfile()
+	if p == nil {
+		return false
+	}
+	labelled := p.Labels[gamesv1.ProfileLabel] == gamesv1.ProfileLabelValue
+	if labelled {
+		delete(p.Labels, gamesv1.ProfileLabel)
+	} else {
+		p.Labels = map[string]string{gamesv1.ProfileLabel: gamesv1.ProfileLabelValue}
+	}
+	_, err := w.server.update(byUser, profilesResource, p, true)
+	must(err)
+	w.logf("user: configmap %s labelled %t", p.Name, !labelled)
+	return true
+}
+
+func (w *world) deleteProfile() bool {
+	p := w.someProfile()
+	if p == nil {
+		return false
+	}
+	must(w.server.delete(byUser, profilesResource, p.Name, metav1.DeletePropagationBackground))
+	w.logf("user: delete configmap %s (%s)", p.Name, p.UID)
+	return true
+}
+
+func (w *world) someProfile() *corev1.ConfigMap {
+	profiles := listAs[*corev1.ConfigMap](w.server.list(profilesResource))
+	if len(profiles) == 0 {
+		return nil
+	}
+	return pick(w, profiles)
+}
+
+// ---- Users: Deployments ----
+
+// editOwnedDeploymentField changes a field the controller owns, which it
+// must put back.
+func (w *world) editOwnedDeploymentField() bool {
+	d := w.someDeployment()
+	if d == nil {
+		return false
+	}
+	pod := &d.Spec.Template.Spec
+	gameServer := slices.IndexFunc(pod.Containers, func(c corev1.Container) bool { return c.Name == worldGameServer })
+	var what string
+	switch w.rng.IntN(8) {
+	case 0:
+		d.Spec.Replicas = ptr.To(w.rng.Int32N(4))
+		what = fmt.Sprintf("scale to %d", *d.Spec.Replicas)
+	case 1:
+		if gameServer < 0 {
+			return false
+		}
+		pod.Containers[gameServer].Image = pick(w, worldImages)
+		what = "set image " + pod.Containers[gameServer].Image
+	case 2:
+		if d.Spec.Template.Annotations == nil {
+			d.Spec.Template.Annotations = map[string]string{}
+		}
+		d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation] = "edited"
+		what = "set the profile-hash annotation"
+	case 3:
+		delete(d.Labels, worldManagedByLabel)
+		what = "remove the managed-by label"
+	case 4:
+		if gameServer < 0 {
+			return false
+		}
+		pod.Containers[gameServer].Name = "server"
+		what = "rename container game-server to server"
+	case 5:
+		pod.Containers = append(pod.Containers, corev1.Container{Name: "sidecar", Image: "sidecar:1"})
+		what = "add a sidecar container"
+	case 6:
+		pod.Volumes = slices.DeleteFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == worldProfileVolume })
+		for i := range pod.Containers {
+			pod.Containers[i].VolumeMounts = slices.DeleteFunc(pod.Containers[i].VolumeMounts,
+				func(m corev1.VolumeMount) bool { return m.Name == worldProfileVolume })
+		}
+		what = "remove the profile volume and its mount"
+	case 7:
+		for i := range pod.Volumes {
+			if cm := pod.Volumes[i].ConfigMap; pod.Volumes[i].Name == worldProfileVolume && cm != nil {
+				cm.Name = pick(w, worldProfileNames)
+				what = "point the profile volume at " + cm.Name
+			}
+		}
+		if what == "" {
+			return false
+		}
+	}
+	w.userUpdateDeployment(d, what)
+	return true
+}
+
+// editOtherDeploymentField changes a field the controller does not own, which
+// it must keep.
+func (w *world) editOtherDeploymentField() bool {
+	d := w.someDeployment()
+	if d == nil {
+		return false
+	}
+	var what string
+	if w.rng.IntN(2) == 0 {
+		if d.Annotations == nil {
+			d.Annotations = map[string]string{}
+		}
+		d.Annotations[worldNoteAnnotation] = fmt.Sprintf("step %d", w.step)
+		what = "annotate " + worldNoteAnnotation
+	} else {
+		d.Spec.MinReadySeconds = 1 + w.rng.Int32N(30)
+		what = fmt.Sprintf("set minReadySeconds %d", d.Spec.MinReadySeconds)
+	}
+	if updated := w.userUpdateDeployment(d, what); updated != nil {
+		w.nonOwned[updated.UID] = nonOwnedOf(updated)
+	}
+	return true
+}
+
+func (w *world) userUpdateDeployment(d *appsv1.Deployment, what string) *appsv1.Deployment {
+	updated, err := w.server.update(byUser, deploymentsResource, d, true)
+	if err != nil {
+		w.logf("user: deployment %s: %s: rejected: %v", d.Name, what, err)
+		return nil
+	}
+	w.logf("user: deployment %s: %s (rv %s)", d.Name, what, updated.GetResourceVersion())
+	return updated.(*appsv1.Deployment)
+}
+
+func (w *world) deleteDeployment() bool {
+	d := w.someDeployment()
+	if d == nil {
+		return false
+	}
+	propagation := pick(w, []metav1.DeletionPropagation{metav1.DeletePropagationBackground, metav1.DeletePropagationForeground})
+	must(w.server.delete(byUser, deploymentsResource, d.Name, propagation))
+	w.logf("user: delete deployment %s (%s), propagation %s", d.Name, d.UID, propagation)
+	return true
+}
+
+// createForeignDeployment takes a session's name for a Deployment the
+// session does not control, with or without the managed-by label.
+func (w *world) createForeignDeployment() bool {
+	name := pick(w, worldSessionNames)
+	if w.server.deployment(name) != nil {
+		return false
+	}
+	labels := map[string]string{"app": "foreign-" + name}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: worldNamespace, Labels: map[string]string{"app": "foreign-" + name}},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "nginx:1"}}},
+			},
+		},
+	}
+	if w.rng.IntN(2) == 0 {
+		d.Labels[worldManagedByLabel] = worldManagedByValue
+	}
+	created, err := w.server.create(byUser, deploymentsResource, d)
+	must(err)
+	w.logf("user: create foreign deployment %s (%s), managed-by label %t", name, created.GetUID(), len(d.Labels) > 1)
+	return true
+}
+
+func (w *world) someDeployment() *appsv1.Deployment {
+	var live []*appsv1.Deployment
+	for _, d := range w.server.deployments() {
+		if d.DeletionTimestamp == nil {
+			live = append(live, d)
+		}
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	return pick(w, live)
+}
+
+// ---- The rest of the control plane ----
+
+func (w *world) collectGarbage() bool {
+	return w.doWork(w.gcWork())
+}
+
+func (w *world) writeDeploymentStatus() bool {
+	return w.doWork(w.kcmWork(false))
+}
+
+func (w *world) doWork(items []work) bool {
+	if len(items) == 0 {
+		return false
+	}
+	item := pick(w, items)
+	w.logf("%s", item.what)
+	item.do()
+	return true
+}
+
+// ---- Trouble ----
+
+func (w *world) armFault() bool {
+	f := fault{
+		request: pick(w, []string{"create", "patch", "updateStatus"}),
+		kind:    pick(w, []faultKind{faultServerError, faultConflict, faultLostResponse}),
+	}
+	w.faults = append(w.faults, f)
+	w.logf("fault: the next %s answers %s", f.request, f.kind)
+	return true
+}
+
+func (w *world) restartController() bool {
+	w.logf("restart the controller")
+	w.startController()
+	return true
+}
+
+func (w *world) relistCache() bool {
+	c := pick(w, w.caches[:])
+	w.logf("relist the %s cache, dropping %d pending event(s)", c.resource, len(c.pending))
+	w.queue.call(func() { w.creditMissed(c.relist(w.server.list(c.resource))) })
+	return true
+}
+
+func (w *world) resyncCache() bool {
+	c := pick(w, w.caches[:])
+	w.logf("resync the %s cache", c.resource)
+	w.queue.call(c.resync)
+	return true
+}
+
+func describeSpec(s *gamesv1.GameSession) string {
+	return fmt.Sprintf("{profile %s, image %s, replicas %d, %d port(s), resources %s}",
+		s.Spec.ProfileRef, s.Spec.Image, ptr.Deref(s.Spec.Replicas, 1), len(s.Spec.Ports),
+		describeResources(s.Spec.Resources.Requests, s.Spec.Resources.Limits))
+}
+
+func describeResources(requests, limits corev1.ResourceList) string {
+	var parts []string
+	for _, list := range []struct {
+		what string
+		list corev1.ResourceList
+	}{{"requests", requests}, {"limits", limits}} {
+		for _, name := range slices.Sorted(maps.Keys(list.list)) {
+			q := list.list[name]
+			parts = append(parts, fmt.Sprintf("%s.%s=%s", list.what, name, q.String()))
+		}
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
+
+// populate creates the world the first controller finds.
+func (w *world) populate() {
+	for range w.rng.IntN(3) {
+		w.createProfile()
+	}
+	for range w.rng.IntN(4) {
+		w.createSession()
+	}
+}

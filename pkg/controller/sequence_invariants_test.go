@@ -1,0 +1,361 @@
+package controller
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
+)
+
+// What must hold of the controller. Some invariants are checked as the
+// controller makes each request (what it may write, and when); the others
+// once the world has settled (what the cluster looks like at rest).
+//
+// The expectations are written out here from the README, not taken from the
+// controller's code: a test that asked NewDeployment what to expect would
+// agree with any bug in it.
+
+// Labels and names of the README's contract.
+const (
+	worldManagedByLabel   = "app.kubernetes.io/managed-by"
+	worldManagedByValue   = "gamesession-controller"
+	worldGameServer       = "game-server"
+	worldProfileVolume    = "profile"
+	worldProfileMountPath = "/etc/gamesession/profile"
+)
+
+// violation is an invariant that did not hold.
+type violation struct {
+	invariant string
+	step      int
+	message   string
+}
+
+func (w *world) violate(invariant, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	w.logf("!!! %s: %s", invariant, msg)
+	w.violations = append(w.violations, violation{invariant: invariant, step: w.step, message: msg})
+}
+
+// ---- Checked at each request ----
+
+func (w *world) checkControllerCreate(d *appsv1.Deployment) {
+	s := w.caches[sessionsResource].session(d.Name)
+	switch {
+	case s == nil:
+		w.violate("create-without-session", "Create of Deployment %s, but the controller's cache holds no GameSession of that name", d.Name)
+		return
+	case s.DeletionTimestamp != nil:
+		w.violate("create-while-deleting", "Create of Deployment %s for GameSession %s (%s), whose deletion the controller's cache already shows",
+			d.Name, s.Name, s.UID)
+	case !controlledBy(d, s.UID):
+		w.violate("create-not-controlled", "Create of Deployment %s not controlled by the cached GameSession %s (%s): owners %v",
+			d.Name, s.Name, s.UID, d.OwnerReferences)
+	}
+	if w.caches[profilesResource].profile(s.Spec.ProfileRef) == nil {
+		w.violate("write-without-profile", "Create of Deployment %s while its profile %s is missing from the controller's cache",
+			d.Name, s.Spec.ProfileRef)
+	}
+}
+
+func (w *world) checkControllerGet(name string) {
+	if w.lastCreate.name != name || !w.lastCreate.alreadyExists {
+		w.violate("unexpected-request", "GET of Deployment %s other than right after a Create answered AlreadyExists: syncs read the caches", name)
+	}
+	w.lastCreate = lastCreate{}
+}
+
+// noteControllerWrite is told of each controller write that changed a
+// Deployment (before is nil for a create).
+func (w *world) noteControllerWrite(before, after *appsv1.Deployment) {
+	name := after.Name
+	w.syncWrote = true
+	if before != nil {
+		s := w.caches[sessionsResource].session(name)
+		switch {
+		case s == nil:
+			w.violate("foreign-modified", "Patch changed Deployment %s, but the controller's cache holds no GameSession %s", name, name)
+		case !controlledBy(before, s.UID):
+			w.violate("foreign-modified", "Patch changed Deployment %s (%s), which GameSession %s (%s) does not control: its controller was %s",
+				name, before.UID, s.Name, s.UID, describeController(before))
+		case w.caches[profilesResource].profile(s.Spec.ProfileRef) == nil:
+			w.violate("write-without-profile", "Patch changed Deployment %s while its profile %s is missing from the controller's cache",
+				name, s.Spec.ProfileRef)
+		}
+	}
+	w.spendCredits(name, after.ResourceVersion)
+}
+
+// ---- Checked at rest ----
+
+func (w *world) checkAtRest() {
+	for _, s := range w.server.sessions() {
+		if s.DeletionTimestamp != nil {
+			w.violate("stuck", "GameSession %s is still being deleted after the garbage collector finished", s.Name)
+			continue
+		}
+		profile := w.server.profile(s.Spec.ProfileRef)
+		if profile != nil && profile.Labels[gamesv1.ProfileLabel] != gamesv1.ProfileLabelValue {
+			profile = nil
+		}
+		w.checkSessionAtRest(s, profile, w.server.deployment(s.Name))
+	}
+	for _, d := range w.server.deployments() {
+		if want, ok := w.nonOwned[d.UID]; ok {
+			if got := nonOwnedOf(d); got != want {
+				w.violate("non-owned-lost", "Deployment %s: fields another writer set were changed: want %+v, have %+v", d.Name, want, got)
+			}
+		}
+	}
+	for _, c := range w.caches {
+		if keys := c.mutated(); len(keys) > 0 {
+			w.violate("cache-mutated", "the controller modified objects in its %s cache: %v", c.resource, keys)
+		}
+	}
+	if !w.queue.idle() {
+		w.violate("stuck", "the queue is not empty at rest")
+	}
+}
+
+func (w *world) checkSessionAtRest(s *gamesv1.GameSession, profile *corev1.ConfigMap, d *appsv1.Deployment) {
+	ready := meta.FindStatusCondition(s.Status.Conditions, gamesv1.ConditionReady)
+	resolved := meta.FindStatusCondition(s.Status.Conditions, gamesv1.ConditionProfileResolved)
+	if s.Status.ObservedGeneration != s.Generation {
+		w.violate("condition-lie", "GameSession %s: status.observedGeneration is %d, metadata.generation %d",
+			s.Name, s.Status.ObservedGeneration, s.Generation)
+	}
+	if profile == nil && !conditionIs(resolved, metav1.ConditionFalse, gamesv1.ReasonProfileNotFound) {
+		w.violate("profile-missing-status", "GameSession %s: profile %s is missing, but ProfileResolved is %s",
+			s.Name, s.Spec.ProfileRef, describeCondition(resolved))
+	}
+	if profile != nil && conditionIs(resolved, metav1.ConditionFalse, "") {
+		w.violate("condition-lie", "GameSession %s: profile %s exists, but ProfileResolved is %s",
+			s.Name, s.Spec.ProfileRef, describeCondition(resolved))
+	}
+	if d != nil && !controlledBy(d, s.UID) {
+		// Someone else's Deployment: the session can only say so. Without a
+		// profile it does not try to create its own, and so cannot know of
+		// one outside its label-filtered cache.
+		unseen := d.Labels[worldManagedByLabel] != worldManagedByValue
+		waiting := profile == nil && unseen && conditionIs(ready, metav1.ConditionFalse, gamesv1.ReasonWaitingForProfile)
+		if !waiting && !conditionIs(ready, metav1.ConditionFalse, gamesv1.ReasonDeploymentNotControlled) {
+			w.violate("condition-lie", "GameSession %s: Deployment %s is not controlled by it (controller %s), but Ready is %s",
+				s.Name, d.Name, describeController(d), describeCondition(ready))
+		}
+		return
+	}
+
+	wantHash := ""
+	if profile != nil {
+		wantHash = ProfileHash(profile)
+	}
+	mismatches := deploymentMismatches(s, wantHash, d)
+	if profile == nil {
+		// Nothing to hold the Deployment to: it is left as it was.
+		if conditionIs(ready, metav1.ConditionTrue, "") && (d == nil || len(mismatches) > 0 || !rolledOutAndReady(d)) {
+			w.violate("condition-lie", "GameSession %s: Ready=True, but its Deployment %s", s.Name, describeDeployment(d, mismatches))
+		}
+		return
+	}
+	if d == nil || len(mismatches) > 0 {
+		w.violate("deployment-mismatch", "GameSession %s (%s, generation %d), profile %s (hash %s): Deployment %s; the session's Ready is %s",
+			s.Name, s.UID, s.Generation, profile.Name, wantHash, describeDeployment(d, mismatches), describeCondition(ready))
+	}
+	if !conditionIs(resolved, metav1.ConditionTrue, gamesv1.ReasonProfileResolved) {
+		w.violate("condition-lie", "GameSession %s: profile %s exists and no other Deployment takes the session's name, but ProfileResolved is %s",
+			s.Name, profile.Name, describeCondition(resolved))
+	}
+	if d == nil {
+		return
+	}
+	if hash := d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]; s.Status.ProfileHash != hash {
+		w.violate("condition-lie", "GameSession %s: status.profileHash %q, the Deployment's annotation %q", s.Name, s.Status.ProfileHash, hash)
+	}
+	complete := len(mismatches) == 0 && rolledOutAndReady(d)
+	if isTrue := conditionIs(ready, metav1.ConditionTrue, ""); isTrue != complete {
+		w.violate("condition-lie", "GameSession %s: Ready is %s, but the Deployment %s (status %+v)",
+			s.Name, describeCondition(ready), describeDeployment(d, mismatches), replicaCounts(d))
+	}
+	if s.Status.Replicas != d.Status.Replicas || s.Status.ReadyReplicas != d.Status.ReadyReplicas {
+		w.violate("condition-lie", "GameSession %s: status says %d replicas, %d ready; the Deployment has %d, %d ready",
+			s.Name, s.Status.Replicas, s.Status.ReadyReplicas, d.Status.Replicas, d.Status.ReadyReplicas)
+	}
+}
+
+// deploymentMismatches compares the fields the controller owns with the
+// session's spec; wantHash "" skips the profile hash.
+func deploymentMismatches(s *gamesv1.GameSession, wantHash string, d *appsv1.Deployment) []string {
+	if d == nil {
+		return nil
+	}
+	var m []string
+	if !controlledBy(d, s.UID) {
+		m = append(m, "is not controlled by the session, but by "+describeController(d))
+	}
+	for _, l := range [][2]string{
+		{"app.kubernetes.io/name", "gamesession"}, {"app.kubernetes.io/instance", s.Name}, {worldManagedByLabel, worldManagedByValue},
+	} {
+		if got := d.Labels[l[0]]; got != l[1] {
+			m = append(m, fmt.Sprintf("label %s=%q, want %q", l[0], got, l[1]))
+		}
+	}
+	if got, want := ptr.Deref(d.Spec.Replicas, 1), ptr.Deref(s.Spec.Replicas, 1); got != want {
+		m = append(m, fmt.Sprintf("replicas %d, want %d", got, want))
+	}
+	if got := d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]; wantHash != "" && got != wantHash {
+		m = append(m, fmt.Sprintf("profile hash %q, want %q", got, wantHash))
+	}
+	var gameServers []corev1.Container
+	for _, c := range d.Spec.Template.Spec.Containers {
+		if c.Name == worldGameServer {
+			gameServers = append(gameServers, c)
+		}
+	}
+	if len(gameServers) != 1 {
+		return append(m, fmt.Sprintf("has %d containers named %s", len(gameServers), worldGameServer))
+	}
+	c := gameServers[0]
+	if c.Image != s.Spec.Image {
+		m = append(m, fmt.Sprintf("image %q, want %q", c.Image, s.Spec.Image))
+	}
+	var wantPorts []corev1.ContainerPort
+	for _, p := range s.Spec.Ports {
+		wantPorts = append(wantPorts, corev1.ContainerPort{Name: p.Name, ContainerPort: p.ContainerPort, Protocol: p.Protocol})
+	}
+	// Semantic equality holds an empty list equal to none.
+	if !equality.Semantic.DeepEqual(c.Ports, wantPorts) {
+		m = append(m, fmt.Sprintf("ports %v, want %v", c.Ports, wantPorts))
+	}
+	if !equality.Semantic.DeepEqual(c.Resources.Requests, s.Spec.Resources.Requests) ||
+		!equality.Semantic.DeepEqual(c.Resources.Limits, s.Spec.Resources.Limits) {
+		m = append(m, fmt.Sprintf("resources %s, want %s", describeResources(c.Resources.Requests, c.Resources.Limits),
+			describeResources(s.Spec.Resources.Requests, s.Spec.Resources.Limits)))
+	}
+	mounted := false
+	for _, vm := range c.VolumeMounts {
+		mounted = mounted || vm.Name == worldProfileVolume && vm.MountPath == worldProfileMountPath && vm.ReadOnly
+	}
+	if !mounted {
+		m = append(m, fmt.Sprintf("no read-only mount of volume %s at %s: %v", worldProfileVolume, worldProfileMountPath, c.VolumeMounts))
+	}
+	profileVolume := ""
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Name == worldProfileVolume && v.ConfigMap != nil {
+			profileVolume = v.ConfigMap.Name
+		}
+	}
+	if profileVolume != s.Spec.ProfileRef {
+		m = append(m, fmt.Sprintf("profile volume names ConfigMap %q, want %q", profileVolume, s.Spec.ProfileRef))
+	}
+	return m
+}
+
+func rolledOutAndReady(d *appsv1.Deployment) bool {
+	want := ptr.Deref(d.Spec.Replicas, 1)
+	return d.Status.ObservedGeneration >= d.Generation &&
+		d.Status.Replicas == want && d.Status.UpdatedReplicas == want && d.Status.ReadyReplicas == want
+}
+
+func controlledBy(d *appsv1.Deployment, uid types.UID) bool {
+	ref := metav1.GetControllerOf(d)
+	return ref != nil && ref.UID == uid && ref.Kind == "GameSession" && ref.APIVersion == gamesv1.SchemeGroupVersion.String()
+}
+
+// nonOwnedFields are the fields of a Deployment that the world sets and the
+// controller must leave alone.
+type nonOwnedFields struct {
+	note            string
+	minReadySeconds int32
+}
+
+const worldNoteAnnotation = "world.example.com/note"
+
+func nonOwnedOf(d *appsv1.Deployment) nonOwnedFields {
+	return nonOwnedFields{note: d.Annotations[worldNoteAnnotation], minReadySeconds: d.Spec.MinReadySeconds}
+}
+
+// checkIdle runs an informer resync of the settled world: every session
+// syncs, and none may make a request. The exception is a session whose name
+// is taken by a Deployment outside the controller's label-filtered cache,
+// which only a Create answered AlreadyExists and a live read can find.
+func (w *world) checkIdle() {
+	w.logf("idle: resync every cache")
+	clear(w.requestsBy)
+	w.queue.call(func() {
+		for _, c := range w.caches {
+			c.resync()
+		}
+	})
+	for i := 0; w.queue.hasReady(); i++ {
+		if i > 100 {
+			w.violate("stuck", "an idle resync does not drain the queue")
+			return
+		}
+		if !w.sync() {
+			return
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(w.requestsBy)) {
+		if d := w.server.deployment(name); d != nil && d.Labels[worldManagedByLabel] != worldManagedByValue {
+			continue
+		}
+		w.violate("idle-requests", "an idle resync of GameSession %s made %d request(s)", name, w.requestsBy[name])
+	}
+}
+
+// ---- Descriptions for the messages ----
+
+func conditionIs(c *metav1.Condition, status metav1.ConditionStatus, reason string) bool {
+	return c != nil && c.Status == status && (reason == "" || c.Reason == reason)
+}
+
+func describeCondition(c *metav1.Condition) string {
+	if c == nil {
+		return "missing"
+	}
+	return fmt.Sprintf("%s/%s (%q)", c.Status, c.Reason, c.Message)
+}
+
+func describeController(d *appsv1.Deployment) string {
+	if ref := metav1.GetControllerOf(d); ref != nil {
+		return fmt.Sprintf("%s %s (%s)", ref.Kind, ref.Name, ref.UID)
+	}
+	return "nobody"
+}
+
+func describeDeployment(d *appsv1.Deployment, mismatches []string) string {
+	switch {
+	case d == nil:
+		return "does not exist"
+	case len(mismatches) > 0:
+		return fmt.Sprintf("%s (%s, rv %s): %s", d.Name, d.UID, d.ResourceVersion, strings.Join(mismatches, "; "))
+	case !rolledOutAndReady(d):
+		return fmt.Sprintf("%s matches the spec but is not rolled out and ready", d.Name)
+	}
+	return fmt.Sprintf("%s matches the spec and is rolled out and ready", d.Name)
+}
+
+func describeStatus(s *gamesv1.GameSessionStatus) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, " [gen %d, %d/%d ready, hash %q", s.ObservedGeneration, s.ReadyReplicas, s.Replicas, s.ProfileHash)
+	for _, c := range s.Conditions {
+		fmt.Fprintf(&b, ", %s=%s/%s", c.Type, c.Status, c.Reason)
+	}
+	b.WriteString("]")
+	return b.String()
+}
+
+func replicaCounts(d *appsv1.Deployment) string {
+	return fmt.Sprintf("generation %d observed %d, %d replicas, %d updated, %d ready",
+		d.Generation, d.Status.ObservedGeneration, d.Status.Replicas, d.Status.UpdatedReplicas, d.Status.ReadyReplicas)
+}

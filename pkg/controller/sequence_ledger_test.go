@@ -1,0 +1,220 @@
+package controller
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/watch"
+
+	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
+)
+
+// The write ledger checks that no Deployment is written more than once per
+// change. Each change of a Deployment's desired state that the controller
+// learns of gives that Deployment (by name) one credit; a controller write
+// that changes the Deployment spends them all, and a write without one is a
+// violation. The changes are:
+//   - a GameSession appearing, or its spec changing (a new generation);
+//   - its profile appearing (created, or labelled), or its data changing;
+//   - someone else changing a Deployment field the controller owns, or
+//     deleting the Deployment.
+//
+// The controller learns of a change when its cache receives it, not when it
+// happens on the server; sooner for a Deployment it reads live (a GET, or a
+// Create, whose answer says whether the name is free); and at a restart, when
+// the new caches start from the server. A profile edit counts once the
+// profile-change delay after the first edit of its burst is over: later edits
+// within the delay join the burst, since a burst must roll each session once.
+// Writes the server finds change nothing are not writes. A sync that succeeds
+// without writing the Deployment, while the cache already shows the
+// controller's own writes, has found it in order with everything it knew: its
+// credits lapse. (Before the cache shows them, a sync may rightly wait.)
+
+func (w *world) credit(name string) { w.credits[name]++ }
+
+// spendCredits is told of each controller write that changed Deployment name.
+func (w *world) spendCredits(name, resourceVersion string) {
+	w.matureBursts()
+	if w.credits[name] == 0 {
+		held := ""
+		for _, profile := range slices.Sorted(maps.Keys(w.bursts)) {
+			if b := w.bursts[profile]; b.sessions[name] {
+				held = fmt.Sprintf(" (an edit of profile %s is held back until %.3fs)", profile, b.due.Sub(w.start).Seconds())
+			}
+		}
+		w.violate("duplicate-write", "Deployment %s written (rv %s) with no change of its desired state delivered to the controller "+
+			"since its last write of it, or since a sync found it in order%s", name, resourceVersion, held)
+	}
+	w.credits[name] = 0
+}
+
+// lapseCredits is told of each sync that succeeded without writing the
+// Deployment.
+func (w *world) lapseCredits(name string) {
+	for _, ev := range w.caches[deploymentsResource].pending {
+		if ev.change.author == byController && ev.obj.GetName() == name {
+			return
+		}
+	}
+	w.credits[name] = 0
+}
+
+// noteDelivered is told of each event an informer cache hands the controller.
+func (w *world) noteDelivered(r apiResource, ev watchEvent, prev object) {
+	w.matureBursts()
+	switch r {
+	case sessionsResource:
+		if ev.kind != watch.Deleted && (prev == nil || prev.GetUID() != ev.obj.GetUID() || prev.GetGeneration() != ev.obj.GetGeneration()) {
+			w.credit(ev.obj.GetName())
+		}
+	case profilesResource:
+		name := ev.obj.GetName()
+		switch {
+		case ev.kind == watch.Deleted:
+			// The controller forgets a deleted profile's delay: whatever it
+			// held back is not held any more.
+			if b := w.bursts[name]; b != nil {
+				w.creditAll(b.sessions)
+				delete(w.bursts, name)
+			}
+		case prev == nil || prev.GetUID() != ev.obj.GetUID():
+			w.creditAll(w.cachedSessionsOf(name))
+		case ProfileHash(prev.(*corev1.ConfigMap)) != ProfileHash(ev.obj.(*corev1.ConfigMap)):
+			w.profileEdited(name)
+		}
+	case deploymentsResource:
+		if !ev.known && ev.change.author != byController && ownedFieldsChanged(ev.change) {
+			w.credit(ev.obj.GetName())
+		}
+	}
+}
+
+// noteLiveRead is told of the controller's GET or Create of a Deployment: it
+// learns at once what its cache has yet to receive.
+func (w *world) noteLiveRead(name string) {
+	learnt := false
+	pending := w.caches[deploymentsResource].pending
+	for i := range pending {
+		ev := &pending[i]
+		if ev.obj.GetName() == name && !ev.known && ev.change.author != byController && ownedFieldsChanged(ev.change) {
+			ev.known, learnt = true, true
+		}
+	}
+	if learnt {
+		w.credit(name)
+	}
+}
+
+// noteUnseen is told of the Deployment changes that no cache of the
+// controller receives (they happen outside the label selector): the
+// controller can still learn of them by a live read after AlreadyExists.
+func (w *world) noteUnseen(ch change) {
+	if ch.resource == deploymentsResource && ch.author != byController && ownedFieldsChanged(ch) {
+		w.credit(nameOf(ch))
+	}
+}
+
+// profileBurst is a profile's data edits within one profile-change delay,
+// and the sessions that referenced the profile meanwhile.
+type profileBurst struct {
+	due      time.Time
+	sessions map[string]bool
+}
+
+func (w *world) profileEdited(profile string) {
+	sessions := w.cachedSessionsOf(profile)
+	if w.profileChangeDelay <= 0 {
+		w.creditAll(sessions)
+		return
+	}
+	b := w.bursts[profile]
+	if b == nil {
+		b = &profileBurst{due: w.clock.Now().Add(w.profileChangeDelay), sessions: map[string]bool{}}
+		w.bursts[profile] = b
+	}
+	for name := range sessions {
+		b.sessions[name] = true
+	}
+}
+
+// matureBursts credits the sessions of the bursts whose delay is over.
+func (w *world) matureBursts() {
+	now := w.clock.Now()
+	for profile, b := range w.bursts {
+		if !now.Before(b.due) {
+			w.creditAll(b.sessions)
+			delete(w.bursts, profile)
+		}
+	}
+}
+
+func (w *world) creditAll(sessions map[string]bool) {
+	for name := range sessions {
+		w.credit(name)
+	}
+}
+
+func (w *world) cachedSessionsOf(profile string) map[string]bool {
+	names := map[string]bool{}
+	for _, obj := range w.caches[sessionsResource].indexer.List() {
+		if s := obj.(*gamesv1.GameSession); s.Spec.ProfileRef == profile {
+			names[s.Name] = true
+		}
+	}
+	return names
+}
+
+// creditRestart is told of a controller restart: what its caches had not
+// yet received, and the profile edits it held back, the new controller sees at
+// once, and may carry in one write per Deployment.
+func (w *world) creditRestart() {
+	for _, c := range w.caches {
+		w.creditMissed(c.pending)
+	}
+	for profile, b := range w.bursts {
+		w.creditAll(b.sessions)
+		delete(w.bursts, profile)
+	}
+}
+
+// creditMissed is told of events a cache will never deliver, as a relist or a
+// restart replaces them by what it lists.
+func (w *world) creditMissed(events []watchEvent) {
+	names := map[string]bool{}
+	for _, ev := range events {
+		if ev.change.resource != profilesResource {
+			names[ev.obj.GetName()] = true
+			continue
+		}
+		for _, s := range w.server.sessions() {
+			if s.Spec.ProfileRef == ev.obj.GetName() {
+				names[s.Name] = true
+			}
+		}
+	}
+	w.creditAll(names)
+}
+
+// ownedFieldsChanged reports whether a Deployment write changed a field the
+// controller owns, or created or deleted the Deployment.
+func ownedFieldsChanged(ch change) bool {
+	if ch.old == nil || ch.new == nil {
+		return true
+	}
+	o, n := ch.old.(*appsv1.Deployment), ch.new.(*appsv1.Deployment)
+	return !equality.Semantic.DeepEqual(o.Labels, n.Labels) ||
+		!equality.Semantic.DeepEqual(o.Spec.Replicas, n.Spec.Replicas) ||
+		!equality.Semantic.DeepEqual(o.Spec.Template, n.Spec.Template)
+}
+
+func nameOf(ch change) string {
+	if ch.new != nil {
+		return ch.new.GetName()
+	}
+	return ch.old.GetName()
+}

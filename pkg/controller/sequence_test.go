@@ -1,0 +1,472 @@
+package controller
+
+import (
+	"cmp"
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	goruntime "runtime"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	kubeinformers "k8s.io/client-go/informers"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	gamesfake "github.com/example/gamesession-controller/pkg/generated/clientset/versioned/fake"
+	gameinformers "github.com/example/gamesession-controller/pkg/generated/informers/externalversions"
+)
+
+// A sequence is a few dozen seeded, randomly chosen steps of a small world
+// (three session names, two profile names, one namespace) around one
+// controller, followed by a settling phase and the invariants:
+//
+//	world := newWorld(seed)          // API server, clients, clock
+//	world.startController()          // caches filled from the server
+//	for each step: world.act()       // a user, the GC, kcm, a fault, a
+//	                                 // restart, an informer delivery, a sync...
+//	world.settle()                   // deliver everything, run the queue dry
+//	world.checkAtRest(); world.checkIdle()
+//
+// Invariants about requests (what the controller may write, and when) are
+// checked as they are made. Each sequence depends on its seed alone, so a
+// failure prints the command that replays it with its event log.
+//
+// The pieces: world_server_test.go (the API server), world_clients_test.go
+// (the controller's requests), world_caches_test.go (informer delivery),
+// world_queue_test.go (the work queue and the clock), world_cluster_test.go
+// (GC and kcm), sequence_actions_test.go (what a step can be),
+// sequence_invariants_test.go (what must hold) and sequence_ledger_test.go
+// (how many Deployment writes the controller may make).
+
+var (
+	sequenceSeed      = flag.Uint64("sequence.seed", 0, "replay the one sequence of this seed and print its event log")
+	sequenceCount     = flag.Int("sequence.count", 2000, "how many sequences TestSequences runs (a tenth with -short)")
+	sequenceFirst     = flag.Uint64("sequence.first", 1, "seed of the first sequence TestSequences runs")
+	sequenceVerbosity = flag.Int("sequence.verbosity", 0, "verbosity of the controller's log lines in a sequence's event log")
+)
+
+// settleSteps bounds the settling phase, so that a livelock fails the test.
+const settleSteps = 5000
+
+func TestSequences(t *testing.T) {
+	if *sequenceSeed != 0 {
+		w := runSequence(*sequenceSeed)
+		if len(w.violations) > 0 {
+			t.Fatalf("\n%s", w.report())
+		}
+		t.Logf("sequence %d holds every invariant\n%s", w.seed, strings.Join(w.log, "\n"))
+		return
+	}
+	count := *sequenceCount
+	if testing.Short() {
+		count = max(count/10, 1)
+	}
+	start := time.Now()
+	failed := runSequences(*sequenceFirst, count)
+	t.Logf("%d sequences (seeds %d to %d) in %v", count, *sequenceFirst, *sequenceFirst+uint64(count)-1, time.Since(start).Round(time.Millisecond))
+
+	// One report per invariant, with the shortest sequence that breaks it.
+	byInvariant := map[string][]*world{}
+	for _, w := range failed {
+		seen := map[string]bool{}
+		for _, v := range w.violations {
+			if !seen[v.invariant] {
+				seen[v.invariant] = true
+				byInvariant[v.invariant] = append(byInvariant[v.invariant], w)
+			}
+		}
+	}
+	invariants := make([]string, 0, len(byInvariant))
+	for invariant := range byInvariant {
+		invariants = append(invariants, invariant)
+	}
+	slices.Sort(invariants)
+	for _, invariant := range invariants {
+		worlds := byInvariant[invariant]
+		shortest := slices.MinFunc(worlds, func(a, b *world) int { return len(a.log) - len(b.log) })
+		seeds := make([]string, 0, 20)
+		for _, w := range worlds[:min(len(worlds), 20)] {
+			seeds = append(seeds, fmt.Sprint(w.seed))
+		}
+		t.Errorf("invariant %s broken by %d of %d sequences (seeds %s); the shortest:\n%s",
+			invariant, len(worlds), count, strings.Join(seeds, " "), shortest.reportOf(invariant))
+	}
+}
+
+// TestSequenceReplayIsDeterministic guards the harness itself: a sequence
+// that did not replay the same way from its seed could not be debugged.
+func TestSequenceReplayIsDeterministic(t *testing.T) {
+	for seed := uint64(1); seed <= 5; seed++ {
+		first, second := runSequence(seed), runSequence(seed)
+		if i := firstDifference(first.log, second.log); i >= 0 {
+			t.Errorf("sequence %d replays differently from line %d:\n  %s\n  %s", seed, i,
+				lineOr(first.log, i), lineOr(second.log, i))
+		}
+	}
+}
+
+func firstDifference(a, b []string) int {
+	for i := range max(len(a), len(b)) {
+		if lineOr(a, i) != lineOr(b, i) {
+			return i
+		}
+	}
+	return -1
+}
+
+func lineOr(lines []string, i int) string {
+	if i < len(lines) {
+		return lines[i]
+	}
+	return "(end of log)"
+}
+
+// runSequences runs count sequences from seed first on every CPU and returns
+// those that broke an invariant, by seed.
+func runSequences(first uint64, count int) []*world {
+	seeds := make(chan uint64)
+	var mu sync.Mutex
+	var failed []*world
+	var wg sync.WaitGroup
+	for range goruntime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for seed := range seeds {
+				if w := runSequence(seed); len(w.violations) > 0 {
+					mu.Lock()
+					failed = append(failed, w)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for i := range uint64(count) {
+		seeds <- first + i
+	}
+	close(seeds)
+	wg.Wait()
+	slices.SortFunc(failed, func(a, b *world) int { return cmp.Compare(a.seed, b.seed) })
+	return failed
+}
+
+func runSequence(seed uint64) *world {
+	w := newWorld(seed)
+	defer w.stopController()
+	w.populate()
+	w.startController()
+	steps := 20 + w.rng.IntN(60)
+	for w.step = 1; w.step <= steps && w.alive; w.step++ {
+		w.act()
+	}
+	if w.alive && w.settle() {
+		w.checkAtRest()
+		w.checkIdle()
+	}
+	return w
+}
+
+// world is everything one sequence plays with.
+type world struct {
+	seed               uint64
+	rng                *rand.Rand
+	clock              *clocktesting.FakeClock
+	start              time.Time
+	profileChangeDelay time.Duration
+	actions            []action
+
+	server     *apiServer
+	kubeClient *k8sfake.Clientset
+	gameClient *gamesfake.Clientset
+
+	// The controller now running: its caches, queue and context.
+	ctrl   *Controller
+	ctx    context.Context
+	stop   context.CancelFunc
+	caches [resourceCount]*informerCache
+	queue  *stepQueue
+
+	// Requests: faults armed for them, and what the current sync did.
+	faults     []fault
+	lastCreate lastCreate
+	syncWrote  bool
+	requestsBy map[string]int
+
+	// Write accounting (see sequence_ledger_test.go).
+	credits map[string]int
+	bursts  map[string]*profileBurst
+	// nonOwned holds, by Deployment UID, the fields the world set that the
+	// controller must keep.
+	nonOwned map[types.UID]nonOwnedFields
+
+	alive      bool // false once the controller panicked
+	settling   bool
+	failStreak map[string]int
+	step       int
+	log        []string
+	violations []violation
+}
+
+func newWorld(seed uint64) *world {
+	start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	w := &world{
+		seed:       seed,
+		rng:        rand.New(rand.NewPCG(seed, 0x5e9_5e55)),
+		clock:      clocktesting.NewFakeClock(start),
+		start:      start,
+		requestsBy: map[string]int{},
+		credits:    map[string]int{},
+		bursts:     map[string]*profileBurst{},
+		nonOwned:   map[types.UID]nonOwnedFields{},
+		alive:      true,
+		failStreak: map[string]int{},
+	}
+	w.profileChangeDelay = []time.Duration{0, 500 * time.Millisecond, 2 * time.Second}[w.rng.IntN(3)]
+	w.actions = w.stepActions()
+	w.server = newAPIServer(w.clock, w.observe)
+	// Bare fakes: the reactors answer every request, so the fakes' object
+	// trackers (and the cost of building them, thousands of times) are not
+	// needed.
+	w.kubeClient = &k8sfake.Clientset{}
+	w.gameClient = &gamesfake.Clientset{}
+	w.installReactors()
+	w.logf("sequence %d, profile-change delay %v", seed, w.profileChangeDelay)
+	return w
+}
+
+// observe hears of every write the server makes.
+func (w *world) observe(ch change) {
+	c := w.caches[ch.resource]
+	if c == nil {
+		return // no controller yet: its caches will start from the server
+	}
+	if c.seen(ch) {
+		c.observe(ch)
+	} else {
+		w.noteUnseen(ch)
+	}
+}
+
+// startController starts a controller, or replaces the running one as a
+// restart would: the new one's caches start from the server's current state,
+// and what the old one had queued or not yet received is gone.
+func (w *world) startController() {
+	if w.ctrl == nil {
+		for _, s := range w.server.sessions() {
+			w.credit(s.Name) // a first controller has everything to create
+		}
+	} else {
+		w.creditRestart()
+		w.stopController()
+	}
+	logger := funcr.New(func(prefix, args string) { w.logf("    log %s%s", prefix, args) },
+		funcr.Options{Verbosity: *sequenceVerbosity})
+	w.ctx, w.stop = context.WithCancel(klog.NewContext(context.Background(), logger))
+
+	// One kube factory is enough: its informers never run, so the label
+	// filters are the caches' (informerCache.matches).
+	kubeFactory := kubeinformers.NewSharedInformerFactory(w.kubeClient, 0)
+	gameFactory := gameinformers.NewSharedInformerFactory(w.gameClient, 0)
+	sessions := gameFactory.Games().V1().GameSessions()
+	profiles := kubeFactory.Core().V1().ConfigMaps()
+	deployments := kubeFactory.Apps().V1().Deployments()
+	c, err := NewController(w.ctx, w.kubeClient, w.gameClient, sessions, profiles, deployments, Options{
+		ProfileSelector:    "games.example.com/profile=true",
+		ProfileChangeDelay: w.profileChangeDelay,
+		Clock:              w.clock,
+	})
+	if err != nil {
+		panic(fmt.Sprintf("NewController: %v", err))
+	}
+	c.queue.ShutDown() // stops the goroutine of the queue it made
+	w.queue = newStepQueue(w.clock, w.rng.IntN)
+	w.queue.onGet = func(key string) { w.logf("sync %s", key) }
+	c.queue = w.queue
+	c.recorder = &worldRecorder{w: w}
+	w.ctrl = c
+
+	w.caches = [resourceCount]*informerCache{
+		sessionsResource: newInformerCache(sessionsResource, sessions.Informer().GetIndexer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.enqueueSession(obj) },
+			UpdateFunc: func(_, obj any) { c.enqueueSession(obj) },
+			DeleteFunc: func(obj any) { c.enqueueSession(obj) },
+		}),
+		profilesResource: newInformerCache(profilesResource, profiles.Informer().GetIndexer(), cache.ResourceEventHandlerFuncs{
+			AddFunc: c.addProfile, UpdateFunc: c.updateProfile, DeleteFunc: c.deleteProfile,
+		}),
+		deploymentsResource: newInformerCache(deploymentsResource, deployments.Informer().GetIndexer(), cache.ResourceEventHandlerFuncs{
+			AddFunc: c.addDeployment, UpdateFunc: c.updateDeployment, DeleteFunc: c.deleteDeployment,
+		}),
+	}
+	for r, ic := range w.caches {
+		ic.onDeliver = func(ev watchEvent, prev object) {
+			if ev.change.author == byRelist {
+				w.logf("  relisted %s", ev)
+			}
+			w.noteDelivered(apiResource(r), ev, prev)
+		}
+		ic.fill(w.server.list(apiResource(r)))
+	}
+	w.queue.call(func() {
+		for _, ic := range w.caches {
+			ic.announce()
+		}
+	})
+}
+
+// cachesLag reports whether a cache has events yet to receive.
+func (w *world) cachesLag() bool {
+	return slices.ContainsFunc(w.caches[:], func(c *informerCache) bool { return len(c.pending) > 0 })
+}
+
+func (w *world) stopController() {
+	if w.stop != nil {
+		w.stop()
+	}
+}
+
+// sync runs one processNextWorkItem and reports false if the controller
+// panicked, which ends the sequence.
+func (w *world) sync() bool {
+	w.lastCreate = lastCreate{}
+	w.syncWrote = false
+	var key string
+	w.queue.onGet = func(k string) {
+		key = k
+		w.logf("sync %s", k)
+	}
+	panicked := false
+	rateLimited := w.queue.call(func() {
+		defer func() {
+			if r := recover(); r != nil {
+				panicked = true
+				w.violate("panic", "the controller panicked: %v\n%s", r, debug.Stack())
+			}
+		}()
+		w.ctrl.processNextWorkItem(w.ctx)
+	})
+	if panicked {
+		w.alive = false
+		return false
+	}
+	name := strings.TrimPrefix(key, worldNamespace+"/")
+	if slices.Contains(rateLimited, key) {
+		// Failures count once the world is quiet and the caches have
+		// received everything: before that, a sync may fail for want of
+		// news (a status update of a session deleted meanwhile).
+		if w.settling && !w.cachesLag() {
+			if w.failStreak[key]++; w.failStreak[key] == 3 {
+				w.violate("stuck", "GameSession %s failed 3 syncs in a row in a quiet world, with every cache up to date", name)
+			}
+		}
+		return true
+	}
+	w.failStreak[key] = 0
+	if !w.syncWrote {
+		w.lapseCredits(name)
+	}
+	return true
+}
+
+// settle lets the world come to rest: no user acts and no fault is injected
+// any more; the caches receive everything, the GC and kcm finish, delayed keys
+// are released, and the queue runs until it stays empty.
+func (w *world) settle() bool {
+	w.settling = true
+	w.faults = nil
+	clear(w.failStreak)
+	w.step = 0
+	w.logf("settle")
+	for w.step = 1; w.step <= settleSteps; w.step++ {
+		var choices []func() bool
+		for _, c := range w.caches {
+			if len(c.pending) > 0 {
+				choices = append(choices, func() bool { w.deliver(c); return true })
+			}
+		}
+		if items := w.gcWork(); len(items) > 0 {
+			choices = append(choices, func() bool { w.doWork(items); return true })
+		}
+		if items := w.kcmWork(true); len(items) > 0 {
+			choices = append(choices, func() bool { w.doWork(items); return true })
+		}
+		if w.queue.hasReady() {
+			choices = append(choices, w.sync)
+		}
+		if len(choices) > 0 {
+			if !choices[w.rng.IntN(len(choices))]() {
+				return false
+			}
+			continue
+		}
+		next, waiting := w.queue.nextWaiting()
+		if !waiting {
+			w.logf("at rest")
+			return true
+		}
+		w.advance(next.Sub(w.clock.Now()))
+	}
+	w.violate("stuck", "the world did not come to rest within %d steps", settleSteps)
+	return false
+}
+
+func (w *world) logf(format string, args ...any) {
+	elapsed := w.clock.Since(w.start)
+	w.log = append(w.log, fmt.Sprintf("%3d %7.3fs  %s", w.step, elapsed.Seconds(), fmt.Sprintf(format, args...)))
+}
+
+// report describes every violation of the sequence, then its event log.
+func (w *world) report() string { return w.reportOf("") }
+
+// reportOf is report with the violations of invariant first.
+func (w *world) reportOf(invariant string) string {
+	var b strings.Builder
+	vs := slices.Clone(w.violations)
+	slices.SortStableFunc(vs, func(a, b violation) int {
+		switch {
+		case a.invariant == invariant && b.invariant != invariant:
+			return -1
+		case b.invariant == invariant && a.invariant != invariant:
+			return 1
+		}
+		return 0
+	})
+	for _, v := range vs[:min(len(vs), 8)] {
+		fmt.Fprintf(&b, "sequence %d, step %d: %s: %s\n", w.seed, v.step, v.invariant, v.message)
+	}
+	if len(vs) > 8 {
+		fmt.Fprintf(&b, "... and %d more violations\n", len(vs)-8)
+	}
+	fmt.Fprintf(&b, "replay: go test ./pkg/controller -run TestSequence -sequence.seed=%d\nevent log:\n", w.seed)
+	b.WriteString(strings.Join(w.log, "\n"))
+	return b.String()
+}
+
+// worldRecorder writes the controller's Events into the event log.
+type worldRecorder struct{ w *world }
+
+func (r *worldRecorder) Event(obj runtime.Object, eventtype, reason, message string) {
+	name := "?"
+	if m, err := meta.Accessor(obj); err == nil {
+		name = m.GetName()
+	}
+	r.w.logf("  event %s %s on %s: %s", eventtype, reason, name, message)
+}
+
+func (r *worldRecorder) Eventf(obj runtime.Object, eventtype, reason, messageFmt string, args ...any) {
+	r.Event(obj, eventtype, reason, fmt.Sprintf(messageFmt, args...))
+}
+
+func (r *worldRecorder) AnnotatedEventf(obj runtime.Object, _ map[string]string, eventtype, reason, messageFmt string, args ...any) {
+	r.Event(obj, eventtype, reason, fmt.Sprintf(messageFmt, args...))
+}

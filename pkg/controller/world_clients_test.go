@@ -1,0 +1,212 @@
+package controller
+
+import (
+	"errors"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	core "k8s.io/client-go/testing"
+
+	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
+)
+
+// The controller's side of the API server: reactors, prepended on both fake
+// clientsets, answer every request from the world's apiServer, so the fakes'
+// own object trackers are never used. A request the controller has no
+// business making is answered with an error and recorded as a violation.
+
+// fault is an answer armed by the world for the controller's next request of
+// one kind.
+type fault struct {
+	request string // "create", "patch" or "updateStatus"
+	kind    faultKind
+}
+
+type faultKind int
+
+const (
+	// faultServerError answers 500 without applying the request.
+	faultServerError faultKind = iota
+	// faultConflict answers 409 without applying the request.
+	faultConflict
+	// faultLostResponse applies the request, then answers 500, as when a
+	// response times out: the controller cannot tell it from faultServerError.
+	faultLostResponse
+)
+
+func (k faultKind) String() string {
+	return [...]string{"500", "409 Conflict", "500 after applying"}[k]
+}
+
+func (w *world) installReactors() {
+	w.kubeClient.PrependReactor("*", "*", w.serveKube)
+	w.gameClient.PrependReactor("*", "*", w.serveGames)
+}
+
+func (w *world) serveKube(action core.Action) (bool, runtime.Object, error) {
+	w.countRequest(action)
+	if action.GetResource().Resource != "deployments" || action.GetSubresource() != "" {
+		return w.unexpected(action)
+	}
+	switch action.GetVerb() {
+	case "create":
+		return w.createDeployment(action.(core.CreateAction))
+	case "get":
+		return w.getDeployment(action.(core.GetAction))
+	case "patch":
+		return w.patchDeployment(action.(core.PatchAction))
+	}
+	return w.unexpected(action)
+}
+
+func (w *world) serveGames(action core.Action) (bool, runtime.Object, error) {
+	w.countRequest(action)
+	if action.GetResource().Resource != "gamesessions" || action.GetVerb() != "update" || action.GetSubresource() != "status" {
+		return w.unexpected(action)
+	}
+	return w.updateSessionStatus(action.(core.UpdateAction))
+}
+
+func (w *world) createDeployment(a core.CreateAction) (bool, runtime.Object, error) {
+	d := a.GetObject().(*appsv1.Deployment)
+	w.checkControllerCreate(d)
+	f, faulty := w.takeFault("create")
+	if faulty && f != faultLostResponse {
+		w.logf("  → CREATE deployment %s: injected %s", d.Name, f)
+		return true, nil, injectedError(f, deploymentsResource, d.Name)
+	}
+	// A Create acts on whether the name is free now: a live read of sorts.
+	w.noteLiveRead(d.Name)
+	created, err := w.server.create(byController, deploymentsResource, d)
+	w.lastCreate = lastCreate{name: d.Name, alreadyExists: apierrors.IsAlreadyExists(err)}
+	if err != nil {
+		w.logf("  → CREATE deployment %s: %v", d.Name, err)
+		return true, nil, err
+	}
+	w.logf("  → CREATE deployment %s: %s, rv %s", d.Name, created.GetUID(), created.GetResourceVersion())
+	w.noteControllerWrite(nil, created.(*appsv1.Deployment))
+	if faulty {
+		w.logf("    (answered: injected %s)", f)
+		return true, nil, injectedError(f, deploymentsResource, d.Name)
+	}
+	return true, created, nil
+}
+
+func (w *world) getDeployment(a core.GetAction) (bool, runtime.Object, error) {
+	w.checkControllerGet(a.GetName())
+	w.noteLiveRead(a.GetName())
+	d := w.server.deployment(a.GetName())
+	if d == nil {
+		w.logf("  → GET deployment %s: not found", a.GetName())
+		return true, nil, apierrors.NewNotFound(deploymentsResource.groupResource(), a.GetName())
+	}
+	w.logf("  → GET deployment %s: rv %s", a.GetName(), d.ResourceVersion)
+	return true, d, nil
+}
+
+func (w *world) patchDeployment(a core.PatchAction) (bool, runtime.Object, error) {
+	name := a.GetName()
+	if pt := a.GetPatchType(); pt != types.MergePatchType && pt != types.StrategicMergePatchType {
+		return w.unexpected(a)
+	}
+	patch := string(a.GetPatch())
+	if len(patch) > 240 {
+		patch = patch[:240] + "..."
+	}
+	f, faulty := w.takeFault("patch")
+	if faulty && f != faultLostResponse {
+		w.logf("  → PATCH deployment %s %s: injected %s", name, patch, f)
+		return true, nil, injectedError(f, deploymentsResource, name)
+	}
+	before := w.server.deployment(name)
+	patched, err := w.server.patch(byController, deploymentsResource, name, a.GetPatchType(), a.GetPatch())
+	if err != nil {
+		w.logf("  → PATCH deployment %s %s: %v", name, patch, err)
+		return true, nil, err
+	}
+	after := patched.(*appsv1.Deployment)
+	if after.ResourceVersion == before.ResourceVersion {
+		w.logf("  → PATCH deployment %s %s: no change", name, patch)
+	} else {
+		w.logf("  → PATCH deployment %s %s: rv %s→%s", name, patch, before.ResourceVersion, after.ResourceVersion)
+		w.noteControllerWrite(before, after)
+	}
+	if faulty {
+		w.logf("    (answered: injected %s)", f)
+		return true, nil, injectedError(f, deploymentsResource, name)
+	}
+	return true, after, nil
+}
+
+func (w *world) updateSessionStatus(a core.UpdateAction) (bool, runtime.Object, error) {
+	s := a.GetObject().(*gamesv1.GameSession)
+	f, faulty := w.takeFault("updateStatus")
+	if faulty && f != faultLostResponse {
+		w.logf("  → UPDATE gamesession %s/status: injected %s", s.Name, f)
+		return true, nil, injectedError(f, sessionsResource, s.Name)
+	}
+	updated, err := w.server.updateStatus(byController, sessionsResource, s, true)
+	if err != nil {
+		w.logf("  → UPDATE gamesession %s/status (rv %s): %v", s.Name, s.ResourceVersion, err)
+		return true, nil, err
+	}
+	w.logf("  → UPDATE gamesession %s/status (rv %s): rv %s%s", s.Name, s.ResourceVersion, updated.GetResourceVersion(),
+		describeStatus(&updated.(*gamesv1.GameSession).Status))
+	if faulty {
+		w.logf("    (answered: injected %s)", f)
+		return true, nil, injectedError(f, sessionsResource, s.Name)
+	}
+	return true, updated, nil
+}
+
+func (w *world) unexpected(a core.Action) (bool, runtime.Object, error) {
+	detail := ""
+	if p, ok := a.(core.PatchAction); ok {
+		detail = " of type " + string(p.GetPatchType())
+	}
+	w.violate("unexpected-request", "the controller made a request it has no business making: %s %s/%s%s",
+		a.GetVerb(), a.GetResource().Resource, a.GetSubresource(), detail)
+	return true, nil, fmt.Errorf("harness: unexpected request %s %s", a.GetVerb(), a.GetResource().Resource)
+}
+
+// countRequest counts the controller's requests by the name of their object,
+// which is the session's name for all of them.
+func (w *world) countRequest(action core.Action) {
+	name := ""
+	switch a := action.(type) {
+	case core.CreateAction:
+		name = a.GetObject().(metav1.Object).GetName()
+	case interface{ GetName() string }:
+		name = a.GetName()
+	}
+	w.requestsBy[name]++
+}
+
+// takeFault disarms and returns the fault armed for a request, if any.
+func (w *world) takeFault(request string) (faultKind, bool) {
+	for i, f := range w.faults {
+		if f.request == request {
+			w.faults = append(w.faults[:i], w.faults[i+1:]...)
+			return f.kind, true
+		}
+	}
+	return 0, false
+}
+
+func injectedError(kind faultKind, r apiResource, name string) error {
+	if kind == faultConflict {
+		return apierrors.NewConflict(r.groupResource(), name, errors.New("injected conflict"))
+	}
+	return apierrors.NewInternalError(errors.New("injected server error"))
+}
+
+// lastCreate is the controller's last Create: a Get is legitimate only right
+// after one that was answered AlreadyExists.
+type lastCreate struct {
+	name          string
+	alreadyExists bool
+}
