@@ -40,6 +40,18 @@ test: verify controlplane ## Verify, then run all unit and integration tests (bu
 unit: ## Run unit tests only (no control plane).
 	$(GO) test -count=1 ./pkg/... ./cmd/...
 
+# SEQUENCES and FIRST_SEED size the long run of the randomised sequence tests.
+SEQUENCES ?= 100000
+FIRST_SEED ?= 1
+
+.PHONY: test-sequences
+test-sequences: ## The randomised event-sequence tests at length: SEQUENCES (100,000) seeds from FIRST_SEED.
+	$(GO) test -count=1 -timeout 2h -run 'TestSequences$$' ./pkg/controller/ -args -sequence.count=$(SEQUENCES) -sequence.first=$(FIRST_SEED)
+
+.PHONY: test-faults
+test-faults: controlplane ## Fault injection at full size (1,000 sessions, 30s API server outage, repeated failovers; ~15 min).
+	$(GO) test -race -count=1 -timeout 45m ./test/faults/ -args -faults.full
+
 # Controller flags for `make run`, e.g. make run ARGS='-v=2 --workers=4'.
 ARGS ?=
 
