@@ -1,3 +1,5 @@
+//go:build sequences
+
 package controller
 
 import (

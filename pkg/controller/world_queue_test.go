@@ -1,7 +1,10 @@
+//go:build sequences
+
 package controller
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -214,8 +217,9 @@ func (q *stepQueue) release() []string {
 	return due
 }
 
-func (q *stepQueue) idle() bool {
+// waitingKeys returns the delayed keys, in order.
+func (q *stepQueue) waitingKeys() []string {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.ready) == 0 && len(q.waiting) == 0 && len(q.processing) == 0
+	return slices.Sorted(maps.Keys(q.waiting))
 }

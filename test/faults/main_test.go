@@ -15,7 +15,8 @@
 //
 // `go test` runs reduced sizes (150 sessions, a 10s outage, 3 failovers);
 // -faults.full runs 1,000 sessions, a 30s outage and 5 failovers
-// (`make test-faults`).
+// (`make test-faults`), best with -parallel 1: three tests of a thousand
+// sessions at once swamp kube-controller-manager on 2 cores.
 package faults
 
 import (
