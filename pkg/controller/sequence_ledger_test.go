@@ -58,12 +58,20 @@ func (w *world) spendCredits(name, resourceVersion string) {
 // lapseCredits is told of each sync that succeeded without writing the
 // Deployment.
 func (w *world) lapseCredits(name string) {
-	for _, ev := range w.caches[deploymentsResource].pending {
+	pending := w.caches[deploymentsResource].pending
+	for _, ev := range pending {
 		if ev.change.author == byController && ev.obj.GetName() == name {
 			return
 		}
 	}
 	w.credits[name] = 0
+	// What a live read showed is gone with the sync that made it: the
+	// controller learns it again when its cache receives it.
+	for i := range pending {
+		if pending[i].obj.GetName() == name {
+			pending[i].known = false
+		}
+	}
 }
 
 // noteDelivered is told of each event an informer cache hands the controller.
@@ -145,11 +153,14 @@ func (w *world) profileEdited(profile string) {
 }
 
 // matureBursts credits the sessions of the bursts whose delay is over.
+// A session that took up the profile during the delay is held back with the
+// others, so it is credited too.
 func (w *world) matureBursts() {
 	now := w.clock.Now()
 	for profile, b := range w.bursts {
 		if !now.Before(b.due) {
 			w.creditAll(b.sessions)
+			w.creditAll(w.cachedSessionsOf(profile))
 			delete(w.bursts, profile)
 		}
 	}
