@@ -141,7 +141,9 @@ func (w *world) checkSessionAtRest(s *gamesv1.GameSession, profile *corev1.Confi
 		w.violate("condition-lie", "GameSession %s: profile %s exists, but ProfileResolved is %s",
 			s.Name, s.Spec.ProfileRef, describeCondition(resolved))
 	}
-	if d != nil && !controlledBy(d, s.UID) {
+
+	switch {
+	case d != nil && !controlledBy(d, s.UID):
 		// Someone else's Deployment: the session can only say so. Without a
 		// profile it does not try to create its own, and so cannot know of
 		// one outside its label-filtered cache.
@@ -151,44 +153,79 @@ func (w *world) checkSessionAtRest(s *gamesv1.GameSession, profile *corev1.Confi
 			w.violate("condition-lie", "GameSession %s: Deployment %s is not controlled by it (controller %s), but Ready is %s",
 				s.Name, d.Name, describeController(d), describeCondition(ready))
 		}
-		return
-	}
 
-	wantHash := ""
-	if profile != nil {
-		wantHash = ProfileHash(profile)
-	}
-	mismatches := deploymentMismatches(s, wantHash, d)
-	if profile == nil {
+	case d != nil && displacingContainer(s, d) != "":
+		// The one owned field the controller does not put back, as decided
+		// in docs/reliability.md: another container (a renamed game server)
+		// declares the game server's ports, so the controller adds no second
+		// container on them, leaves the Deployment as it is, and says so.
+		if !conditionIs(ready, metav1.ConditionFalse, gamesv1.ReasonContainerConflict) {
+			w.violate("condition-lie", "GameSession %s: container %s of Deployment %s declares the game server's ports, but Ready is %s",
+				s.Name, displacingContainer(s, d), d.Name, describeCondition(ready))
+		}
+		w.checkStatusDescribes(s, d, resolved)
+
+	case profile == nil:
 		// Nothing to hold the Deployment to: it is left as it was.
+		mismatches := deploymentMismatches(s, "", d)
 		if conditionIs(ready, metav1.ConditionTrue, "") && (d == nil || len(mismatches) > 0 || !rolledOutAndReady(d)) {
 			w.violate("condition-lie", "GameSession %s: Ready=True, but its Deployment %s", s.Name, describeDeployment(d, mismatches))
 		}
-		return
+
+	default:
+		wantHash := ProfileHash(profile)
+		mismatches := deploymentMismatches(s, wantHash, d)
+		if d == nil || len(mismatches) > 0 {
+			w.violate("deployment-mismatch", "GameSession %s (%s, generation %d), profile %s (hash %s): Deployment %s; the session's Ready is %s",
+				s.Name, s.UID, s.Generation, profile.Name, wantHash, describeDeployment(d, mismatches), describeCondition(ready))
+		}
+		if !conditionIs(resolved, metav1.ConditionTrue, gamesv1.ReasonProfileResolved) {
+			w.violate("condition-lie", "GameSession %s: profile %s exists and nothing blocks the session, but ProfileResolved is %s",
+				s.Name, profile.Name, describeCondition(resolved))
+		}
+		if d == nil {
+			return
+		}
+		complete := len(mismatches) == 0 && rolledOutAndReady(d)
+		if isTrue := conditionIs(ready, metav1.ConditionTrue, ""); isTrue != complete {
+			w.violate("condition-lie", "GameSession %s: Ready is %s, but the Deployment %s (status %s)",
+				s.Name, describeCondition(ready), describeDeployment(d, mismatches), replicaCounts(d))
+		}
+		w.checkStatusDescribes(s, d, resolved)
 	}
-	if d == nil || len(mismatches) > 0 {
-		w.violate("deployment-mismatch", "GameSession %s (%s, generation %d), profile %s (hash %s): Deployment %s; the session's Ready is %s",
-			s.Name, s.UID, s.Generation, profile.Name, wantHash, describeDeployment(d, mismatches), describeCondition(ready))
-	}
-	if !conditionIs(resolved, metav1.ConditionTrue, gamesv1.ReasonProfileResolved) {
-		w.violate("condition-lie", "GameSession %s: profile %s exists and no other Deployment takes the session's name, but ProfileResolved is %s",
-			s.Name, profile.Name, describeCondition(resolved))
-	}
-	if d == nil {
-		return
-	}
-	if hash := d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]; s.Status.ProfileHash != hash {
-		w.violate("condition-lie", "GameSession %s: status.profileHash %q, the Deployment's annotation %q", s.Name, s.Status.ProfileHash, hash)
-	}
-	complete := len(mismatches) == 0 && rolledOutAndReady(d)
-	if isTrue := conditionIs(ready, metav1.ConditionTrue, ""); isTrue != complete {
-		w.violate("condition-lie", "GameSession %s: Ready is %s, but the Deployment %s (status %+v)",
-			s.Name, describeCondition(ready), describeDeployment(d, mismatches), replicaCounts(d))
+}
+
+// checkStatusDescribes checks that the status describes the session's own
+// Deployment: its profile hash, when the status says the profile is rolled in,
+// and its replica counts.
+func (w *world) checkStatusDescribes(s *gamesv1.GameSession, d *appsv1.Deployment, resolved *metav1.Condition) {
+	hash := d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]
+	if conditionIs(resolved, metav1.ConditionTrue, "") && s.Status.ProfileHash != hash {
+		w.violate("condition-lie", "GameSession %s: ProfileResolved=True with status.profileHash %q, but the Deployment's annotation is %q",
+			s.Name, s.Status.ProfileHash, hash)
 	}
 	if s.Status.Replicas != d.Status.Replicas || s.Status.ReadyReplicas != d.Status.ReadyReplicas {
 		w.violate("condition-lie", "GameSession %s: status says %d replicas, %d ready; the Deployment has %d, %d ready",
 			s.Name, s.Status.Replicas, s.Status.ReadyReplicas, d.Status.Replicas, d.Status.ReadyReplicas)
 	}
+}
+
+// displacingContainer returns the name of a container of d, other than the
+// game server, that declares one of the session's ports, or "".
+func displacingContainer(s *gamesv1.GameSession, d *appsv1.Deployment) string {
+	for _, c := range d.Spec.Template.Spec.Containers {
+		if c.Name == worldGameServer {
+			continue
+		}
+		for _, p := range c.Ports {
+			if slices.ContainsFunc(s.Spec.Ports, func(q gamesv1.GameServerPort) bool {
+				return p.ContainerPort == q.ContainerPort && p.Protocol == q.Protocol
+			}) {
+				return c.Name
+			}
+		}
+	}
+	return ""
 }
 
 // deploymentMismatches compares the fields the controller owns with the

@@ -114,13 +114,21 @@ func TestSequences(t *testing.T) {
 }
 
 // TestSequenceReplayIsDeterministic guards the harness itself: a sequence
-// that did not replay the same way from its seed could not be debugged.
+// must replay the same way from its seed alone, whether it ran by itself or
+// beside others, or a failure could not be debugged.
 func TestSequenceReplayIsDeterministic(t *testing.T) {
-	for seed := uint64(1); seed <= 5; seed++ {
-		first, second := runSequence(seed), runSequence(seed)
-		if i := firstDifference(first.log, second.log); i >= 0 {
+	const seeds = 20
+	beside := make([]*world, seeds+1)
+	var wg sync.WaitGroup
+	for seed := 1; seed <= seeds; seed++ {
+		wg.Go(func() { beside[seed] = runSequence(uint64(seed)) })
+	}
+	wg.Wait()
+	for seed := 1; seed <= seeds; seed++ {
+		alone := runSequence(uint64(seed))
+		if i := firstDifference(beside[seed].log, alone.log); i >= 0 {
 			t.Errorf("sequence %d replays differently from line %d:\n  %s\n  %s", seed, i,
-				lineOr(first.log, i), lineOr(second.log, i))
+				lineOr(beside[seed].log, i), lineOr(alone.log, i))
 		}
 	}
 }
