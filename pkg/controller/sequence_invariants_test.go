@@ -154,7 +154,7 @@ func (w *world) checkSessionAtRest(s *gamesv1.GameSession, profile *corev1.Confi
 				s.Name, d.Name, describeController(d), describeCondition(ready))
 		}
 
-	case d != nil && displacingContainer(s, d) != "":
+	case profile != nil && d != nil && displacingContainer(s, d) != "":
 		// The one owned field the controller does not put back, as decided
 		// in docs/reliability.md: another container (a renamed game server)
 		// declares the game server's ports, so the controller adds no second

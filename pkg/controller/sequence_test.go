@@ -45,8 +45,9 @@ import (
 // checked as they are made. Each sequence depends on its seed alone, so a
 // failure prints the command that replays it with its event log.
 //
-// The pieces: world_server_test.go (the API server), world_clients_test.go
-// (the controller's requests), world_caches_test.go (informer delivery),
+// The pieces: world_server_test.go and world_defaults_test.go (the API
+// server), world_clients_test.go (the controller's requests),
+// world_caches_test.go (informer delivery),
 // world_queue_test.go (the work queue and the clock), world_cluster_test.go
 // (GC and kcm), sequence_actions_test.go (what a step can be),
 // sequence_invariants_test.go (what must hold) and sequence_ledger_test.go
@@ -54,7 +55,7 @@ import (
 
 var (
 	sequenceSeed      = flag.Uint64("sequence.seed", 0, "replay the one sequence of this seed and print its event log")
-	sequenceCount     = flag.Int("sequence.count", 2000, "how many sequences TestSequences runs (a tenth with -short)")
+	sequenceCount     = flag.Int("sequence.count", 4000, "how many sequences TestSequences runs (a tenth with -short)")
 	sequenceFirst     = flag.Uint64("sequence.first", 1, "seed of the first sequence TestSequences runs")
 	sequenceVerbosity = flag.Int("sequence.verbosity", 0, "verbosity of the controller's log lines in a sequence's event log")
 )
@@ -215,6 +216,7 @@ type world struct {
 	// Requests: faults armed for them, and what the current sync did.
 	faults     []fault
 	lastCreate lastCreate
+	syncKey    string
 	syncWrote  bool
 	requestsBy map[string]int
 
@@ -309,7 +311,10 @@ func (w *world) startController() {
 	}
 	c.queue.ShutDown() // stops the goroutine of the queue it made
 	w.queue = newStepQueue(w.clock, w.rng.IntN)
-	w.queue.onGet = func(key string) { w.logf("sync %s", key) }
+	w.queue.onGet = func(key string) {
+		w.syncKey = key
+		w.logf("sync %s", key)
+	}
 	c.queue = w.queue
 	c.recorder = &worldRecorder{w: w}
 	w.ctrl = c
@@ -358,12 +363,7 @@ func (w *world) stopController() {
 // panicked, which ends the sequence.
 func (w *world) sync() bool {
 	w.lastCreate = lastCreate{}
-	w.syncWrote = false
-	var key string
-	w.queue.onGet = func(k string) {
-		key = k
-		w.logf("sync %s", k)
-	}
+	w.syncKey, w.syncWrote = "", false
 	panicked := false
 	rateLimited := w.queue.call(func() {
 		defer func() {
@@ -378,6 +378,7 @@ func (w *world) sync() bool {
 		w.alive = false
 		return false
 	}
+	key := w.syncKey
 	name := strings.TrimPrefix(key, worldNamespace+"/")
 	if slices.Contains(rateLimited, key) {
 		// Failures count once the world is quiet and the caches have
@@ -471,7 +472,7 @@ func (w *world) reportOf(invariant string) string {
 	if len(vs) > 8 {
 		fmt.Fprintf(&b, "... and %d more violations\n", len(vs)-8)
 	}
-	fmt.Fprintf(&b, "replay: go test ./pkg/controller -run TestSequence -sequence.seed=%d\nevent log:\n", w.seed)
+	fmt.Fprintf(&b, "replay: go test -tags sequences ./pkg/controller -run TestSequence -sequence.seed=%d\nevent log:\n", w.seed)
 	b.WriteString(strings.Join(w.log, "\n"))
 	return b.String()
 }
