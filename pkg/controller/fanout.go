@@ -58,26 +58,33 @@ func newProfileFanOut(clk clock.PassiveClock, delay time.Duration,
 
 // profileChanged queues the sessions of a profile whose data changed. It
 // returns how many it queued and false if the change joined a rollout already
-// waiting out its delay (and so queued nothing).
+// waiting out its delay.
+//
+// A joined change queues the profile's sessions again, for the end of the
+// delay. Most are queued already and the queue keeps one of each, but a
+// session that synced during the delay for a reason of its own (a spec edit,
+// which is not held back) rolled the data of the first change, and a session
+// that has just started to reference the profile was not queued at all:
+// without this, both would keep data older than the latest edit.
 func (f *profileFanOut) profileChanged(profileKey string) (sessions int, started bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := f.clock.Now()
+	delay, started := f.delay, true
 	if f.holdingLocked(profileKey, now) {
-		return 0, false
+		delay, started = f.holding[profileKey].Sub(now), false
+	} else if f.delay > 0 {
+		f.holding[profileKey] = now.Add(f.delay)
 	}
 	keys := f.sessionsOf(profileKey)
 	// Marked before they are queued, so no worker can sync one unmarked.
 	for _, key := range keys {
 		f.rolling[key] = struct{}{}
 	}
-	if f.delay > 0 {
-		f.holding[profileKey] = now.Add(f.delay)
-	}
 	for _, key := range keys {
-		f.enqueueAfter(key, f.delay)
+		f.enqueueAfter(key, delay)
 	}
-	return len(keys), true
+	return len(keys), started
 }
 
 // holdsBack reports whether a change of the profile is waiting out its delay.

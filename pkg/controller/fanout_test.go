@@ -169,3 +169,37 @@ func TestFanOutWritesDeploymentsBeforeStatuses(t *testing.T) {
 		t.Errorf("requests in order: got %q, want %q", order, want)
 	}
 }
+
+// An edit that joins a held rollout queues the profile's sessions again for
+// the end of the delay: one that synced meanwhile for a spec change rolled
+// the first edit's data, and one that took up the profile meanwhile was not
+// queued at all. Both must end up with the latest data.
+func TestFanOutJoinedEditRequeuesForTheRestOfTheDelay(t *testing.T) {
+	clock := clocktesting.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	sessions := []string{"arena/s1"}
+	queued := map[string]time.Duration{}
+	f := newProfileFanOut(clock, testDelay,
+		func(string) []string { return sessions },
+		func(key string, d time.Duration) { queued[key] = d })
+
+	if n, started := f.profileChanged("arena/classic"); n != 1 || !started {
+		t.Fatalf("first edit: %d sessions, started %v; want 1, true", n, started)
+	}
+	if queued["arena/s1"] != testDelay {
+		t.Errorf("first edit queued s1 after %v, want %v", queued["arena/s1"], testDelay)
+	}
+
+	clock.Step(testDelay / 4)
+	sessions = append(sessions, "arena/s2") // s2 now references the profile too
+	if n, started := f.profileChanged("arena/classic"); n != 2 || started {
+		t.Fatalf("joined edit: %d sessions, started %v; want 2, false", n, started)
+	}
+	for _, key := range sessions {
+		if got, want := queued[key], testDelay*3/4; got != want {
+			t.Errorf("joined edit queued %s after %v, want %v (the rest of the delay)", key, got, want)
+		}
+		if !f.takeRolling(key) {
+			t.Errorf("%s is not marked as rolling", key)
+		}
+	}
+}

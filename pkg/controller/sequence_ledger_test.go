@@ -1,5 +1,3 @@
-//go:build sequences
-
 package controller
 
 import (
@@ -92,10 +90,13 @@ func (w *world) noteDelivered(r apiResource, ev watchEvent, prev object) {
 				w.creditAll(b.sessions)
 				delete(w.bursts, name)
 			}
+		case prev != nil && ProfileHash(prev.(*corev1.ConfigMap)) != ProfileHash(ev.obj.(*corev1.ConfigMap)):
+			// Also a profile deleted and recreated while a relist replaced
+			// its events: the informer hands that over as an update too,
+			// and the controller holds it back like any edit.
+			w.profileEdited(name)
 		case prev == nil || prev.GetUID() != ev.obj.GetUID():
 			w.creditAll(w.cachedSessionsOf(name))
-		case ProfileHash(prev.(*corev1.ConfigMap)) != ProfileHash(ev.obj.(*corev1.ConfigMap)):
-			w.profileEdited(name)
 		}
 	case deploymentsResource:
 		if !ev.known && ev.change.author != byController && ownedFieldsChanged(ev.change) {

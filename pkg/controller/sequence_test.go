@@ -1,5 +1,3 @@
-//go:build sequences
-
 package controller
 
 import (
@@ -472,7 +470,7 @@ func (w *world) reportOf(invariant string) string {
 	if len(vs) > 8 {
 		fmt.Fprintf(&b, "... and %d more violations\n", len(vs)-8)
 	}
-	fmt.Fprintf(&b, "replay: go test -tags sequences ./pkg/controller -run TestSequence -sequence.seed=%d\nevent log:\n", w.seed)
+	fmt.Fprintf(&b, "replay: go test ./pkg/controller -run TestSequence -sequence.seed=%d\nevent log:\n", w.seed)
 	b.WriteString(strings.Join(w.log, "\n"))
 	return b.String()
 }

@@ -103,6 +103,15 @@ func specApplied(d *appsv1.Deployment, session *gamesv1.GameSession) bool {
 	return !deploymentNeedsUpdate(d, NewDeployment(session, d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]))
 }
 
+// leftAsIs records what the session's Deployment, d, which the controller
+// could not patch, still runs: its profile hash and replica counts. The
+// status then describes the game servers as they are, not the profile data
+// they are waiting for (which the ProfileResolved message names).
+func (s *sessionStatus) leftAsIs(d *appsv1.Deployment) {
+	s.status.ProfileHash = d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]
+	s.replicas(d)
+}
+
 // replicas records the Deployment's replica counts.
 func (s *sessionStatus) replicas(d *appsv1.Deployment) {
 	s.status.Replicas, s.status.ReadyReplicas = d.Status.Replicas, d.Status.ReadyReplicas

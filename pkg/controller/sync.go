@@ -19,13 +19,14 @@ import (
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 )
 
-// How often a session blocked by a Deployment of its name looks again. The
-// Deployment may be outside the controller's label-filtered cache, and then
-// no event announces that it is gone: one being deleted goes by itself, soon;
-// a foreign one goes when a user deletes it, as the session's status asks.
+// How often a session looks again at a Deployment of its name that no event
+// may announce the end of. It may be outside the controller's label-filtered
+// cache: one being deleted goes by itself, soon; a foreign one goes when a
+// user deletes it, as the session's status asks; one seen only by a live read
+// may change or go before the cache ever holds it.
 const (
 	deletionRecheckInterval = 2 * time.Second
-	foreignRecheckInterval  = 10 * time.Second
+	uncachedRecheckInterval = 10 * time.Second
 )
 
 // containerConflictError says that a container other than the game server
@@ -147,7 +148,7 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 		return false, nil
 	}
 
-	wrote := false
+	wrote, hidden := false, false
 	if observed == nil {
 		created, live, err := c.createDeployment(ctx, session, NewDeployment(session, c.profileHashes.hash(profile)))
 		switch {
@@ -162,20 +163,29 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 			c.blockedBy(session, live, status)
 			return false, nil
 		default:
-			observed = live // ours, hidden from the cache: patch it below
+			observed, hidden = live, true // ours, hidden from the cache: patch it below
 		}
 	}
 
 	desired := c.desiredDeployment(ctx, session, profile, observed)
 	current, patched, err := c.patchDeployment(ctx, session, observed, desired)
+	if hidden {
+		// What a live read shows, only the cache can follow. Left unpatched
+		// (a conflict) it stays without the managed-by label, outside the
+		// cache; and one deleted before the cache received it may never be
+		// announced at all (a relist after both shows nothing). Until the
+		// cache holds it, no event is sure to come: look again.
+		c.queue.AddAfter(cache.MetaObjectToName(session).String(), uncachedRecheckInterval)
+	}
 	var conflict containerConflictError
 	switch {
 	case errors.As(err, &conflict):
-		status.replicas(observed)
+		status.leftAsIs(observed)
 		status.notReady(gamesv1.ReasonContainerConflict,
 			fmt.Sprintf(MessageContainerConflict, conflict.container, desired.Name, gameServerContainerName))
 		return wrote, nil
 	case apierrors.IsInvalid(err):
+		status.leftAsIs(observed)
 		status.deploymentInvalid(err)
 		return wrote, nil
 	case err != nil:
@@ -285,7 +295,7 @@ func (c *Controller) blockedBy(session *gamesv1.GameSession, d *appsv1.Deploymen
 		return
 	}
 	status.notReady(gamesv1.ReasonDeploymentNotControlled, fmt.Sprintf(MessageNotControlled, d.Name))
-	c.queue.AddAfter(key, foreignRecheckInterval)
+	c.queue.AddAfter(key, uncachedRecheckInterval)
 }
 
 // controlledByEarlierSession reports whether d is controlled by a GameSession

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	core "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
@@ -705,4 +707,57 @@ func TestSyncRenamedContainerIsReportedNotTwinned(t *testing.T) {
 		t.Errorf("Ready message %q does not name the container", c.Message)
 	}
 	f.expectEvents("Warning " + gamesv1.ReasonContainerConflict)
+}
+
+// While a renamed container blocks the patch, the status reports the profile
+// hash the Deployment still runs, not the one it is waiting for; and one that
+// is also outside the cache (its managed-by label removed, so no event tells
+// of its changes or of the user's fix) is looked at again now and then.
+func TestSyncContainerConflictReportsWhatRuns(t *testing.T) {
+	oldProfile := newProfile(testNamespace, "classic", classicData)
+	newProfileData := withData(oldProfile, map[string]string{"game.cfg": "new"})
+	for _, hidden := range []bool{false, true} {
+		t.Run(fmt.Sprintf("hidden=%v", hidden), func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			clock := clocktesting.NewFakeClock(time.Now())
+			session := settled(newSession(testNamespace, "arena-1", "classic"), ProfileHash(oldProfile))
+			renamed := apiServerDeployment(session, ProfileHash(oldProfile))
+			renamed.Spec.Template.Spec.Containers[0].Name = "server"
+			// The status write after the Deployment's create failed.
+			session.Status.ProfileHash = ""
+			objects := []runtime.Object{session, newProfileData}
+			if !hidden {
+				objects = append(objects, renamed)
+			}
+			f := newFixtureWithOptions(ctx, t, Options{Clock: clock}, objects...)
+			wantKube := []wantAction{}
+			if hidden {
+				delete(renamed.Labels, LabelManagedBy)
+				if err := f.kubeClient.Tracker().Add(renamed); err != nil {
+					t.Fatal(err)
+				}
+				wantKube = []wantAction{createDeployment(testNamespace, "arena-1"), getDeployment(testNamespace, "arena-1")}
+			}
+
+			f.expectKube(wantKube...)
+			f.expectGame(updateSessionStatus(testNamespace, "arena-1"))
+			_, game := f.run(ctx, sessionKey(session))
+			status := objectOf[*gamesv1.GameSession](t, game[0]).Status
+			expectCondition(t, status.Conditions, gamesv1.ConditionReady, metav1.ConditionFalse, gamesv1.ReasonContainerConflict)
+			expectCondition(t, status.Conditions, gamesv1.ConditionProfileResolved, metav1.ConditionTrue, gamesv1.ReasonProfileResolved)
+			if status.ProfileHash != ProfileHash(oldProfile) {
+				t.Errorf("status.profileHash %q, want %q, which the Deployment runs", status.ProfileHash, ProfileHash(oldProfile))
+			}
+
+			clock.Step(uncachedRecheckInterval)
+			if !hidden {
+				if n := f.c.queue.Len(); n != 0 {
+					t.Errorf("%d keys queued for a Deployment the cache watches", n)
+				}
+				return
+			}
+			waitForQueueLen(ctx, t, f.c, 1)
+			expectQueue(t, f.c, sessionKey(session))
+		})
+	}
 }

@@ -1,5 +1,3 @@
-//go:build sequences
-
 package controller
 
 import (
