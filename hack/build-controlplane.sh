@@ -47,4 +47,8 @@ stages=$(cd "${root}/hack/tools/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kw
            pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
     cat "${stages}/${f}"; echo '---'
   done
+  # This project's own stages (see each file).
+  for f in "${root}"/hack/kwok/*.yaml; do
+    cat "${f}"; echo '---'
+  done
 } > "${out}/kwok-stages.yaml"

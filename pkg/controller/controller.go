@@ -37,12 +37,14 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 
 	clientset "github.com/example/gamesession-controller/pkg/generated/clientset/versioned"
 	gamesscheme "github.com/example/gamesession-controller/pkg/generated/clientset/versioned/scheme"
 	gamesinformers "github.com/example/gamesession-controller/pkg/generated/informers/externalversions/games/v1"
 	gameslisters "github.com/example/gamesession-controller/pkg/generated/listers/games/v1"
 	"github.com/example/gamesession-controller/pkg/metrics"
+	"github.com/example/gamesession-controller/pkg/rollout"
 )
 
 func init() {
@@ -83,6 +85,15 @@ type Options struct {
 	// Metrics receives the controller's own series. Nil gives the controller
 	// a fresh set that nothing exposes.
 	Metrics *metrics.ControllerMetrics
+
+	// RolloutDefaults is the rollout policy of profiles without rollout
+	// annotations, and the base their annotations change. Nil is
+	// rollout.DefaultPolicy: every session moves at once.
+	RolloutDefaults *rollout.Policy
+
+	// RevisionHistoryLimit is how many of a profile's newest revisions are
+	// kept for rollback besides those in use (see staleRevisions).
+	RevisionHistoryLimit int
 }
 
 // Controller reconciles GameSessions into Deployments.
@@ -91,13 +102,19 @@ type Controller struct {
 	gameClient clientset.Interface
 	logger     klog.Logger
 
-	sessionLister    gameslisters.GameSessionLister
-	sessionIndexer   cache.Indexer
-	profileLister    corelisters.ConfigMapLister
-	deploymentLister appslisters.DeploymentLister
-	cachesSynced     []cache.InformerSynced
+	sessionLister     gameslisters.GameSessionLister
+	sessionIndexer    cache.Indexer
+	profileLister     corelisters.ConfigMapLister
+	revisionLister    corelisters.ConfigMapLister
+	revisionIndexer   cache.Indexer
+	deploymentLister  appslisters.DeploymentLister
+	deploymentIndexer cache.Indexer
+	cachesSynced      []cache.InformerSynced
 
+	// queue holds GameSession keys; profileQueue profile keys, for the
+	// profile sync (revisions and rollout plans, see rollout.go).
 	queue            workqueue.TypedRateLimitingInterface[string]
+	profileQueue     workqueue.TypedRateLimitingInterface[string]
 	eventBroadcaster record.EventBroadcaster
 	recorder         record.EventRecorder
 	metrics          *metrics.ControllerMetrics
@@ -107,6 +124,10 @@ type Controller struct {
 	fanOut          *profileFanOut
 	expectations    *writeExpectations
 
+	plans                *profilePlans
+	rolloutDefaults      rollout.Policy
+	revisionHistoryLimit int
+
 	// workersRunning counts live workers, for the health check.
 	workersRunning atomic.Int32
 
@@ -115,10 +136,11 @@ type Controller struct {
 	enqueueSession func(obj interface{})
 }
 
-// NewController returns a Controller fed by the given informers. The
-// ConfigMap informer must come from a factory filtered by the profile label
-// selector, and the Deployment informer from one filtered by
-// ManagedDeploymentSelector: the controller relies on the filter, not on
+// NewController returns a Controller fed by the given informers. The profile
+// informer must come from a factory filtered by the profile label selector,
+// the revision informer (ConfigMaps too) from one filtered by
+// RevisionSelector, and the Deployment informer from one filtered by
+// ManagedDeploymentSelector: the controller relies on the filters, not on
 // checks of its own, to keep the cluster's other objects out of its caches.
 //
 // It registers its index and event handlers, so it must be called before the
@@ -129,6 +151,7 @@ func NewController(
 	gameClient clientset.Interface,
 	sessionInformer gamesinformers.GameSessionInformer,
 	profileInformer coreinformers.ConfigMapInformer,
+	revisionInformer coreinformers.ConfigMapInformer,
 	deploymentInformer appsinformers.DeploymentInformer,
 	opts Options,
 ) (*Controller, error) {
@@ -139,31 +162,45 @@ func NewController(
 	if opts.Metrics == nil {
 		opts.Metrics = metrics.NewControllerMetrics()
 	}
+	if opts.RolloutDefaults == nil {
+		opts.RolloutDefaults = ptr.To(rollout.DefaultPolicy())
+	}
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	c := &Controller{
-		kubeClient:       kubeClient,
-		gameClient:       gameClient,
-		logger:           logger,
-		sessionLister:    sessionInformer.Lister(),
-		sessionIndexer:   sessionInformer.Informer().GetIndexer(),
-		profileLister:    profileInformer.Lister(),
-		deploymentLister: deploymentInformer.Lister(),
+		kubeClient:        kubeClient,
+		gameClient:        gameClient,
+		logger:            logger,
+		sessionLister:     sessionInformer.Lister(),
+		sessionIndexer:    sessionInformer.Informer().GetIndexer(),
+		profileLister:     profileInformer.Lister(),
+		revisionLister:    revisionInformer.Lister(),
+		revisionIndexer:   revisionInformer.Informer().GetIndexer(),
+		deploymentLister:  deploymentInformer.Lister(),
+		deploymentIndexer: deploymentInformer.Informer().GetIndexer(),
 		cachesSynced: []cache.InformerSynced{
 			sessionInformer.Informer().HasSynced,
 			profileInformer.Informer().HasSynced,
+			revisionInformer.Informer().HasSynced,
 			deploymentInformer.Informer().HasSynced,
 		},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name, Clock: opts.Clock},
 		),
-		eventBroadcaster: broadcaster,
-		recorder:         broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Name}),
-		metrics:          opts.Metrics,
-		profileHashes:    newProfileHashCache(),
-		profileSelector:  opts.ProfileSelector,
-		expectations:     newWriteExpectations(opts.Clock),
+		profileQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name + "-profiles", Clock: opts.Clock},
+		),
+		eventBroadcaster:     broadcaster,
+		recorder:             broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Name}),
+		metrics:              opts.Metrics,
+		profileHashes:        newProfileHashCache(),
+		profileSelector:      opts.ProfileSelector,
+		expectations:         newWriteExpectations(opts.Clock),
+		plans:                newProfilePlans(),
+		rolloutDefaults:      *opts.RolloutDefaults,
+		revisionHistoryLimit: opts.RevisionHistoryLimit,
 	}
 	// The fan-out reads c.queue at call time, so tests may swap the queue.
 	c.fanOut = newProfileFanOut(opts.Clock, opts.ProfileChangeDelay, c.sessionKeysOf,
@@ -176,6 +213,12 @@ func NewController(
 	// would lose them.
 	if err := sessionInformer.Informer().AddIndexers(cache.Indexers{profileRefIndex: profileRefIndexFunc}); err != nil {
 		return nil, fmt.Errorf("adding the %s index to the GameSession informer: %w", profileRefIndex, err)
+	}
+	if err := revisionInformer.Informer().AddIndexers(cache.Indexers{revisionOfIndex: revisionOfIndexFunc}); err != nil {
+		return nil, fmt.Errorf("adding the %s index to the revision informer: %w", revisionOfIndex, err)
+	}
+	if err := deploymentInformer.Informer().AddIndexers(cache.Indexers{mountedRevisionIndex: mountedRevisionIndexFunc}); err != nil {
+		return nil, fmt.Errorf("adding the %s index to the Deployment informer: %w", mountedRevisionIndex, err)
 	}
 
 	logger.Info("Setting up event handlers")
@@ -199,6 +242,12 @@ func NewController(
 	}); err != nil {
 		return nil, err
 	}
+	if _, err := revisionInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.addRevision,
+		DeleteFunc: c.deleteRevision,
+	}); err != nil {
+		return nil, err
+	}
 	if _, err := deploymentInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.addDeployment,
 		UpdateFunc: c.updateDeployment,
@@ -215,6 +264,7 @@ func NewController(
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer utilruntime.HandleCrashWithContext(ctx)
 	defer c.queue.ShutDown()
+	defer c.profileQueue.ShutDown()
 	logger := klog.FromContext(ctx)
 
 	c.eventBroadcaster.StartStructuredLogging(3)
@@ -227,6 +277,10 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	}
 
 	var wg sync.WaitGroup
+	// One profile worker: profile syncs are few (one per profile change,
+	// and at most one per planInterval during a rollout), and one at a time
+	// they never race each other on a profile's revisions.
+	wg.Go(func() { wait.UntilWithContext(ctx, c.runProfileWorker, time.Second) })
 	for range workers {
 		wg.Go(func() {
 			c.workersRunning.Add(1)
@@ -238,6 +292,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	<-ctx.Done()
 	logger.Info("Shutting down workers")
 	c.queue.ShutDown()
+	c.profileQueue.ShutDown()
 	wg.Wait()
 	logger.Info("Controller stopped")
 	return nil
@@ -314,17 +369,25 @@ func (c *Controller) enqueue(obj interface{}) {
 
 func (c *Controller) addProfile(obj interface{}) {
 	profile := obj.(*corev1.ConfigMap)
-	c.enqueueSessionsOf(profileKey(profile.Namespace, profile.Name))
+	key := profileKey(profile.Namespace, profile.Name)
+	c.enqueueProfile(key)
+	c.enqueueSessionsOf(key)
 }
 
 func (c *Controller) updateProfile(oldObj, newObj interface{}) {
 	oldProfile, newProfile := oldObj.(*corev1.ConfigMap), newObj.(*corev1.ConfigMap)
+	key := profileKey(newProfile.Namespace, newProfile.Name)
+	if oldProfile.ResourceVersion != newProfile.ResourceVersion {
+		// A new revision, or a new rollout policy: the profile sync sees to both.
+		c.enqueueProfile(key)
+	}
 	// Only data reach the pods. Resyncs and label or annotation edits would
 	// otherwise re-sync every session of the profile for nothing.
 	if profileDataEqual(oldProfile, newProfile) {
 		return
 	}
-	sessions, started := c.fanOut.profileChanged(profileKey(newProfile.Namespace, newProfile.Name))
+	ready := c.revisionCached(newProfile.Namespace, newProfile.Name, c.profileHashes.hash(newProfile))
+	sessions, started := c.fanOut.profileChanged(key, ready)
 	if !started {
 		return // joined the rollout scheduled by an edit moments ago
 	}
@@ -352,7 +415,36 @@ func (c *Controller) deleteProfile(obj interface{}) {
 	key := profileKey(profile.Namespace, profile.Name)
 	c.profileHashes.forget(profile.UID)
 	c.fanOut.forgetProfile(key)
+	c.enqueueProfile(key)
 	c.enqueueSessionsOf(key)
+}
+
+// addRevision hears of a revision in the cache. If it is the revision of its
+// profile's current content, the fan-out of the change that made it can go
+// on (see profileFanOut.profileChanged). Revisions listed at start-up come
+// this way too; their sessions are queued at start-up anyway.
+func (c *Controller) addRevision(obj interface{}) {
+	revision := obj.(*corev1.ConfigMap)
+	if !isRevision(revision) {
+		return
+	}
+	key := profileKey(revision.Namespace, revision.Annotations[RevisionOfAnnotation])
+	c.enqueueProfile(key)
+	profile, err := c.cachedProfile(revision.Namespace, revision.Annotations[RevisionOfAnnotation])
+	if err == nil && profile != nil && revision.Labels[labelProfileHash] == c.profileHashes.hash(profile) {
+		c.fanOut.revisionCreated(key)
+	}
+}
+
+// deleteRevision hears of a deleted revision: if it was the current one (a
+// user deleted it), the profile sync creates it again.
+func (c *Controller) deleteRevision(obj interface{}) {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	if revision, ok := obj.(*corev1.ConfigMap); ok && isRevision(revision) {
+		c.enqueueProfile(profileKey(revision.Namespace, revision.Annotations[RevisionOfAnnotation]))
+	}
 }
 
 // sessionKeysOf returns the keys of the GameSessions that reference the

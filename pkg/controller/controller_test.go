@@ -60,6 +60,7 @@ type fixture struct {
 
 	sessionIndexer    cache.Indexer
 	profileIndexer    cache.Indexer
+	revisionIndexer   cache.Indexer
 	deploymentIndexer cache.Indexer
 
 	// Requests the next run must make, in order; list and watch excluded.
@@ -97,17 +98,20 @@ func newFixtureWithOptions(ctx context.Context, t *testing.T, opts Options, obje
 	}
 	// One kube factory is enough here: the filters matter only to informers
 	// that list, and these never run.
+	// Revisions are ConfigMaps too, so they need a factory apart.
 	kubeFactory := kubeinformers.NewSharedInformerFactory(f.kubeClient, 0)
+	revisionFactory := kubeinformers.NewSharedInformerFactory(f.kubeClient, 0)
 	gameFactory := gameinformers.NewSharedInformerFactory(f.gameClient, 0)
 	sessionInformer := gameFactory.Games().V1().GameSessions()
 	profileInformer := kubeFactory.Core().V1().ConfigMaps()
+	revisionInformer := revisionFactory.Core().V1().ConfigMaps()
 	deploymentInformer := kubeFactory.Apps().V1().Deployments()
 
 	// NewController's event broadcaster lives until its context ends.
 	ctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
 	opts.ProfileSelector = testProfileSelector
-	c, err := NewController(ctx, f.kubeClient, f.gameClient, sessionInformer, profileInformer, deploymentInformer, opts)
+	c, err := NewController(ctx, f.kubeClient, f.gameClient, sessionInformer, profileInformer, revisionInformer, deploymentInformer, opts)
 	if err != nil {
 		t.Fatalf("NewController: %v", err)
 	}
@@ -118,13 +122,24 @@ func newFixtureWithOptions(ctx context.Context, t *testing.T, opts Options, obje
 	}
 	f.sessionIndexer = sessionInformer.Informer().GetIndexer()
 	f.profileIndexer = profileInformer.Informer().GetIndexer()
+	f.revisionIndexer = revisionInformer.Informer().GetIndexer()
 	f.deploymentIndexer = deploymentInformer.Informer().GetIndexer()
 	for _, obj := range objects {
-		if err := f.indexerFor(obj).Add(obj); err != nil {
-			t.Fatalf("adding %T to the cache: %v", obj, err)
-		}
+		f.setCached(obj)
 	}
 	return f
+}
+
+// cacheRevisionOf puts the revision of a profile's content into the revision
+// cache, as the profile sync would have: the session syncs under test mount
+// it. Tests of what happens without it delete it again.
+func (f *fixture) cacheRevisionOf(profile *corev1.ConfigMap) {
+	f.t.Helper()
+	revision := newRevision(profile, ProfileHash(profile))
+	revision.CreationTimestamp = lastTransition
+	if err := f.revisionIndexer.Update(revision); err != nil {
+		f.t.Fatalf("adding revision %s to the cache: %v", revision.Name, err)
+	}
 }
 
 // deploymentGeneration does what the fake does not and the Ready condition
@@ -196,6 +211,9 @@ func (f *fixture) indexerFor(obj runtime.Object) cache.Indexer {
 	case *gamesv1.GameSession:
 		return f.sessionIndexer
 	case *corev1.ConfigMap:
+		if obj.(*corev1.ConfigMap).Labels[RevisionLabel] == RevisionLabelValue {
+			return f.revisionIndexer
+		}
 		return f.profileIndexer
 	case *appsv1.Deployment:
 		return f.deploymentIndexer
@@ -204,11 +222,15 @@ func (f *fixture) indexerFor(obj runtime.Object) cache.Indexer {
 	return nil
 }
 
-// setCached puts obj into its informer cache, as a watch event would.
+// setCached puts obj into its informer cache, as a watch event would. A
+// profile comes with its revision (see cacheRevisionOf).
 func (f *fixture) setCached(obj runtime.Object) {
 	f.t.Helper()
 	if err := f.indexerFor(obj).Update(obj); err != nil {
 		f.t.Fatalf("updating the cache: %v", err)
+	}
+	if cm, ok := obj.(*corev1.ConfigMap); ok && f.indexerFor(cm) == f.profileIndexer {
+		f.cacheRevisionOf(cm)
 	}
 }
 
@@ -261,11 +283,26 @@ func (f *fixture) run(ctx context.Context, key string) (kube, game []core.Action
 // runWithError is run for syncs that are meant to fail.
 func (f *fixture) runWithError(ctx context.Context, key string) (kube, game []core.Action, err error) {
 	f.t.Helper()
+	return f.runSync(ctx, key, f.c.syncHandler)
+}
+
+// runProfile is run for the profile sync of key ("namespace/name").
+func (f *fixture) runProfile(ctx context.Context, key string) (kube []core.Action) {
+	f.t.Helper()
+	kube, _, err := f.runSync(ctx, key, f.c.syncProfile)
+	if err != nil {
+		f.t.Fatalf("profile sync %s: %v", key, err)
+	}
+	return kube
+}
+
+func (f *fixture) runSync(ctx context.Context, key string, sync func(context.Context, string) error) (kube, game []core.Action, err error) {
+	f.t.Helper()
 	f.kubeClient.ClearActions()
 	f.gameClient.ClearActions()
 	before := f.snapshotCaches()
 
-	err = f.c.syncHandler(ctx, key)
+	err = sync(ctx, key)
 
 	kube = filterInformerActions(f.kubeClient.Actions())
 	game = filterInformerActions(f.gameClient.Actions())
@@ -283,7 +320,7 @@ func (f *fixture) runWithError(ctx context.Context, key string) (kube, game []co
 func (f *fixture) snapshotCaches() map[string]runtime.Object {
 	snap := map[string]runtime.Object{}
 	for kind, indexer := range map[string]cache.Indexer{
-		"session": f.sessionIndexer, "profile": f.profileIndexer, "deployment": f.deploymentIndexer,
+		"session": f.sessionIndexer, "profile": f.profileIndexer, "revision": f.revisionIndexer, "deployment": f.deploymentIndexer,
 	} {
 		for _, obj := range indexer.List() {
 			key, _ := cache.MetaNamespaceKeyFunc(obj)
@@ -572,7 +609,7 @@ func apiServerDeployment(session *gamesv1.GameSession, profileHash string) *apps
 					Volumes: []corev1.Volume{{
 						Name: "profile",
 						VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-							LocalObjectReference: corev1.LocalObjectReference{Name: session.Spec.ProfileRef},
+							LocalObjectReference: corev1.LocalObjectReference{Name: RevisionName(session.Spec.ProfileRef, profileHash)},
 							DefaultMode:          ptr.To[int32](0o644),
 						}},
 					}},
@@ -615,8 +652,9 @@ func settled(session *gamesv1.GameSession, profileHash string) *gamesv1.GameSess
 		Replicas:           replicas,
 		ReadyReplicas:      replicas,
 		// The scale subresource's selector: sorted "key=value" pairs.
-		Selector:    "app.kubernetes.io/instance=" + s.Name + ",app.kubernetes.io/name=gamesession",
-		ProfileHash: profileHash,
+		Selector:        "app.kubernetes.io/instance=" + s.Name + ",app.kubernetes.io/name=gamesession",
+		ProfileHash:     profileHash,
+		ProfileRevision: RevisionName(s.Spec.ProfileRef, profileHash),
 		Conditions: []metav1.Condition{
 			{
 				Type: gamesv1.ConditionProfileResolved, Status: metav1.ConditionTrue,
@@ -628,6 +666,12 @@ func settled(session *gamesv1.GameSession, profileHash string) *gamesv1.GameSess
 				Type: gamesv1.ConditionReady, Status: metav1.ConditionTrue,
 				Reason:             gamesv1.ReasonDeploymentReady,
 				Message:            fmt.Sprintf(MessageDeploymentReady, replicas, replicas),
+				ObservedGeneration: s.Generation, LastTransitionTime: lastTransition,
+			},
+			{
+				Type: gamesv1.ConditionProfileUpToDate, Status: metav1.ConditionTrue,
+				Reason:             gamesv1.ReasonRevisionCurrent,
+				Message:            fmt.Sprintf(MessageRevisionCurrent, RevisionName(s.Spec.ProfileRef, profileHash), s.Spec.ProfileRef),
 				ObservedGeneration: s.Generation, LastTransitionTime: lastTransition,
 			},
 		},
@@ -938,9 +982,12 @@ func TestProfileRefChangeMovesSessionInIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	f.c.updateProfile(profileA, withData(profileA, map[string]string{"game.cfg": "a2"}))
+	editedA, editedB := withData(profileA, map[string]string{"game.cfg": "a2"}), withData(profileB, map[string]string{"game.cfg": "b2"})
+	f.setCached(editedA)
+	f.c.updateProfile(profileA, editedA)
 	expectQueue(t, f.c, sessionKey(other))
-	f.c.updateProfile(profileB, withData(profileB, map[string]string{"game.cfg": "b2"}))
+	f.setCached(editedB)
+	f.c.updateProfile(profileB, editedB)
 	expectQueue(t, f.c, sessionKey(moved))
 	f.events()
 
@@ -952,13 +999,13 @@ func TestProfileRefChangeMovesSessionInIndex(t *testing.T) {
 	f.expectGame(updateSessionStatus(testNamespace, "arena-1"))
 	_, game := f.run(ctx, sessionKey(moved))
 	tmpl := f.storedDeployment(testNamespace, "arena-1").Spec.Template
-	if got, want := tmpl.Annotations[gamesv1.ProfileHashAnnotation], ProfileHash(profileB); got != want {
+	if got, want := tmpl.Annotations[gamesv1.ProfileHashAnnotation], ProfileHash(editedB); got != want {
 		t.Errorf("profile hash annotation: got %q, want profile-b's %q", got, want)
 	}
-	if got := tmpl.Spec.Volumes[0].ConfigMap.Name; got != "profile-b" {
-		t.Errorf("profile volume mounts ConfigMap %q, want profile-b", got)
+	if got, want := tmpl.Spec.Volumes[0].ConfigMap.Name, RevisionName("profile-b", ProfileHash(editedB)); got != want {
+		t.Errorf("profile volume mounts ConfigMap %q, want %s", got, want)
 	}
-	if got, want := objectOf[*gamesv1.GameSession](t, game[0]).Status.ProfileHash, ProfileHash(profileB); got != want {
+	if got, want := objectOf[*gamesv1.GameSession](t, game[0]).Status.ProfileHash, ProfileHash(editedB); got != want {
 		t.Errorf("status.profileHash: got %q, want %q", got, want)
 	}
 }
@@ -1058,12 +1105,15 @@ func runStartsAndStops(ctx context.Context, t *testing.T) {
 	sessionFactory := gameinformers.NewSharedInformerFactory(gameClient, 0)
 	profileFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kubeClient, 0,
 		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = testProfileSelector }))
+	revisionFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kubeClient, 0,
+		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = RevisionSelector() }))
 	deploymentFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kubeClient, 0,
 		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = ManagedDeploymentSelector() }))
 	// Deferred first, so they run after cancel: Shutdown waits for the
 	// informers, which stop only when the context ends.
 	defer sessionFactory.Shutdown()
 	defer profileFactory.Shutdown()
+	defer revisionFactory.Shutdown()
 	defer deploymentFactory.Shutdown()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -1071,6 +1121,7 @@ func runStartsAndStops(ctx context.Context, t *testing.T) {
 	c, err := NewController(ctx, kubeClient, gameClient,
 		sessionFactory.Games().V1().GameSessions(),
 		profileFactory.Core().V1().ConfigMaps(),
+		revisionFactory.Core().V1().ConfigMaps(),
 		deploymentFactory.Apps().V1().Deployments(),
 		Options{ProfileSelector: testProfileSelector})
 	if err != nil {
@@ -1078,6 +1129,7 @@ func runStartsAndStops(ctx context.Context, t *testing.T) {
 	}
 	sessionFactory.Start(ctx.Done())
 	profileFactory.Start(ctx.Done())
+	revisionFactory.Start(ctx.Done())
 	deploymentFactory.Start(ctx.Done())
 
 	done := make(chan error, 1)
@@ -1101,6 +1153,11 @@ func runStartsAndStops(ctx context.Context, t *testing.T) {
 	}
 	if got, want := deployment.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation], ProfileHash(profile); got != want {
 		t.Errorf("profile hash annotation: got %q, want %q", got, want)
+	}
+	// The profile sync created the revision the Deployment mounts.
+	revision := RevisionName(profile.Name, ProfileHash(profile))
+	if _, err := kubeClient.CoreV1().ConfigMaps(testNamespace).Get(ctx, revision, metav1.GetOptions{}); err != nil {
+		t.Errorf("revision %s: %v", revision, err)
 	}
 	if !c.HasSynced() {
 		t.Error("HasSynced = false while workers run")

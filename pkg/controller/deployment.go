@@ -57,7 +57,7 @@ func managedLabels(session *gamesv1.GameSession) map[string]string {
 }
 
 // NewDeployment returns the Deployment the session wants, given the hash of
-// its profile's current data. It holds only the fields the controller owns.
+// the profile content it is to run (whose revision it mounts). It holds only the fields the controller owns.
 // It is exported so that tests outside the package can check what it builds
 // against a real API server.
 func NewDeployment(session *gamesv1.GameSession, profileHash string) *appsv1.Deployment {
@@ -110,7 +110,11 @@ func NewDeployment(session *gamesv1.GameSession, profileHash string) *appsv1.Dep
 						Name: profileVolumeName,
 						VolumeSource: corev1.VolumeSource{
 							ConfigMap: &corev1.ConfigMapVolumeSource{
-								LocalObjectReference: corev1.LocalObjectReference{Name: session.Spec.ProfileRef},
+								// The immutable revision, never the live profile: see revision.go.
+								LocalObjectReference: corev1.LocalObjectReference{Name: RevisionName(session.Spec.ProfileRef, profileHash)},
+								// The API server's default, stated so that a
+								// patch of the volume never clears it.
+								DefaultMode: ptr.To(corev1.ConfigMapVolumeSourceDefaultMode),
 							},
 						},
 					}},
@@ -121,13 +125,14 @@ func NewDeployment(session *gamesv1.GameSession, profileHash string) *appsv1.Dep
 }
 
 // rolledProfileHash returns the profile hash in the Deployment's pod template
-// if the Deployment mounts that profile, else "".
+// if the Deployment mounts the revision of that profile and hash, else "".
 func rolledProfileHash(d *appsv1.Deployment, profile string) string {
+	hash := d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]
 	v := findByName(d.Spec.Template.Spec.Volumes, profileVolumeName)
-	if v == nil || v.ConfigMap == nil || v.ConfigMap.Name != profile {
+	if hash == "" || v == nil || v.ConfigMap == nil || v.ConfigMap.Name != RevisionName(profile, hash) {
 		return ""
 	}
-	return d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]
+	return hash
 }
 
 // What the controller owns in its Deployments, and so compares and writes:
@@ -191,11 +196,15 @@ func profileVolumeMatches(observed, desired *corev1.Volume) bool {
 	if observed == nil || observed.ConfigMap == nil {
 		return false
 	}
-	source := *observed.ConfigMap
-	if ptr.Deref(source.DefaultMode, corev1.ConfigMapVolumeSourceDefaultMode) == corev1.ConfigMapVolumeSourceDefaultMode {
-		source.DefaultMode = nil
-	}
-	return observed.Name == desired.Name && equality.Semantic.DeepEqual(source, *desired.ConfigMap)
+	return observed.Name == desired.Name &&
+		equality.Semantic.DeepEqual(withDefaultMode(*observed.ConfigMap), withDefaultMode(*desired.ConfigMap))
+}
+
+// withDefaultMode returns source with the file mode the API server fills in
+// when none is set.
+func withDefaultMode(source corev1.ConfigMapVolumeSource) corev1.ConfigMapVolumeSource {
+	source.DefaultMode = ptr.To(ptr.Deref(source.DefaultMode, corev1.ConfigMapVolumeSourceDefaultMode))
+	return source
 }
 
 // conflictingContainer returns the name of a container, other than the game

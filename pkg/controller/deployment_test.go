@@ -158,7 +158,7 @@ func TestDeploymentPatchIsConditional(t *testing.T) {
 }
 
 // A profile change is the fan-out's write, thousands at a time: it patches the
-// one annotation and nothing else.
+// annotation and the revision the profile volume mounts, and nothing else.
 func TestDeploymentPatchOfProfileChangeIsMinimal(t *testing.T) {
 	session := newSession(testNamespace, "arena-1", "classic")
 	observed := apiServerDeployment(session, "old")
@@ -166,7 +166,8 @@ func TestDeploymentPatchOfProfileChangeIsMinimal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := fmt.Sprintf(`{"metadata":{"resourceVersion":%q},"spec":{"template":{"metadata":{"annotations":{"games.example.com/profile-hash":"new"}}}}}`, observed.ResourceVersion)
+	want := fmt.Sprintf(`{"metadata":{"resourceVersion":%q},"spec":{"template":{"metadata":{"annotations":{"games.example.com/profile-hash":"new"}},`+
+		`"spec":{"volumes":[{"configMap":{"defaultMode":420,"name":"classic-new"},"name":"profile"}]}}}}`, observed.ResourceVersion)
 	if string(patch) != want {
 		t.Errorf("patch:\n got %s\nwant %s", patch, want)
 	}

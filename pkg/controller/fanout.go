@@ -56,9 +56,15 @@ func newProfileFanOut(clk clock.PassiveClock, delay time.Duration,
 	}
 }
 
-// profileChanged queues the sessions of a profile whose data changed. It
-// returns how many it queued and false if the change joined a rollout already
-// waiting out its delay.
+// profileChanged starts the rollout of a change of a profile's data: its
+// sessions are queued for the end of the delay. It returns how many sessions
+// the profile has and false if the change joined a rollout already waiting
+// out its delay.
+//
+// The sessions mount the revision of the new data, which the profile sync
+// creates: until the revision is in the cache (revisionReady false), they
+// are not queued, and revisionCreated queues them when it arrives. A sync
+// before that would find nothing to mount.
 //
 // A joined change queues the profile's sessions again, for the end of the
 // delay. Most are queued already and the queue keeps one of each, but a
@@ -66,7 +72,7 @@ func newProfileFanOut(clk clock.PassiveClock, delay time.Duration,
 // which is not held back) rolled the data of the first change, and a session
 // that has just started to reference the profile was not queued at all:
 // without this, both would keep data older than the latest edit.
-func (f *profileFanOut) profileChanged(profileKey string) (sessions int, started bool) {
+func (f *profileFanOut) profileChanged(profileKey string, revisionReady bool) (sessions int, started bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := f.clock.Now()
@@ -76,6 +82,26 @@ func (f *profileFanOut) profileChanged(profileKey string) (sessions int, started
 	} else if f.delay > 0 {
 		f.holding[profileKey] = now.Add(f.delay)
 	}
+	if !revisionReady {
+		return len(f.sessionsOf(profileKey)), started
+	}
+	return f.queueLocked(profileKey, delay), started
+}
+
+// revisionCreated queues the sessions of a profile whose new revision has
+// reached the cache, for what is left of the delay.
+func (f *profileFanOut) revisionCreated(profileKey string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := f.clock.Now()
+	var delay time.Duration
+	if f.holdingLocked(profileKey, now) {
+		delay = f.holding[profileKey].Sub(now)
+	}
+	f.queueLocked(profileKey, delay)
+}
+
+func (f *profileFanOut) queueLocked(profileKey string, delay time.Duration) int {
 	keys := f.sessionsOf(profileKey)
 	// Marked before they are queued, so no worker can sync one unmarked.
 	for _, key := range keys {
@@ -84,7 +110,7 @@ func (f *profileFanOut) profileChanged(profileKey string) (sessions int, started
 	for _, key := range keys {
 		f.enqueueAfter(key, delay)
 	}
-	return len(keys), started
+	return len(keys)
 }
 
 // holdsBack reports whether a change of the profile is waiting out its delay.

@@ -182,7 +182,7 @@ func TestFanOutJoinedEditRequeuesForTheRestOfTheDelay(t *testing.T) {
 		func(string) []string { return sessions },
 		func(key string, d time.Duration) { queued[key] = d })
 
-	if n, started := f.profileChanged("arena/classic"); n != 1 || !started {
+	if n, started := f.profileChanged("arena/classic", true); n != 1 || !started {
 		t.Fatalf("first edit: %d sessions, started %v; want 1, true", n, started)
 	}
 	if queued["arena/s1"] != testDelay {
@@ -191,7 +191,7 @@ func TestFanOutJoinedEditRequeuesForTheRestOfTheDelay(t *testing.T) {
 
 	clock.Step(testDelay / 4)
 	sessions = append(sessions, "arena/s2") // s2 now references the profile too
-	if n, started := f.profileChanged("arena/classic"); n != 2 || started {
+	if n, started := f.profileChanged("arena/classic", true); n != 2 || started {
 		t.Fatalf("joined edit: %d sessions, started %v; want 2, false", n, started)
 	}
 	for _, key := range sessions {

@@ -508,8 +508,8 @@ func deploymentProblems(session *gamesv1.GameSession, hash string, d *appsv1.Dep
 		volumes[v.Name] = v
 	}
 	profile := volumes[profileVolumeName]
-	if profile == nil || profile.ConfigMap == nil || profile.ConfigMap.Name != session.Spec.ProfileRef {
-		report("no volume %q of ConfigMap %q: %+v", profileVolumeName, session.Spec.ProfileRef, podSpec.Volumes)
+	if revision := RevisionName(session.Spec.ProfileRef, hash); profile == nil || profile.ConfigMap == nil || profile.ConfigMap.Name != revision {
+		report("no volume %q of ConfigMap %q: %+v", profileVolumeName, revision, podSpec.Volumes)
 	} else {
 		for _, msg := range validation.IsDNS1123Subdomain(profile.ConfigMap.Name) {
 			report("profile volume ConfigMap name %q: %s", profile.ConfigMap.Name, msg)

@@ -298,8 +298,9 @@ func (w *world) startController() {
 	gameFactory := gameinformers.NewSharedInformerFactory(w.gameClient, 0)
 	sessions := gameFactory.Games().V1().GameSessions()
 	profiles := kubeFactory.Core().V1().ConfigMaps()
+	revisions := kubeinformers.NewSharedInformerFactory(w.kubeClient, 0).Core().V1().ConfigMaps()
 	deployments := kubeFactory.Apps().V1().Deployments()
-	c, err := NewController(w.ctx, w.kubeClient, w.gameClient, sessions, profiles, deployments, Options{
+	c, err := NewController(w.ctx, w.kubeClient, w.gameClient, sessions, profiles, revisions, deployments, Options{
 		ProfileSelector:    "games.example.com/profile=true",
 		ProfileChangeDelay: w.profileChangeDelay,
 		Clock:              w.clock,

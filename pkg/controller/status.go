@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
+	"github.com/example/gamesession-controller/pkg/rollout"
 )
 
 // Messages of status conditions and Events. The reasons are the API's
@@ -29,9 +30,32 @@ const (
 	MessageDeploymentCreated   = "Created Deployment %q"
 	MessageProfileRolled       = "Rolled profile ConfigMap %q (hash %s, was %s) into the Deployment"
 	MessageProfileFanOut       = "Profile data changed (hash %s): rolling %d GameSession(s)"
+	MessageRevisionCurrent     = "Runs revision %q, the current content of profile %q"
+	MessageWaitingForTurn      = "Runs revision %q; waits for its turn in the rollout of profile %q to revision %q (the profile's Events show its progress)"
+	MessageSessionPaused       = "Runs revision %q; the rollout of profile %q to revision %q is paused"
+	MessageSessionHalted       = "Runs revision %q; the rollout of profile %q to revision %q is halted, as too many sessions moved to it failed: fix the profile, or edit it back to its previous content"
 	EventReasonCreated         = "DeploymentCreated"
 	EventReasonProfileRolled   = "ProfileRolled"
 	EventReasonProfileFanOut   = "RollingSessions"
+
+	// Events of a profile's rollout, on the profile ConfigMap.
+	MessageRolloutProgress          = "moved %d of %d sessions to revision %s, %d ready, %d failed"
+	MessageRolloutStarted           = "Rolling out revision %s to %d sessions (%s): %s"
+	MessageRolloutAdvanced          = "Moving %d more sessions: %s"
+	MessageRolloutCompleted         = "Rolled revision %s out to all %d sessions (%d failed)"
+	MessageRolloutHalted            = "Rollout halted: %s, more than max-failed %d. Sessions not moved keep their revision, and new sessions start on it. Fix the profile, or edit it back to its previous content, to go on"
+	MessageRolloutPaused            = "Rollout paused: %s. Remove the annotation " + rollout.AnnotationPaused + " to resume"
+	MessageRolloutResumed           = "Rollout resumed: %s"
+	MessageRolloutPolicyInvalid     = "Rollout paused, as its policy does not parse: %v"
+	MessageRevisionConflict         = "ConfigMap %q exists without the %s label, so it cannot serve as this profile's revision: sessions keep the revision they run until it is deleted or renamed"
+	EventReasonRolloutStarted       = "RolloutStarted"
+	EventReasonRolloutAdvanced      = "RolloutAdvanced"
+	EventReasonRolloutCompleted     = "RolloutCompleted"
+	EventReasonRolloutHalted        = "RolloutHalted"
+	EventReasonRolloutPaused        = "RolloutPaused"
+	EventReasonRolloutResumed       = "RolloutResumed"
+	EventReasonRolloutPolicyInvalid = "RolloutPolicyInvalid"
+	EventReasonRevisionConflict     = "RevisionNameTaken"
 )
 
 // sessionStatus builds a session's new status from its old one. It changes
@@ -112,9 +136,37 @@ func (s *sessionStatus) leftAsIs(d *appsv1.Deployment) {
 	s.replicas(d)
 }
 
-// replicas records the Deployment's replica counts.
+// replicas records the Deployment's replica counts and the revision it mounts.
 func (s *sessionStatus) replicas(d *appsv1.Deployment) {
 	s.status.Replicas, s.status.ReadyReplicas = d.Status.Replicas, d.Status.ReadyReplicas
+	s.status.ProfileRevision = ""
+	if hash := rolledProfileHash(d, s.session.Spec.ProfileRef); hash != "" {
+		s.status.ProfileRevision = RevisionName(s.session.Spec.ProfileRef, hash)
+	}
+}
+
+// upToDate reports a Deployment that runs the profile's current revision.
+func (s *sessionStatus) upToDate(hash string) {
+	ref := s.session.Spec.ProfileRef
+	s.setCondition(gamesv1.ConditionProfileUpToDate, metav1.ConditionTrue, gamesv1.ReasonRevisionCurrent,
+		fmt.Sprintf(MessageRevisionCurrent, RevisionName(ref, hash), ref))
+}
+
+// waiting reports a session that the profile's rollout has not moved to the
+// current revision, target, yet: it runs revision hash. The message names
+// no counts, so a session is written when it starts waiting and when the
+// rollout pauses or halts, not at every step of the rollout.
+func (s *sessionStatus) waiting(reason, hash, target string) {
+	ref := s.session.Spec.ProfileRef
+	message := MessageWaitingForTurn
+	switch reason {
+	case gamesv1.ReasonRolloutPaused:
+		message = MessageSessionPaused
+	case gamesv1.ReasonRolloutHalted:
+		message = MessageSessionHalted
+	}
+	s.setCondition(gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, reason,
+		fmt.Sprintf(message, RevisionName(ref, hash), ref, RevisionName(ref, target)))
 }
 
 // deployment records the Deployment's replica counts and whether it is

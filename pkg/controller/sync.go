@@ -95,6 +95,10 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
+	if profile != nil {
+		// The profile's rollout may have advanced with this session.
+		c.requestPlan(profile)
+	}
 	if rolling && wrote {
 		// A fan-out's first pass: the status waits at the end of the queue,
 		// behind the other sessions' Deployments (see profileFanOut).
@@ -110,10 +114,7 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 // cannot tell, and must not look (that would mean caching or reading the
 // cluster's other ConfigMaps).
 func (c *Controller) readInputs(session *gamesv1.GameSession) (*corev1.ConfigMap, *appsv1.Deployment, error) {
-	profile, err := c.profileLister.ConfigMaps(session.Namespace).Get(session.Spec.ProfileRef)
-	if apierrors.IsNotFound(err) {
-		profile, err = nil, nil
-	}
+	profile, err := c.cachedProfile(session.Namespace, session.Spec.ProfileRef)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -148,9 +149,15 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 		return false, nil
 	}
 
+	hash, waitReason := c.chooseRevision(ctx, session, profile, observed)
+	if hash == "" {
+		// Nothing to mount yet: the profile sync is creating the revision,
+		// and its arrival queues the session again.
+		return false, nil
+	}
 	wrote, hidden := false, false
 	if observed == nil {
-		created, live, err := c.createDeployment(ctx, session, NewDeployment(session, c.profileHashes.hash(profile)))
+		created, live, err := c.createDeployment(ctx, session, NewDeployment(session, hash))
 		switch {
 		case apierrors.IsInvalid(err):
 			status.deploymentInvalid(err)
@@ -167,7 +174,7 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 		}
 	}
 
-	desired := c.desiredDeployment(ctx, session, profile, observed)
+	desired := NewDeployment(session, hash)
 	current, patched, err := c.patchDeployment(ctx, session, observed, desired)
 	if hidden {
 		// What a live read shows, only the cache can follow. Left unpatched
@@ -191,8 +198,13 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 	case err != nil:
 		return wrote, err
 	}
-	status.profileResolved(desired.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation])
+	status.profileResolved(hash)
 	status.deployment(current)
+	if target := c.profileHashes.hash(profile); hash == target {
+		status.upToDate(hash)
+	} else if waitReason != "" {
+		status.waiting(waitReason, hash, target)
+	}
 	return wrote || patched, nil
 }
 
@@ -202,30 +214,56 @@ func blocks(d *appsv1.Deployment, session *gamesv1.GameSession) bool {
 	return d.DeletionTimestamp != nil || !metav1.IsControlledBy(d, session)
 }
 
-// desiredDeployment returns the Deployment the session wants. While a change
-// of its profile waits out the fan-out delay, the session keeps the profile
-// hash its Deployment has, unless the Deployment needs a write anyway (the
-// session's spec changed): that write takes the new profile along, so the
-// game servers restart once, not twice. A session held back is queued again
-// for the end of the delay, so that its roll never depends on another event.
-func (c *Controller) desiredDeployment(ctx context.Context, session *gamesv1.GameSession,
-	profile *corev1.ConfigMap, observed *appsv1.Deployment) *appsv1.Deployment {
-	desired := NewDeployment(session, c.profileHashes.hash(profile))
-	rolled := rolledProfileHash(observed, profile.Name)
-	if rolled == "" || rolled == desired.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation] {
-		return desired
+// chooseRevision returns the content hash of the profile revision the
+// session's Deployment is to mount: the profile's current one, unless
+//   - its revision is not in the cache yet: the session keeps the revision it
+//     runs, or, with none, waits ("");
+//   - the profile's rollout policy has not given the session its turn: it
+//     keeps its revision (a new session starts on the one most sessions run
+//     while the rollout is unproven), and waitReason says why;
+//   - the change waits out the fan-out delay (see holdsBack).
+//
+// In each case a change of the session's own spec is still applied, with the
+// revision it keeps.
+func (c *Controller) chooseRevision(ctx context.Context, session *gamesv1.GameSession,
+	profile *corev1.ConfigMap, observed *appsv1.Deployment) (hash, waitReason string) {
+	target := c.profileHashes.hash(profile)
+	rolled := ""
+	if observed != nil {
+		rolled = rolledProfileHash(observed, profile.Name)
 	}
+	if rolled == target {
+		return target, ""
+	}
+	if !c.revisionCached(profile.Namespace, profile.Name, target) {
+		c.enqueueProfile(profileKey(profile.Namespace, profile.Name))
+		return rolled, ""
+	}
+	turn := c.turnOf(session, profile, target, rolled, observed != nil)
+	if !turn.move {
+		return turn.hash, turn.reason
+	}
+	if rolled != "" && c.heldBack(ctx, session, profile, observed, rolled) {
+		return rolled, ""
+	}
+	return target, ""
+}
+
+// heldBack reports whether a session's move to its profile's new content
+// waits out the fan-out delay. It does unless the Deployment needs a write
+// anyway (the session's spec changed): that write takes the new profile
+// along, so the game servers restart once, not twice. A session held back is
+// queued again for the end of the delay, so that its roll never depends on
+// another event.
+func (c *Controller) heldBack(ctx context.Context, session *gamesv1.GameSession,
+	profile *corev1.ConfigMap, observed *appsv1.Deployment, rolled string) bool {
 	remaining, holding := c.fanOut.holdsBack(profileKey(profile.Namespace, profile.Name))
-	if !holding {
-		return desired
-	}
-	held := NewDeployment(session, rolled)
-	if deploymentNeedsUpdate(observed, held) {
-		return desired
+	if !holding || deploymentNeedsUpdate(observed, NewDeployment(session, rolled)) {
+		return false
 	}
 	klog.FromContext(ctx).V(4).Info("Profile change held back until the fan-out delay ends", "remaining", remaining)
 	c.queue.AddAfter(cache.MetaObjectToName(session).String(), remaining)
-	return held
+	return true
 }
 
 // createDeployment creates the session's Deployment. If the name is taken by

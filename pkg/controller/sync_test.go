@@ -96,8 +96,8 @@ func TestSyncCreatesDeployment(t *testing.T) {
 			if mount.Name != volume.Name || mount.MountPath != "/etc/gamesession/profile" || !mount.ReadOnly {
 				t.Errorf("profile mount: got %+v, want volume %q read-only at /etc/gamesession/profile", mount, volume.Name)
 			}
-			if volume.ConfigMap == nil || volume.ConfigMap.Name != "classic" {
-				t.Errorf("profile volume: got %+v, want ConfigMap classic", volume.VolumeSource)
+			if want := RevisionName("classic", ProfileHash(profile)); volume.ConfigMap == nil || volume.ConfigMap.Name != want {
+				t.Errorf("profile volume: got %+v, want ConfigMap %s", volume.VolumeSource, want)
 			}
 			if ptr.Deref(tmpl.Spec.AutomountServiceAccountToken, true) {
 				t.Error("game servers get a service account token")
@@ -196,7 +196,9 @@ func TestSyncUpdatesDeployment(t *testing.T) {
 				return s, withData(oldProfile, newData)
 			},
 			want: func(d *appsv1.Deployment) {
-				d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation] = ProfileHash(withData(oldProfile, newData))
+				hash := ProfileHash(withData(oldProfile, newData))
+				d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation] = hash
+				findByName(d.Spec.Template.Spec.Volumes, profileVolumeName).ConfigMap.Name = RevisionName("classic", hash)
 			},
 			wantStatus: func(t *testing.T, s gamesv1.GameSessionStatus) {
 				want := ProfileHash(withData(oldProfile, newData))

@@ -52,7 +52,26 @@ type ControllerMetrics struct {
 	// profile's data. Buckets reach beyond ten thousand because one profile
 	// may be shared by thousands of sessions.
 	ProfileFanOut prometheus.Histogram
+	// RolloutSessions counts, per profile with a rollout in progress, its
+	// sessions by state: total, moved (to the new revision), ready (moved
+	// and Ready), failed (moved and past their progress deadline).
+	// RolloutHalted is 1 while a profile's rollout is halted by the brake,
+	// RolloutPaused while it is paused. A profile's series exist only while
+	// its rollout is in progress (they are deleted when it completes or the
+	// profile goes), so their number is bounded by the rollouts running at
+	// once, not by the profiles in the cluster.
+	RolloutSessions *prometheus.GaugeVec
+	RolloutHalted   *prometheus.GaugeVec
+	RolloutPaused   *prometheus.GaugeVec
 }
+
+// Values of the state label of RolloutSessions.
+const (
+	RolloutTotal  = "total"
+	RolloutMoved  = "moved"
+	RolloutReady  = "ready"
+	RolloutFailed = "failed"
+)
 
 // NewControllerMetrics returns a fresh, unregistered set of a controller's series.
 func NewControllerMetrics() *ControllerMetrics {
@@ -74,6 +93,21 @@ func NewControllerMetrics() *ControllerMetrics {
 			Help:      "GameSessions enqueued by one change of a profile ConfigMap's data.",
 			Buckets:   []float64{0, 1, 4, 16, 64, 256, 1024, 4096, 16384, 65536},
 		}),
+		RolloutSessions: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace,
+			Name:      "rollout_sessions",
+			Help:      "Sessions of a profile whose rollout is in progress, by state: total, moved, ready, failed.",
+		}, []string{"namespace", "profile", "state"}),
+		RolloutHalted: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace,
+			Name:      "rollout_halted",
+			Help:      "1 while a profile's rollout is halted because too many moved sessions failed.",
+		}, []string{"namespace", "profile"}),
+		RolloutPaused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace,
+			Name:      "rollout_paused",
+			Help:      "1 while a profile's rollout is paused by its annotation.",
+		}, []string{"namespace", "profile"}),
 	}
 	// Start every sync result at zero, so rate() and alerts on errors work
 	// before the first error ever happens.
@@ -85,7 +119,39 @@ func NewControllerMetrics() *ControllerMetrics {
 
 // Collectors returns the series, for a registry to register.
 func (m *ControllerMetrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.Syncs, m.SyncDuration, m.ProfileFanOut}
+	return []prometheus.Collector{m.Syncs, m.SyncDuration, m.ProfileFanOut,
+		m.RolloutSessions, m.RolloutHalted, m.RolloutPaused}
+}
+
+// RolloutProgress is one profile's rollout, as ObserveRollout records it.
+type RolloutProgress struct {
+	Total, Moved, Ready, Failed int
+	Halted, Paused              bool
+}
+
+// ObserveRollout records the progress of a profile's rollout in progress.
+func (m *ControllerMetrics) ObserveRollout(namespace, profile string, p RolloutProgress) {
+	for state, n := range map[string]int{RolloutTotal: p.Total, RolloutMoved: p.Moved, RolloutReady: p.Ready, RolloutFailed: p.Failed} {
+		m.RolloutSessions.WithLabelValues(namespace, profile, state).Set(float64(n))
+	}
+	m.RolloutHalted.WithLabelValues(namespace, profile).Set(boolGauge(p.Halted))
+	m.RolloutPaused.WithLabelValues(namespace, profile).Set(boolGauge(p.Paused))
+}
+
+// ForgetRollout deletes a profile's rollout series: its rollout completed, or
+// the profile is gone.
+func (m *ControllerMetrics) ForgetRollout(namespace, profile string) {
+	labels := prometheus.Labels{"namespace": namespace, "profile": profile}
+	m.RolloutSessions.DeletePartialMatch(labels)
+	m.RolloutHalted.Delete(labels)
+	m.RolloutPaused.Delete(labels)
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // ObserveSync records one sync's result and duration.

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
+	"github.com/example/gamesession-controller/pkg/rollout"
 )
 
 // Options configure the controller process.
@@ -35,6 +36,15 @@ type Options struct {
 	// ProfileChangeDelay lets a burst of edits to one profile settle into a
 	// single rollout of its sessions.
 	ProfileChangeDelay time.Duration
+
+	// Rollout policy defaults for profiles without rollout annotations, in
+	// the annotations' syntax ("10" or "10%"; MaxFailed "" for no brake).
+	RolloutMaxRolling string
+	RolloutCanary     string
+	RolloutMaxFailed  string
+	// RevisionHistoryLimit is how many of each profile's newest revisions
+	// are kept for rollback besides those in use.
+	RevisionHistoryLimit int
 
 	// LeaderElect runs the controller only while this process holds the
 	// Lease LeaderElectionNamespace/LeaderElectionID. Off by default, because
@@ -76,6 +86,12 @@ func NewOptions() *Options {
 		// by key to land as one rollout; short enough that a single edit
 		// still rolls out promptly.
 		ProfileChangeDelay: 500 * time.Millisecond,
+		// Unpaced by default: every session of a changed profile moves at
+		// once, as before rollout policies existed. docs/operations.md
+		// recommends a policy for game servers.
+		RolloutMaxRolling:    "100%",
+		RolloutCanary:        "0",
+		RevisionHistoryLimit: 5,
 
 		LeaderElectionID: "gamesession-controller",
 		// The timings of kube-controller-manager: a standby takes over at
@@ -102,6 +118,10 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ProfileSelector, "profile-selector", o.ProfileSelector, "Label selector of the ConfigMaps that may serve as profiles. Others are never cached.")
 	fs.DurationVar(&o.ProfileChangeDelay, "profile-change-delay", o.ProfileChangeDelay, "How long a profile's sessions wait after a change of its data before they roll, so that a burst of edits makes one rollout. 0: roll at once.")
 
+	fs.StringVar(&o.RolloutMaxRolling, "rollout-max-rolling", o.RolloutMaxRolling, "Default rollout budget of a profile: at most this many (N) or this share (N%) of its sessions moved to a new revision and not yet Ready at once. A profile's annotation "+rollout.AnnotationMaxRolling+" overrides it.")
+	fs.StringVar(&o.RolloutCanary, "rollout-canary", o.RolloutCanary, "Default canary of a profile's rollouts: the first N (or N%) sessions move first, and the rest wait until they are Ready. 0: no canary. Annotation "+rollout.AnnotationCanary+".")
+	fs.StringVar(&o.RolloutMaxFailed, "rollout-max-failed", o.RolloutMaxFailed, "Default brake of a profile's rollouts: halt when more than N (or N%) of the sessions moved to a new revision fail (ProgressDeadlineExceeded). Empty: no brake. Annotation "+rollout.AnnotationMaxFailed+".")
+	fs.IntVar(&o.RevisionHistoryLimit, "revision-history-limit", o.RevisionHistoryLimit, "How many of a profile's newest unused revisions are kept for rollback, besides the current one and those a Deployment mounts, which are always kept.")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Run the controller only while holding a Lease, so that several replicas can run with one active. Enable whenever more than one replica may run.")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "Namespace of the leader election Lease. Empty: the pod's own namespace when running in a cluster, else --namespace, else \"default\".")
 	fs.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID, "Name of the leader election Lease. Replicas with the same namespace and name elect one leader.")
@@ -135,6 +155,12 @@ func (o *Options) Validate() error {
 	if o.ProfileChangeDelay < 0 {
 		return fmt.Errorf("--profile-change-delay must not be negative, got %s", o.ProfileChangeDelay)
 	}
+	if _, err := o.RolloutDefaults(); err != nil {
+		return err
+	}
+	if o.RevisionHistoryLimit < 0 {
+		return fmt.Errorf("--revision-history-limit must not be negative, got %d", o.RevisionHistoryLimit)
+	}
 	if o.LeaderElect {
 		if err := o.validateLeaderElection(); err != nil {
 			return err
@@ -154,6 +180,29 @@ func (o *Options) Validate() error {
 		}
 	}
 	return nil
+}
+
+// RolloutDefaults returns the rollout policy the --rollout-* flags set.
+func (o *Options) RolloutDefaults() (rollout.Policy, error) {
+	p := rollout.DefaultPolicy()
+	var err error
+	if p.MaxRolling, err = rollout.ParseIntOrPercent(o.RolloutMaxRolling); err != nil {
+		return p, fmt.Errorf("--rollout-max-rolling: %w", err)
+	}
+	if p.MaxRolling.String() == "0" || p.MaxRolling.String() == "0%" {
+		return p, fmt.Errorf("--rollout-max-rolling must allow at least one session, got %q", o.RolloutMaxRolling)
+	}
+	if p.Canary, err = rollout.ParseIntOrPercent(o.RolloutCanary); err != nil {
+		return p, fmt.Errorf("--rollout-canary: %w", err)
+	}
+	if o.RolloutMaxFailed != "" {
+		maxFailed, err := rollout.ParseIntOrPercent(o.RolloutMaxFailed)
+		if err != nil {
+			return p, fmt.Errorf("--rollout-max-failed: %w", err)
+		}
+		p.MaxFailed = &maxFailed
+	}
+	return p, nil
 }
 
 func (o *Options) validateLeaderElection() error {

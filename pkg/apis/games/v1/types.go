@@ -27,6 +27,10 @@ const (
 	// ConditionReady is True when the Deployment is fully rolled out and all
 	// its replicas are ready.
 	ConditionReady = "Ready"
+	// ConditionProfileUpToDate is True when the Deployment runs the revision
+	// of the profile's current content, and False while the session waits
+	// for its turn in a paced rollout, or the rollout is paused or halted.
+	ConditionProfileUpToDate = "ProfileUpToDate"
 )
 
 // Condition reasons. They are part of the API: tools may match on them.
@@ -47,6 +51,17 @@ const (
 	// the game server's ports (a renamed game server container, say). The
 	// controller leaves the Deployment as it is until a user resolves it.
 	ReasonContainerConflict = "ContainerConflict"
+
+	// Reasons of ProfileUpToDate.
+	ReasonRevisionCurrent = "RevisionCurrent"
+	// ReasonWaitingForTurn: the profile's rollout policy has not moved the
+	// session to the new revision yet; it keeps running its revision.
+	ReasonWaitingForTurn = "WaitingForTurn"
+	// ReasonRolloutPaused: the profile's rollout is paused by its annotation.
+	ReasonRolloutPaused = "RolloutPaused"
+	// ReasonRolloutHalted: too many sessions moved to the new revision
+	// failed, so the rollout stopped until the profile is changed.
+	ReasonRolloutHalted = "RolloutHalted"
 )
 
 // GameSession runs one game-server Deployment whose pods mount a shared
@@ -66,9 +81,10 @@ const (
 // +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.spec.replicas`
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Rollout",type=string,JSONPath=`.status.conditions[?(@.type=="ProfileUpToDate")].reason`
+// +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.profileRevision`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.image`,priority=1
-// +kubebuilder:printcolumn:name="Profile Hash",type=string,JSONPath=`.status.profileHash`,priority=1
 // +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
 // +kubebuilder:validation:XValidation:rule="oldSelf.hasValue() || self.metadata.name.size() <= 63",optionalOldSelf=true,message="metadata.name must be at most 63 characters: it becomes the value of the app.kubernetes.io/instance label on the GameSession's Deployment and pods, and label values are at most 63 characters"
 type GameSession struct {
@@ -208,6 +224,11 @@ type GameSessionStatus struct {
 	// Deployment's pod template (annotation games.example.com/profile-hash).
 	// +optional
 	ProfileHash string `json:"profileHash,omitempty"`
+
+	// profileRevision is the immutable revision of the profile (a ConfigMap
+	// named after the profile and profileHash) that the Deployment mounts.
+	// +optional
+	ProfileRevision string `json:"profileRevision,omitempty"`
 
 	// conditions: ProfileResolved says whether the profile was found and
 	// applied, and how to fix it when not; Ready says whether the game servers

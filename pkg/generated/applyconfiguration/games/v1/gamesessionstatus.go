@@ -39,6 +39,9 @@ type GameSessionStatusApplyConfiguration struct {
 	// profileHash is the hash of the profile data now rolled into the
 	// Deployment's pod template (annotation games.example.com/profile-hash).
 	ProfileHash *string `json:"profileHash,omitempty"`
+	// profileRevision is the immutable revision of the profile (a ConfigMap
+	// named after the profile and profileHash) that the Deployment mounts.
+	ProfileRevision *string `json:"profileRevision,omitempty"`
 	// conditions: ProfileResolved says whether the profile was found and
 	// applied, and how to fix it when not; Ready says whether the game servers
 	// are rolled out and ready.
@@ -88,6 +91,14 @@ func (b *GameSessionStatusApplyConfiguration) WithSelector(value string) *GameSe
 // If called multiple times, the ProfileHash field is set to the value of the last call.
 func (b *GameSessionStatusApplyConfiguration) WithProfileHash(value string) *GameSessionStatusApplyConfiguration {
 	b.ProfileHash = &value
+	return b
+}
+
+// WithProfileRevision sets the ProfileRevision field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ProfileRevision field is set to the value of the last call.
+func (b *GameSessionStatusApplyConfiguration) WithProfileRevision(value string) *GameSessionStatusApplyConfiguration {
+	b.ProfileRevision = &value
 	return b
 }
 

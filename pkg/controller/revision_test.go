@@ -1,0 +1,108 @@
+package controller
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+func TestRevisionNameIsAlwaysAValidName(t *testing.T) {
+	hash := ProfileHash(newProfile(testNamespace, "classic", classicData))
+	for _, profile := range []string{
+		"classic",
+		strings.Repeat("a", 253),
+		strings.Repeat("a", 231) + "-b.c",  // cut right after a dash or a dot
+		strings.Repeat("a", 231) + ".-bcd", // the cut leaves "." then "-"
+		strings.Repeat("ab.", 84),
+	} {
+		name := RevisionName(profile, hash)
+		if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+			t.Errorf("RevisionName(%q…) = %q: %v", profile[:min(len(profile), 20)], name, errs)
+		}
+		if !strings.HasSuffix(name, "-"+hash) {
+			t.Errorf("RevisionName(%q…) = %q does not end in the hash", profile[:min(len(profile), 20)], name)
+		}
+	}
+	if got, want := RevisionName("classic", hash), "classic-"+hash; got != want {
+		t.Errorf("RevisionName = %q, want %q", got, want)
+	}
+}
+
+func TestNewRevisionIsAnImmutableCopy(t *testing.T) {
+	profile := newProfile(testNamespace, "classic", classicData)
+	profile.BinaryData = map[string][]byte{"map.bin": {0, 1, 2}}
+	hash := ProfileHash(profile)
+	r := newRevision(profile, hash)
+	if r.Immutable == nil || !*r.Immutable {
+		t.Error("revision is not immutable")
+	}
+	if ProfileHash(r) != hash {
+		t.Errorf("revision content hashes to %s, the profile's to %s", ProfileHash(r), hash)
+	}
+	if !isRevision(r) {
+		t.Errorf("isRevision(newRevision) = false: %+v", r.ObjectMeta)
+	}
+	// A revision never carries the profile label, so no profile selector
+	// built on it takes a revision for a profile.
+	for key := range profile.Labels {
+		if _, ok := r.Labels[key]; ok {
+			t.Errorf("revision carries the profile's label %q", key)
+		}
+	}
+	squatter := r.DeepCopy()
+	squatter.Name = "classic-0000"
+	if isRevision(squatter) {
+		t.Error("a labelled ConfigMap not named as the revision it claims counts as one")
+	}
+}
+
+func TestStaleRevisions(t *testing.T) {
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	var revisions []*corev1.ConfigMap
+	for i := range 6 { // r0 oldest … r5 newest
+		revisions = append(revisions, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+			Name:              fmt.Sprintf("r%d", i),
+			CreationTimestamp: metav1.NewTime(base.Add(time.Duration(i) * time.Minute)),
+		}})
+	}
+	names := func(cms []*corev1.ConfigMap) []string {
+		var out []string
+		for _, cm := range cms {
+			out = append(out, cm.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	inUse := func(used ...string) func(string) bool {
+		return func(name string) bool { return slices.Contains(used, name) }
+	}
+	for _, tc := range []struct {
+		name    string
+		current string
+		used    []string
+		keep    int
+		want    []string
+	}{
+		{name: "keep 2, current newest", current: "r5", keep: 2, want: []string{"r0", "r1", "r2"}},
+		{name: "in use survive and do not count", current: "r5", used: []string{"r0", "r3"}, keep: 2, want: []string{"r1"}},
+		{name: "an old current survives (edited back)", current: "r1", keep: 2, want: []string{"r0", "r2", "r3"}},
+		{name: "profile gone", current: "", used: []string{"r5"}, keep: 1, want: []string{"r0", "r1", "r2", "r3"}},
+		{name: "keep 0", current: "r5", used: []string{"r4"}, keep: 0, want: []string{"r0", "r1", "r2", "r3"}},
+		{name: "keep more than there are", current: "r5", keep: 10, want: nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			shuffled := slices.Clone(revisions)
+			slices.Reverse(shuffled)
+			got := names(staleRevisions(shuffled, tc.current, inUse(tc.used...), tc.keep))
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("stale: got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,185 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2/ktesting"
+
+	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
+	"github.com/example/gamesession-controller/pkg/rollout"
+)
+
+func createConfigMap(namespace, name string) wantAction {
+	return wantAction{verb: "create", resource: "configmaps", namespace: namespace, name: name}
+}
+
+func deleteConfigMap(namespace, name string) wantAction {
+	return wantAction{verb: "delete", resource: "configmaps", namespace: namespace, name: name}
+}
+
+// rolloutFixture has n sessions of profile classic, s0…s(n-1), settled on
+// the profile's old content, and the profile with new content and the given
+// rollout annotations. The new revision is in the cache.
+func rolloutFixture(ctx context.Context, t *testing.T, n int, annotations map[string]string) (*fixture, *corev1.ConfigMap, string) {
+	oldProfile := newProfile(testNamespace, "classic", classicData)
+	oldHash := ProfileHash(oldProfile)
+	profile := withData(oldProfile, map[string]string{"game.cfg": "new"})
+	profile.Annotations = annotations
+	objects := []runtime.Object{profile}
+	for i := range n {
+		s := settled(newSession(testNamespace, fmt.Sprintf("s%d", i), "classic"), oldHash)
+		objects = append(objects, s, apiServerDeployment(s, oldHash))
+	}
+	f := newFixture(ctx, t, objects...)
+	f.cacheRevisionOf(oldProfile)
+	return f, profile, oldHash
+}
+
+// A paced rollout moves only the sessions its plan admits; the others keep
+// their revision, say why once in their status, and cost nothing more.
+func TestPacedRolloutMovesOnlyAdmittedSessions(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f, profile, oldHash := rolloutFixture(ctx, t, 3, map[string]string{rollout.AnnotationMaxRolling: "1"})
+	newHash := ProfileHash(profile)
+
+	// Before any plan, a session waits: it cannot know its turn.
+	f.run(ctx, "arena/s0")
+	if n := f.c.profileQueue.Len(); n != 1 {
+		t.Fatalf("profile queue holds %d keys, want the profile", n)
+	}
+
+	f.runProfile(ctx, "arena/classic")
+	f.expectEvents("Normal " + EventReasonRolloutStarted)
+	// The plan queues every session not on the new revision: the admitted
+	// one to move, the others to report that they wait.
+	expectQueue(t, f.c, "arena/s0", "arena/s1", "arena/s2")
+
+	f.expectKube(writeDeployment(testNamespace, "s0"))
+	f.expectGame(updateSessionStatus(testNamespace, "s0"))
+	kube, game := f.run(ctx, "arena/s0")
+	f.observe(kube...)
+	f.observe(game...)
+	if d := f.storedDeployment(testNamespace, "s0"); rolledProfileHash(d, "classic") != newHash {
+		t.Errorf("s0 runs %q, want the new revision", rolledProfileHash(d, "classic"))
+	}
+
+	for _, name := range []string{"s1", "s2"} {
+		f.expectGame(updateSessionStatus(testNamespace, name)) // and no Deployment write
+		_, game := f.run(ctx, "arena/"+name)
+		status := objectOf[*gamesv1.GameSession](t, game[0]).Status
+		c := expectCondition(t, status.Conditions, gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonWaitingForTurn)
+		if want := fmt.Sprintf(MessageWaitingForTurn, RevisionName("classic", oldHash), "classic", RevisionName("classic", newHash)); c.Message != want {
+			t.Errorf("%s: message %q, want %q", name, c.Message, want)
+		}
+		if status.ProfileRevision != RevisionName("classic", oldHash) {
+			t.Errorf("%s: status.profileRevision %q, want the old revision", name, status.ProfileRevision)
+		}
+		f.observe(game...)
+		// Waiting costs no more writes.
+		f.run(ctx, "arena/"+name)
+	}
+}
+
+// A session whose revision is not in the cache yet writes nothing and asks
+// the profile sync for it; the profile sync creates it once.
+func TestSessionWaitsForItsRevision(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f, profile, _ := rolloutFixture(ctx, t, 1, nil)
+	revision := newRevision(profile, ProfileHash(profile))
+	f.deleteCached(revision)
+
+	f.run(ctx, "arena/s0")
+	if n := f.c.profileQueue.Len(); n != 1 {
+		t.Fatalf("profile queue holds %d keys, want the profile", n)
+	}
+	f.expectKube(createConfigMap(testNamespace, revision.Name))
+	kube := f.runProfile(ctx, "arena/classic")
+	created := objectOf[*corev1.ConfigMap](t, kube[0])
+	if created.Immutable == nil || !*created.Immutable || ProfileHash(created) != ProfileHash(profile) {
+		t.Errorf("created revision: immutable %v, hash %s; want an immutable copy of the profile", created.Immutable, ProfileHash(created))
+	}
+}
+
+// The profile sync deletes the revisions no Deployment mounts beyond the
+// history limit, and never one in use.
+func TestProfileSyncDeletesStaleRevisions(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f, profile, oldHash := rolloutFixture(ctx, t, 1, nil)
+	f.c.revisionHistoryLimit = 1
+	// Two older contents, unused: the older one goes, the newer one stays
+	// as the one revision of history besides the current and the used.
+	base := lastTransition.Time
+	for i, content := range []string{"older", "old"} {
+		r := newRevision(withData(profile, map[string]string{"game.cfg": content}), ProfileHash(withData(profile, map[string]string{"game.cfg": content})))
+		r.CreationTimestamp = metav1.NewTime(base.Add(time.Duration(-10+i) * time.Minute))
+		f.setCached(r)
+	}
+	older := RevisionName("classic", ProfileHash(withData(profile, map[string]string{"game.cfg": "older"})))
+	f.expectKube(deleteConfigMap(testNamespace, older))
+	f.runProfile(ctx, "arena/classic")
+	f.events()
+
+	// The used revision (s0 runs oldHash) is never deleted, even with no
+	// history kept.
+	f.c.revisionHistoryLimit = 0
+	f.deleteCached(newRevisionByName(older))
+	old := RevisionName("classic", ProfileHash(withData(profile, map[string]string{"game.cfg": "old"})))
+	f.expectKube(deleteConfigMap(testNamespace, old))
+	f.runProfile(ctx, "arena/classic")
+	if !f.c.revisionCached(testNamespace, "classic", oldHash) {
+		t.Errorf("the revision in use, %s, left the cache", RevisionName("classic", oldHash))
+	}
+}
+
+func newRevisionByName(name string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: name,
+		Labels: map[string]string{RevisionLabel: RevisionLabelValue}}}
+}
+
+// When the brake halts a rollout, a session created meanwhile starts on the
+// revision the others run, not on the failing one.
+func TestNewSessionDuringHaltedRolloutStartsOnStableRevision(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f, profile, oldHash := rolloutFixture(ctx, t, 3, map[string]string{
+		rollout.AnnotationCanary: "1", rollout.AnnotationMaxFailed: "0",
+	})
+	newHash := ProfileHash(profile)
+	// s0, the canary, moved and failed.
+	s0 := f.storedDeployment(testNamespace, "s0").DeepCopy()
+	failed := apiServerDeployment(settled(newSession(testNamespace, "s0", "classic"), newHash), newHash)
+	failed.Status.Conditions = []appsv1.DeploymentCondition{{
+		Type: appsv1.DeploymentProgressing, Status: corev1.ConditionFalse, Reason: "ProgressDeadlineExceeded",
+	}}
+	failed.Status.ReadyReplicas, failed.Status.UpdatedReplicas = 0, 0
+	failed.ResourceVersion = s0.ResourceVersion
+	f.setCached(failed)
+
+	f.runProfile(ctx, "arena/classic")
+	f.expectEvents("Normal "+EventReasonRolloutStarted, "Warning "+EventReasonRolloutHalted)
+	pp := f.c.plans.get("arena/classic", newHash)
+	if pp == nil || pp.plan.Phase != rollout.PhaseHalted || pp.plan.Stable != oldHash {
+		t.Fatalf("plan: %+v, want halted with stable revision %s", pp, oldHash)
+	}
+
+	late := newSession(testNamespace, "late", "classic")
+	f.setCached(late)
+	if err := f.gameClient.Tracker().Add(late); err != nil {
+		t.Fatal(err)
+	}
+	f.expectKube(createDeployment(testNamespace, "late"))
+	f.expectGame(updateSessionStatus(testNamespace, "late"))
+	kube, game := f.run(ctx, "arena/late")
+	created := objectOf[*appsv1.Deployment](t, kube[0])
+	if got := rolledProfileHash(created, "classic"); got != oldHash {
+		t.Errorf("the new session starts on %q, want the stable %q", got, oldHash)
+	}
+	expectCondition(t, objectOf[*gamesv1.GameSession](t, game[0]).Status.Conditions,
+		gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonRolloutHalted)
+}

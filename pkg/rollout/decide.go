@@ -1,0 +1,263 @@
+package rollout
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// Member is one session of the profile, as the controller's caches show it.
+type Member struct {
+	// Name is the session's name. All members share one namespace, so names
+	// are unique.
+	Name string
+	// Revision is the profile revision its Deployment runs, "" if none is
+	// known.
+	Revision string
+	// OnTarget reports whether its Deployment runs the target revision.
+	OnTarget bool
+	// Ready reports whether its Deployment is fully rolled out and every
+	// replica is ready.
+	Ready bool
+	// Failed reports whether its Deployment reports ProgressDeadlineExceeded.
+	Failed bool
+}
+
+// Phase is the state of a profile's rollout.
+type Phase string
+
+// The phases of a rollout.
+const (
+	// PhaseComplete means every member is on the target.
+	PhaseComplete Phase = "Complete"
+	// PhaseCanary means the canaries are moving or not yet Ready.
+	PhaseCanary Phase = "Canary"
+	// PhaseRolling means the rollout is past the canary, moving sessions
+	// within the budget.
+	PhaseRolling Phase = "Rolling"
+	// PhasePaused means the policy is paused, or does not parse.
+	PhasePaused Phase = "Paused"
+	// PhaseHalted means the brake: too many moved sessions failed.
+	PhaseHalted Phase = "Halted"
+)
+
+// Plan is Decide's answer.
+type Plan struct {
+	// Phase is the state of the rollout.
+	Phase Phase
+	// Admitted are the names of the members not on the target that may move
+	// now, in the order they move, which is name order.
+	Admitted []string
+
+	// Total is the number of members.
+	Total int
+	// Moved is the number of members on the target.
+	Moved int
+	// Ready is the number of moved members that are Ready.
+	Ready int
+	// Rolling is the number of moved members that are not Ready yet.
+	Rolling int
+	// Failed is the number of moved members that failed.
+	Failed int
+
+	// MaxRolling is the policy's MaxRolling resolved against Total.
+	MaxRolling int
+	// Canary is the policy's Canary resolved against Total.
+	Canary int
+	// MaxFailed is the policy's MaxFailed resolved against Moved, or -1 when
+	// the policy has no brake.
+	MaxFailed int
+
+	// Stable is the revision that most members not on the target run, the
+	// lexicographically smallest on a tie, or "" if none is known. New
+	// sessions start on it while the rollout is in its canary phase, paused
+	// or halted.
+	Stable string
+}
+
+// Admits reports whether the named member may move now. It is cheap enough to
+// call for every session: Admitted is in name order, so it binary-searches.
+func (p Plan) Admits(name string) bool {
+	_, found := slices.BinarySearch(p.Admitted, name)
+	return found
+}
+
+// NewSessionsOnTarget reports whether a session that has no Deployment yet
+// should start on the target revision. That is so once the rollout is past its
+// canary and not stopped. Otherwise it should start on Stable, or on the
+// target if Stable is "".
+func (p Plan) NewSessionsOnTarget() bool {
+	return p.Phase == PhaseRolling || p.Phase == PhaseComplete
+}
+
+// Decide computes which members may move now. See the package documentation
+// for the rules.
+//
+// Decide does not depend on the order of members and does not modify it.
+// Policies from DefaultPolicy and PolicyFor are always well-formed. A policy
+// built by hand with a malformed or negative value is treated as paused, as
+// PolicyFor treats an annotation that does not parse, and the value resolves
+// to 0 (MaxRolling to at least 1).
+func Decide(policy Policy, members []Member) Plan {
+	sorted := slices.Clone(members)
+	slices.SortFunc(sorted, compareMembers)
+
+	plan := tally(sorted)
+	malformed := plan.resolve(policy)
+	var candidates []Member
+	plan.Phase, candidates = plan.phase(sorted, policy.Paused || malformed)
+	plan.Admitted = names(candidates, max(0, plan.MaxRolling-plan.Rolling))
+	plan.Stable = stable(sorted)
+	return plan
+}
+
+// compareMembers orders members by name. Names are unique, but comparing the
+// other fields too makes the order total, so that even duplicates could not
+// make Decide depend on the order of its input.
+func compareMembers(a, b Member) int {
+	return cmp.Or(
+		strings.Compare(a.Name, b.Name),
+		strings.Compare(a.Revision, b.Revision),
+		compareBool(a.OnTarget, b.OnTarget),
+		compareBool(a.Ready, b.Ready),
+		compareBool(a.Failed, b.Failed),
+	)
+}
+
+func compareBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	default:
+		return -1
+	}
+}
+
+// tally counts the members and where the moved ones stand. Ready and Failed
+// of a member not on the target describe the old revision, so they do not
+// count.
+func tally(members []Member) Plan {
+	plan := Plan{Total: len(members)}
+	for _, m := range members {
+		if !m.OnTarget {
+			continue
+		}
+		plan.Moved++
+		if m.Ready {
+			plan.Ready++
+		} else {
+			plan.Rolling++
+		}
+		if m.Failed {
+			plan.Failed++
+		}
+	}
+	return plan
+}
+
+// resolve turns the policy's values into numbers of sessions for this
+// profile, and reports whether any of them was malformed.
+func (p *Plan) resolve(policy Policy) (malformed bool) {
+	maxRolling, errRolling := scale(policy.MaxRolling, p.Total, false)
+	canary, errCanary := scale(policy.Canary, p.Total, true)
+	// At least one, or a small profile with a percentage would never move.
+	p.MaxRolling = min(max(maxRolling, 1), p.Total)
+	p.Canary = min(canary, p.Total)
+	p.MaxFailed = -1
+	var errFailed error
+	if policy.MaxFailed != nil {
+		p.MaxFailed, errFailed = scale(*policy.MaxFailed, p.Moved, false)
+	}
+	return errRolling != nil || errCanary != nil || errFailed != nil
+}
+
+// scale resolves v against total, rounding a percentage up or down. Integer
+// arithmetic keeps the rounding exact. A malformed v resolves to 0.
+func scale(v intstr.IntOrString, total int, roundUp bool) (int, error) {
+	value, percent, err := parse(v.String())
+	switch {
+	case err != nil || !percent:
+		return value, err
+	case roundUp:
+		return (value*total + 99) / 100, nil
+	default:
+		return value * total / 100, nil
+	}
+}
+
+// phase returns the phase of the rollout and the members that may move now if
+// the budget allows, in order. Only the first plan.Canary members are
+// canaries.
+func (p *Plan) phase(sorted []Member, paused bool) (Phase, []Member) {
+	switch {
+	case p.Moved == p.Total:
+		return PhaseComplete, nil
+	case p.MaxFailed >= 0 && p.Failed > p.MaxFailed:
+		return PhaseHalted, nil
+	case paused:
+		return PhasePaused, nil
+	}
+	canaries, rest := sorted[:p.Canary], sorted[p.Canary:]
+	if waiting := notOnTarget(canaries); len(waiting) > 0 {
+		return PhaseCanary, waiting
+	}
+	if !allReady(canaries) {
+		return PhaseCanary, nil
+	}
+	return PhaseRolling, notOnTarget(rest)
+}
+
+func notOnTarget(members []Member) []Member {
+	var out []Member
+	for _, m := range members {
+		if !m.OnTarget {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// allReady reports whether every member is Ready. Every member passed to it is
+// on the target, so Ready refers to the target revision.
+func allReady(members []Member) bool {
+	for _, m := range members {
+		if !m.Ready {
+			return false
+		}
+	}
+	return true
+}
+
+// names returns the names of the first n members, or nil if there are none.
+func names(members []Member, n int) []string {
+	var out []string
+	for _, m := range members[:min(n, len(members))] {
+		out = append(out, m.Name)
+	}
+	return out
+}
+
+// stable returns the revision that most members not on the target run; on a
+// tie, the lexicographically smallest.
+func stable(members []Member) string {
+	counts := make(map[string]int)
+	for _, m := range members {
+		if !m.OnTarget && m.Revision != "" {
+			counts[m.Revision]++
+		}
+	}
+	best := ""
+	// In sorted order, only a strictly larger count replaces the best, so a
+	// tie keeps the smallest revision.
+	for _, rev := range slices.Sorted(maps.Keys(counts)) {
+		if counts[rev] > counts[best] {
+			best = rev
+		}
+	}
+	return best
+}

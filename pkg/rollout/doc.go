@@ -1,0 +1,71 @@
+// Package rollout is the rollout policy of the GameSession controller: it
+// decides which sessions of a profile may move to a new revision of it now.
+//
+// A profile is a ConfigMap shared by many GameSessions. When its data change,
+// every session's Deployment has to move to the new, immutable revision, and
+// each move restarts game servers. Moving them all at once is the default; a
+// profile can instead pace the move with annotations (see [PolicyFor]):
+//
+//	rollout.games.example.com/max-rolling: "10%"  # sessions moving at once
+//	rollout.games.example.com/canary: "1"         # sessions that go first
+//	rollout.games.example.com/max-failed: "0"     # failures tolerated
+//	rollout.games.example.com/paused: "true"      # stop admitting sessions
+//
+// The package is pure: no API clients, no clocks, no goroutines. The
+// controller describes each session of the profile as a [Member], from its
+// informer caches, and [Decide] answers with a [Plan]. A restarted controller
+// recomputes the same plan from the same caches, so Decide depends only on its
+// inputs, and not on the order of the members.
+//
+// # Order
+//
+// Sessions move in the order of their names. Any fixed order would do; the
+// name order is one that every controller replica, before and after a
+// restart, agrees on without remembering anything.
+//
+// # Rounding
+//
+// Each value is a number of sessions ("10") or a percentage ("10%") of the
+// profile's sessions. max-rolling rounds down, like a Deployment's
+// maxUnavailable, but is at least 1 so that a rollout always progresses.
+// canary rounds up, like maxSurge, so that "1%" of a small profile is still
+// one canary rather than none. max-failed is a share of the sessions moved so
+// far, not of all sessions, and rounds down: "10%" tolerates one failure once
+// ten sessions have moved. Values larger than the profile mean all of it.
+//
+// # Canary
+//
+// The canaries are the first sessions in name order. They move first, within
+// the max-rolling budget, and the other sessions wait until every canary runs
+// the new revision and is Ready. A canary that never becomes Ready, for
+// example because its Deployment failed, holds the rollout in the canary phase
+// until someone fixes the profile or removes the annotation.
+//
+// # Budget
+//
+// A session is rolling from the moment it runs the new revision until its
+// Deployment is Ready. At most max-rolling sessions are rolling at once, so a
+// plan admits only as many sessions as the budget has room for; as rolling
+// sessions become Ready, later plans admit more.
+//
+// # Brake
+//
+// When more than max-failed of the moved sessions report
+// ProgressDeadlineExceeded, the rollout halts: nothing more moves until the
+// failures clear (a fixed profile moves them again) or the policy changes.
+// "0" halts on the first failure. The brake takes precedence over a pause, so
+// that the phase reports the more urgent condition.
+//
+// # Pause
+//
+// A paused rollout admits nothing, and neither does one whose annotations do
+// not parse: a typo must not make a rollout faster than its author intended.
+// Sessions that already moved stay where they are.
+//
+// # New sessions
+//
+// A session created during a rollout has no Deployment to move. It starts on
+// the new revision once the rollout is past its canary and not stopped; in the
+// canary phase, paused or halted, it starts on the revision most of the
+// unmoved sessions run ([Plan.Stable]), so that it does not bypass the gate.
+package rollout

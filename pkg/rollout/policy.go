@@ -1,0 +1,194 @@
+package rollout
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// Annotations on a profile ConfigMap that set its rollout policy.
+const (
+	// AnnotationMaxRolling is the most sessions that may run the new revision
+	// without being Ready at once: a number ("10") or a percentage ("10%").
+	AnnotationMaxRolling = "rollout.games.example.com/max-rolling"
+	// AnnotationCanary is how many of the first sessions, in name order, move
+	// first: the others wait until these are Ready. "1" or "5%".
+	AnnotationCanary = "rollout.games.example.com/canary"
+	// AnnotationMaxFailed halts the rollout when more than this many of the
+	// moved sessions failed: "0" or "10%" of the moved sessions.
+	AnnotationMaxFailed = "rollout.games.example.com/max-failed"
+	// AnnotationPaused pauses the rollout when "true"; "false" or absent lets
+	// it run.
+	AnnotationPaused = "rollout.games.example.com/paused"
+)
+
+// wantIntOrPercent describes the accepted syntax in error messages.
+const wantIntOrPercent = `want a non-negative integer such as "10" or a percentage such as "10%"`
+
+// Policy is how the sessions of one profile move to a new revision of it.
+type Policy struct {
+	// MaxRolling is the most sessions that may run the new revision without
+	// being Ready at once. The default, "100%", does not pace the rollout.
+	MaxRolling intstr.IntOrString
+	// Canary is how many sessions, first in name order, move before the
+	// others. The default, 0, has no canary.
+	Canary intstr.IntOrString
+	// MaxFailed is the most moved sessions that may fail before the rollout
+	// halts. nil has no brake.
+	MaxFailed *intstr.IntOrString
+	// Paused stops admitting sessions.
+	Paused bool
+}
+
+// DefaultPolicy is today's behaviour: every session moves at once.
+func DefaultPolicy() Policy {
+	return Policy{
+		MaxRolling: intstr.FromString("100%"),
+		Canary:     intstr.FromInt32(0),
+	}
+}
+
+// Unpaced reports whether the policy moves every session at once, whatever
+// the number of sessions: MaxRolling is a percentage of at least 100%, there
+// is no canary, no brake, and no pause. A MaxRolling given as a number is
+// never unpaced, since a profile may grow past it. The controller skips
+// planning entirely for unpaced policies.
+func (p Policy) Unpaced() bool {
+	rolling, percent, err := parse(p.MaxRolling.String())
+	if err != nil || !percent || rolling < 100 {
+		return false
+	}
+	canary, _, err := parse(p.Canary.String())
+	return err == nil && canary == 0 && p.MaxFailed == nil && !p.Paused
+}
+
+// String renders the policy compactly for Events and logs, for example
+// "max-rolling 10%, canary 1, max-failed 0", "unpaced", or
+// "max-rolling 5, canary 0, paused".
+func (p Policy) String() string {
+	if p.Unpaced() {
+		return "unpaced"
+	}
+	parts := []string{
+		"max-rolling " + p.MaxRolling.String(),
+		"canary " + p.Canary.String(),
+	}
+	if p.MaxFailed != nil {
+		parts = append(parts, "max-failed "+p.MaxFailed.String())
+	}
+	if p.Paused {
+		parts = append(parts, "paused")
+	}
+	return strings.Join(parts, ", ")
+}
+
+// ParseIntOrPercent parses a non-negative integer ("10") or a non-negative
+// integer percentage ("10%"), as flags and annotations spell them. Anything
+// else, such as "-1", "1.5", " 10", "" or "%", is an error that quotes the
+// value and says what is expected. A percentage is returned without leading
+// zeros ("010%" becomes "10%").
+func ParseIntOrPercent(s string) (intstr.IntOrString, error) {
+	value, percent, err := parse(s)
+	switch {
+	case err != nil:
+		return intstr.IntOrString{}, err
+	case percent:
+		return intstr.FromString(strconv.Itoa(value) + "%"), nil
+	default:
+		return intstr.FromInt32(int32(value)), nil
+	}
+}
+
+// parse is ParseIntOrPercent without building an IntOrString, so that policy
+// values can be checked and resolved by the same grammar.
+func parse(s string) (value int, percent bool, err error) {
+	digits, percent := strings.CutSuffix(s, "%")
+	// Checking the digits first rejects the signs and spaces that ParseInt
+	// would accept or report less clearly.
+	if digits == "" || strings.Trim(digits, "0123456789") != "" {
+		return 0, false, fmt.Errorf("invalid value %q: %s", s, wantIntOrPercent)
+	}
+	v, err := strconv.ParseInt(digits, 10, 32)
+	if err != nil {
+		return 0, false, fmt.Errorf("invalid value %q: out of range, want at most %d", s, math.MaxInt32)
+	}
+	return int(v), percent, nil
+}
+
+// PolicyFor returns the policy of a profile from its annotations, starting
+// from defaults, the controller's flags: an absent annotation keeps the
+// default's value.
+//
+// An annotation that does not parse must not make the rollout faster than its
+// author meant, so PolicyFor then returns the defaults, paused, with an error
+// naming each bad annotation, its value and what is expected, for the
+// controller to report in an Event. A max-rolling of 0 or 0% is such an error
+// too, since the rollout would never progress.
+func PolicyFor(annotations map[string]string, defaults Policy) (Policy, error) {
+	p := defaults
+	var errs []error
+	// A fixed order keeps the joined error stable across syncs.
+	if s, ok := annotations[AnnotationMaxRolling]; ok {
+		v, err := parseMaxRolling(s)
+		p.MaxRolling = v
+		errs = append(errs, annotationError(AnnotationMaxRolling, err))
+	}
+	if s, ok := annotations[AnnotationCanary]; ok {
+		v, err := ParseIntOrPercent(s)
+		p.Canary = v
+		errs = append(errs, annotationError(AnnotationCanary, err))
+	}
+	if s, ok := annotations[AnnotationMaxFailed]; ok {
+		v, err := ParseIntOrPercent(s)
+		p.MaxFailed = &v
+		errs = append(errs, annotationError(AnnotationMaxFailed, err))
+	}
+	if s, ok := annotations[AnnotationPaused]; ok {
+		v, err := parsePaused(s)
+		p.Paused = v
+		errs = append(errs, annotationError(AnnotationPaused, err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		paused := defaults
+		paused.Paused = true
+		return paused, err
+	}
+	return p, nil
+}
+
+// parseMaxRolling parses a max-rolling value, which must not be zero.
+func parseMaxRolling(s string) (intstr.IntOrString, error) {
+	v, err := ParseIntOrPercent(s)
+	if err != nil {
+		return v, err
+	}
+	if n, _, _ := parse(v.String()); n == 0 {
+		return v, fmt.Errorf("invalid value %q: want more than 0, or the rollout never progresses", s)
+	}
+	return v, nil
+}
+
+// parsePaused accepts exactly "true" and "false": a looser reading such as
+// strconv.ParseBool's could resume a rollout its author meant to hold.
+func parsePaused(s string) (bool, error) {
+	switch s {
+	case "true":
+		return true, nil
+	case "false":
+		return false, nil
+	default:
+		return true, fmt.Errorf(`invalid value %q: want "true" or "false"`, s)
+	}
+}
+
+// annotationError names the annotation in err, or returns nil if err is nil.
+func annotationError(key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("annotation %s: %w", key, err)
+}

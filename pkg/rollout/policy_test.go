@@ -1,0 +1,242 @@
+package rollout
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+func TestParseIntOrPercent(t *testing.T) {
+	good := []struct {
+		in   string
+		want intstr.IntOrString
+	}{
+		{"0", intstr.FromInt32(0)},
+		{"1", intstr.FromInt32(1)},
+		{"10", intstr.FromInt32(10)},
+		{"007", intstr.FromInt32(7)},
+		{"2147483647", intstr.FromInt32(2147483647)},
+		{"0%", intstr.FromString("0%")},
+		{"10%", intstr.FromString("10%")},
+		{"010%", intstr.FromString("10%")},
+		{"100%", intstr.FromString("100%")},
+		{"150%", intstr.FromString("150%")},
+	}
+	for _, tc := range good {
+		got, err := ParseIntOrPercent(tc.in)
+		if err != nil {
+			t.Errorf("ParseIntOrPercent(%q): unexpected error %v", tc.in, err)
+			continue
+		}
+		if got != tc.want {
+			t.Errorf("ParseIntOrPercent(%q) = %#v, want %#v", tc.in, got, tc.want)
+		}
+	}
+
+	bad := []string{
+		"", "%", "%%", "10%%", "%10", "-1", "-1%", "+1", "1.5", "1.5%", " 10", "10 ", "10 %",
+		"abc", "ten%", "0x10", "1e3", "2147483648", "99999999999%",
+	}
+	for _, in := range bad {
+		_, err := ParseIntOrPercent(in)
+		if err == nil {
+			t.Errorf("ParseIntOrPercent(%q): no error", in)
+			continue
+		}
+		if msg := err.Error(); !strings.Contains(msg, `"`+in+`"`) || !strings.Contains(msg, "want") {
+			t.Errorf("ParseIntOrPercent(%q): error %q should quote the value and say what is expected", in, msg)
+		}
+	}
+}
+
+func TestPolicyFor(t *testing.T) {
+	defaults := Policy{
+		MaxRolling: intstr.FromString("25%"),
+		Canary:     intstr.FromInt32(2),
+		MaxFailed:  new(intstr.FromInt32(3)),
+	}
+	pausedDefaults := defaults
+	pausedDefaults.Paused = true
+
+	tests := []struct {
+		name        string
+		annotations map[string]string
+		want        Policy
+		// wantErr lists substrings of the error; empty means no error.
+		wantErr []string
+	}{
+		{
+			name: "nil annotations keep the defaults",
+			want: defaults,
+		},
+		{
+			name:        "unrelated annotations keep the defaults",
+			annotations: map[string]string{"example.com/other": "x"},
+			want:        defaults,
+		},
+		{
+			name: "all valid",
+			annotations: map[string]string{
+				AnnotationMaxRolling: "10",
+				AnnotationCanary:     "5%",
+				AnnotationMaxFailed:  "10%",
+				AnnotationPaused:     "true",
+			},
+			want: Policy{
+				MaxRolling: intstr.FromInt32(10),
+				Canary:     intstr.FromString("5%"),
+				MaxFailed:  new(intstr.FromString("10%")),
+				Paused:     true,
+			},
+		},
+		{
+			name:        "paused false runs",
+			annotations: map[string]string{AnnotationPaused: "false"},
+			want:        defaults,
+		},
+		{
+			name:        "one annotation overrides only its field",
+			annotations: map[string]string{AnnotationCanary: "0"},
+			want:        Policy{MaxRolling: defaults.MaxRolling, Canary: intstr.FromInt32(0), MaxFailed: defaults.MaxFailed},
+		},
+		{
+			name:        "bad max-rolling pauses",
+			annotations: map[string]string{AnnotationMaxRolling: "ten"},
+			want:        pausedDefaults,
+			wantErr:     []string{AnnotationMaxRolling, `"ten"`, "want"},
+		},
+		{
+			name:        "max-rolling 0 pauses",
+			annotations: map[string]string{AnnotationMaxRolling: "0"},
+			want:        pausedDefaults,
+			wantErr:     []string{AnnotationMaxRolling, `"0"`, "more than 0"},
+		},
+		{
+			name:        "max-rolling 0% pauses",
+			annotations: map[string]string{AnnotationMaxRolling: "0%"},
+			want:        pausedDefaults,
+			wantErr:     []string{AnnotationMaxRolling, `"0%"`, "more than 0"},
+		},
+		{
+			name: "bad canary pauses and discards the valid annotations",
+			annotations: map[string]string{
+				AnnotationMaxRolling: "50%",
+				AnnotationCanary:     "-1",
+			},
+			want:    pausedDefaults,
+			wantErr: []string{AnnotationCanary, `"-1"`, "want"},
+		},
+		{
+			name:        "empty max-failed pauses",
+			annotations: map[string]string{AnnotationMaxFailed: ""},
+			want:        pausedDefaults,
+			wantErr:     []string{AnnotationMaxFailed, `""`, "want"},
+		},
+		{
+			name:        "paused must be exactly true or false",
+			annotations: map[string]string{AnnotationPaused: "False"},
+			want:        pausedDefaults,
+			wantErr:     []string{AnnotationPaused, `"False"`, `want "true" or "false"`},
+		},
+		{
+			name: "paused false does not override a bad value",
+			annotations: map[string]string{
+				AnnotationPaused:    "false",
+				AnnotationMaxFailed: "1.5%",
+			},
+			want:    pausedDefaults,
+			wantErr: []string{AnnotationMaxFailed, `"1.5%"`},
+		},
+		{
+			name: "every bad annotation is named",
+			annotations: map[string]string{
+				AnnotationMaxRolling: "x",
+				AnnotationCanary:     "y",
+				AnnotationMaxFailed:  "z",
+				AnnotationPaused:     "yes",
+			},
+			want: pausedDefaults,
+			wantErr: []string{
+				AnnotationMaxRolling, `"x"`, AnnotationCanary, `"y"`,
+				AnnotationMaxFailed, `"z"`, AnnotationPaused, `"yes"`,
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := PolicyFor(tc.annotations, defaults)
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("policy = %v, want %v", got, tc.want)
+			}
+			switch {
+			case len(tc.wantErr) == 0 && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case len(tc.wantErr) > 0 && err == nil:
+				t.Fatalf("no error, want one mentioning %q", tc.wantErr)
+			}
+			for _, part := range tc.wantErr {
+				if !strings.Contains(err.Error(), part) {
+					t.Errorf("error %q does not mention %q", err, part)
+				}
+			}
+		})
+	}
+}
+
+func TestUnpaced(t *testing.T) {
+	tests := []struct {
+		name   string
+		policy Policy
+		want   bool
+	}{
+		{"default", DefaultPolicy(), true},
+		{"max-rolling above 100%", Policy{MaxRolling: intstr.FromString("150%"), Canary: intstr.FromInt32(0)}, true},
+		{"canary 0%", Policy{MaxRolling: intstr.FromString("100%"), Canary: intstr.FromString("0%")}, true},
+		{"zero-value canary", Policy{MaxRolling: intstr.FromString("100%")}, true},
+		{"max-rolling 99%", Policy{MaxRolling: intstr.FromString("99%")}, false},
+		{"max-rolling as a number", Policy{MaxRolling: intstr.FromInt32(1000000)}, false},
+		{"canary 1", Policy{MaxRolling: intstr.FromString("100%"), Canary: intstr.FromInt32(1)}, false},
+		{"canary 1%", Policy{MaxRolling: intstr.FromString("100%"), Canary: intstr.FromString("1%")}, false},
+		{"brake", Policy{MaxRolling: intstr.FromString("100%"), MaxFailed: new(intstr.FromString("100%"))}, false},
+		{"paused", Policy{MaxRolling: intstr.FromString("100%"), Paused: true}, false},
+		{"malformed max-rolling", Policy{MaxRolling: intstr.FromString("100")}, false},
+		{"malformed canary", Policy{MaxRolling: intstr.FromString("100%"), Canary: intstr.FromString("x")}, false},
+	}
+	for _, tc := range tests {
+		if got := tc.policy.Unpaced(); got != tc.want {
+			t.Errorf("%s: Unpaced() = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestPolicyString(t *testing.T) {
+	tests := []struct {
+		policy Policy
+		want   string
+	}{
+		{DefaultPolicy(), "unpaced"},
+		{
+			Policy{MaxRolling: intstr.FromString("10%"), Canary: intstr.FromInt32(1), MaxFailed: new(intstr.FromInt32(0))},
+			"max-rolling 10%, canary 1, max-failed 0",
+		},
+		{
+			Policy{MaxRolling: intstr.FromInt32(5), Canary: intstr.FromString("5%")},
+			"max-rolling 5, canary 5%",
+		},
+		{
+			Policy{MaxRolling: intstr.FromString("100%"), Canary: intstr.FromInt32(0), Paused: true},
+			"max-rolling 100%, canary 0, paused",
+		},
+		{
+			Policy{MaxRolling: intstr.FromInt32(3), Canary: intstr.FromInt32(0), MaxFailed: new(intstr.FromString("10%")), Paused: true},
+			"max-rolling 3, canary 0, max-failed 10%, paused",
+		},
+	}
+	for _, tc := range tests {
+		if got := tc.policy.String(); got != tc.want {
+			t.Errorf("String() = %q, want %q", got, tc.want)
+		}
+	}
+}

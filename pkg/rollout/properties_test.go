@@ -1,0 +1,332 @@
+package rollout
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// TestDecideProperties checks invariants of Decide on random profiles. Each
+// case has its own seed, so a failure names the seed that reproduces it.
+func TestDecideProperties(t *testing.T) {
+	const cases = 5000
+	phases := make(map[Phase]int)
+	for seed := range uint64(cases) {
+		rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
+		policy := randomPolicy(rng)
+		members := randomMembers(rng)
+		plan, err := checkDecide(rng, policy, members)
+		if err != nil {
+			t.Fatalf("seed %d: %v\npolicy: %#v (%v)\nmembers: %+v", seed, err, policy, policy, members)
+		}
+		phases[plan.Phase]++
+	}
+	// The invariants say little about a phase the cases never reach.
+	for _, phase := range []Phase{PhaseComplete, PhaseCanary, PhaseRolling, PhasePaused, PhaseHalted} {
+		if phases[phase] < cases/100 {
+			t.Errorf("only %d of %d cases reached phase %s: %v", phases[phase], cases, phase, phases)
+		}
+	}
+}
+
+func randomPolicy(rng *rand.Rand) Policy {
+	p := Policy{
+		MaxRolling: randomIntOrPercent(rng, 70, 150),
+		Canary:     intstr.FromInt32(0),
+		Paused:     rng.IntN(10) == 0,
+	}
+	// Most canaries hold the rest back, so half the policies have none, for
+	// the Rolling phase to come up as often as the Canary phase.
+	if rng.IntN(2) == 0 {
+		p.Canary = randomIntOrPercent(rng, 70, 150)
+	}
+	if rng.IntN(2) == 0 {
+		p.MaxFailed = new(randomIntOrPercent(rng, 6, 40)) // small, so that the brake acts
+	}
+	return p
+}
+
+// randomIntOrPercent returns mostly numbers below maxInt and percentages
+// below maxPercent, where the rounding matters, and now and then a malformed
+// value.
+func randomIntOrPercent(rng *rand.Rand, maxInt int32, maxPercent int) intstr.IntOrString {
+	switch rng.IntN(40) {
+	case 0:
+		return intstr.FromString([]string{"", "x", "-5%", "1.5%", "10"}[rng.IntN(5)])
+	case 1:
+		return intstr.FromInt32(-1 - rng.Int32N(5))
+	}
+	if rng.IntN(2) == 0 {
+		return intstr.FromInt32(rng.Int32N(maxInt))
+	}
+	return intstr.FromString(fmt.Sprintf("%d%%", rng.IntN(maxPercent)))
+}
+
+// randomMembers returns up to 60 members with unique random names, in random
+// order. How many moved, are Ready or failed varies from profile to profile,
+// so that every phase comes up. Failed is meaningful only on the target, but
+// it is set elsewhere too, to check that it is ignored there.
+func randomMembers(rng *rand.Rand) []Member {
+	n := rng.IntN(61)
+	moved, ready, failed := rng.Float64(), rng.Float64(), rng.Float64()/4
+	seen := make(map[string]bool, n)
+	members := make([]Member, 0, n)
+	for len(members) < n {
+		name := fmt.Sprintf("gs-%x", rng.IntN(4096))
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		m := Member{Name: name, Ready: rng.Float64() < ready, Failed: rng.Float64() < failed}
+		if m.OnTarget = rng.Float64() < moved; m.OnTarget {
+			m.Revision = "target"
+			m.Failed = m.Failed && !m.Ready // a failed Deployment is not Ready
+		} else {
+			m.Revision = []string{"", "r1", "r2", "r3"}[rng.IntN(4)]
+		}
+		members = append(members, m)
+	}
+	return members
+}
+
+// checkDecide returns an error describing the first invariant that Decide
+// breaks for this policy and these members.
+func checkDecide(rng *rand.Rand, policy Policy, members []Member) (Plan, error) {
+	before := slices.Clone(members)
+	plan := Decide(policy, members)
+	if !slices.Equal(members, before) {
+		return plan, fmt.Errorf("Decide modified its input")
+	}
+
+	shuffled := slices.Clone(members)
+	rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+	if again := Decide(policy, shuffled); !reflect.DeepEqual(again, plan) {
+		return plan, fmt.Errorf("Decide depends on input order:\n  %+v\nthen\n  %+v", plan, again)
+	}
+
+	for _, check := range []func(Policy, []Member, Plan) error{
+		checkCounts, checkResolved, checkAdmitted, checkBudget, checkPhase, checkAdmits, checkStable,
+	} {
+		if err := check(policy, members, plan); err != nil {
+			return plan, fmt.Errorf("%w\nplan: %+v", err, plan)
+		}
+	}
+	return plan, nil
+}
+
+// checkCounts checks the counts against a direct count of the members.
+func checkCounts(_ Policy, members []Member, plan Plan) error {
+	var want [5]int // Total, Moved, Ready, Rolling, Failed
+	want[0] = len(members)
+	for _, m := range members {
+		if !m.OnTarget {
+			continue
+		}
+		want[1]++
+		if m.Ready {
+			want[2]++
+		} else {
+			want[3]++
+		}
+		if m.Failed {
+			want[4]++
+		}
+	}
+	if got := [5]int{plan.Total, plan.Moved, plan.Ready, plan.Rolling, plan.Failed}; got != want {
+		return fmt.Errorf("Total, Moved, Ready, Rolling, Failed = %v, want %v", got, want)
+	}
+	return nil
+}
+
+// checkResolved checks the policy resolved against the profile, using
+// apimachinery's float rounding as an independent reference.
+func checkResolved(policy Policy, _ []Member, plan Plan) error {
+	n := plan.Total
+	maxRolling := min(scaled(policy.MaxRolling, n, false), n)
+	if n > 0 {
+		maxRolling = max(maxRolling, 1)
+	}
+	maxFailed := -1
+	if policy.MaxFailed != nil {
+		maxFailed = scaled(*policy.MaxFailed, plan.Moved, false)
+	}
+	want := [3]int{maxRolling, min(scaled(policy.Canary, n, true), n), maxFailed}
+	if got := [3]int{plan.MaxRolling, plan.Canary, plan.MaxFailed}; got != want {
+		return fmt.Errorf("MaxRolling, Canary, MaxFailed = %v, want %v", got, want)
+	}
+	return nil
+}
+
+// scaled resolves v with intstr.GetScaledValueFromIntOrPercent, which wants
+// percentages as strings and numbers as integers, as ParseIntOrPercent makes
+// them. A malformed v resolves to 0.
+func scaled(v intstr.IntOrString, total int, roundUp bool) int {
+	parsed, err := ParseIntOrPercent(v.String())
+	if err != nil {
+		return 0
+	}
+	value, err := intstr.GetScaledValueFromIntOrPercent(&parsed, total, roundUp)
+	if err != nil {
+		panic(err)
+	}
+	return value
+}
+
+// checkAdmitted checks that the admitted names are distinct members not on
+// the target, in name order.
+func checkAdmitted(_ Policy, members []Member, plan Plan) error {
+	offTarget := make(map[string]bool)
+	for _, m := range members {
+		if !m.OnTarget {
+			offTarget[m.Name] = true
+		}
+	}
+	for _, name := range plan.Admitted {
+		if !offTarget[name] {
+			return fmt.Errorf("admitted %q, which is not a member off the target", name)
+		}
+	}
+	if !slices.IsSorted(plan.Admitted) {
+		return fmt.Errorf("Admitted not in name order: %q", plan.Admitted)
+	}
+	if len(slices.Compact(slices.Clone(plan.Admitted))) != len(plan.Admitted) {
+		return fmt.Errorf("Admitted has duplicates: %q", plan.Admitted)
+	}
+	return nil
+}
+
+// checkBudget checks that admitting never makes more sessions roll than the
+// budget allows, unless they already did.
+func checkBudget(_ Policy, _ []Member, plan Plan) error {
+	if len(plan.Admitted)+plan.Rolling > max(plan.MaxRolling, plan.Rolling) {
+		return fmt.Errorf("admitted %d with %d rolling, over the budget of %d",
+			len(plan.Admitted), plan.Rolling, plan.MaxRolling)
+	}
+	return nil
+}
+
+// checkPhase checks that the phase follows from the policy and the members,
+// and that each phase admits what it should.
+func checkPhase(policy Policy, members []Member, plan Plan) error {
+	sorted := slices.SortedFunc(slices.Values(members), compareMembers)
+	canaries := sorted[:plan.Canary]
+	slots := max(0, plan.MaxRolling-plan.Rolling)
+	complete := plan.Moved == plan.Total
+	halted := policy.MaxFailed != nil && plan.Failed > plan.MaxFailed
+	paused := policy.Paused || malformed(policy)
+
+	var want Phase
+	switch {
+	case complete:
+		want = PhaseComplete
+	case halted:
+		want = PhaseHalted
+	case paused:
+		want = PhasePaused
+	case allOnTargetAndReady(canaries):
+		want = PhaseRolling
+	default:
+		want = PhaseCanary
+	}
+	if plan.Phase != want {
+		return fmt.Errorf("phase %s, want %s", plan.Phase, want)
+	}
+
+	switch plan.Phase {
+	case PhaseComplete, PhaseHalted, PhasePaused:
+		if len(plan.Admitted) > 0 {
+			return fmt.Errorf("%s admitted %q", plan.Phase, plan.Admitted)
+		}
+	case PhaseCanary:
+		var canaryNames, waiting []string
+		for _, m := range canaries {
+			canaryNames = append(canaryNames, m.Name)
+			if !m.OnTarget {
+				waiting = append(waiting, m.Name)
+			}
+		}
+		for _, name := range plan.Admitted {
+			if !slices.Contains(canaryNames, name) {
+				return fmt.Errorf("Canary admitted %q, which is not among the first %d", name, plan.Canary)
+			}
+		}
+		if want := waiting[:min(slots, len(waiting))]; !slices.Equal(plan.Admitted, want) {
+			return fmt.Errorf("Canary admitted %q, want %q", plan.Admitted, want)
+		}
+	case PhaseRolling:
+		var rest []string
+		for _, m := range sorted[plan.Canary:] {
+			if !m.OnTarget {
+				rest = append(rest, m.Name)
+			}
+		}
+		if len(rest) == 0 {
+			return fmt.Errorf("Rolling with nothing left to move")
+		}
+		if want := rest[:min(slots, len(rest))]; !slices.Equal(plan.Admitted, want) {
+			return fmt.Errorf("Rolling admitted %q, want %q", plan.Admitted, want)
+		}
+	}
+	return nil
+}
+
+// malformed reports whether a value of the policy does not parse.
+func malformed(p Policy) bool {
+	values := []intstr.IntOrString{p.MaxRolling, p.Canary}
+	if p.MaxFailed != nil {
+		values = append(values, *p.MaxFailed)
+	}
+	for _, v := range values {
+		if _, err := ParseIntOrPercent(v.String()); err != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func allOnTargetAndReady(members []Member) bool {
+	for _, m := range members {
+		if !m.OnTarget || !m.Ready {
+			return false
+		}
+	}
+	return true
+}
+
+// checkAdmits checks that Admits agrees with Admitted for every member.
+func checkAdmits(_ Policy, members []Member, plan Plan) error {
+	for _, m := range members {
+		if got, want := plan.Admits(m.Name), slices.Contains(plan.Admitted, m.Name); got != want {
+			return fmt.Errorf("Admits(%q) = %v, but Admitted is %q", m.Name, got, plan.Admitted)
+		}
+	}
+	return nil
+}
+
+// checkStable checks that no revision off the target is more common than
+// Stable, nor as common and smaller.
+func checkStable(_ Policy, members []Member, plan Plan) error {
+	counts := make(map[string]int)
+	for _, m := range members {
+		if !m.OnTarget && m.Revision != "" {
+			counts[m.Revision]++
+		}
+	}
+	if plan.Stable == "" {
+		if len(counts) > 0 {
+			return fmt.Errorf("Stable is empty, but members off the target run %v", counts)
+		}
+		return nil
+	}
+	best := counts[plan.Stable]
+	for rev, n := range counts {
+		if best == 0 || n > best || n == best && rev < plan.Stable {
+			return fmt.Errorf("Stable is %q, but members off the target run %v", plan.Stable, counts)
+		}
+	}
+	return nil
+}
