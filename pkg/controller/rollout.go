@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -39,7 +38,7 @@ import (
 // planInterval bounds how often a profile with a rollout in progress is
 // planned again: its sessions' Deployments change many times a second during
 // a rollout, and one plan looks at every session of the profile.
-const planInterval = time.Second
+const planInterval = 250 * time.Millisecond
 
 // profilePlans holds the latest rollout plan of each profile.
 type profilePlans struct {
@@ -440,8 +439,11 @@ func (c *Controller) announce(profile *corev1.ConfigMap, policyErr error, prev, 
 	}
 	switch {
 	case p.Phase == prevPhase:
-		if len(p.Admitted) > 0 && !slices.Equal(p.Admitted, prev.plan.Admitted) {
-			c.recorder.Eventf(profile, corev1.EventTypeNormal, EventReasonRolloutAdvanced, MessageRolloutAdvanced, len(p.Admitted), progress)
+		// One Event per tenth of the sessions Ready: the recorder allows an
+		// object 25 Events in a burst, which a rollout of thousands in small
+		// waves would otherwise spend before it completes.
+		if tenths(p.Ready, p.Total) > tenths(prev.plan.Ready, prev.plan.Total) {
+			c.recorder.Eventf(profile, corev1.EventTypeNormal, EventReasonRolloutAdvanced, MessageRolloutAdvanced, progress)
 		}
 	case p.Phase == rollout.PhaseComplete:
 		c.recorder.Eventf(profile, corev1.EventTypeNormal, EventReasonRolloutCompleted, MessageRolloutCompleted, revision, p.Total, p.Failed)
@@ -452,4 +454,12 @@ func (c *Controller) announce(profile *corev1.ConfigMap, policyErr error, prev, 
 	case prevPhase == rollout.PhasePaused:
 		c.recorder.Eventf(profile, corev1.EventTypeNormal, EventReasonRolloutResumed, MessageRolloutResumed, progress)
 	}
+}
+
+// tenths is how many tenths of total n is, rounded down.
+func tenths(n, total int) int {
+	if total == 0 {
+		return 0
+	}
+	return n * 10 / total
 }

@@ -41,7 +41,7 @@ const (
 	// Events of a profile's rollout, on the profile ConfigMap.
 	MessageRolloutProgress          = "moved %d of %d sessions to revision %s, %d ready, %d failed"
 	MessageRolloutStarted           = "Rolling out revision %s to %d sessions (%s): %s"
-	MessageRolloutAdvanced          = "Moving %d more sessions: %s"
+	MessageRolloutAdvanced          = "Rollout advanced: %s"
 	MessageRolloutCompleted         = "Rolled revision %s out to all %d sessions (%d failed)"
 	MessageRolloutHalted            = "Rollout halted: %s, more than max-failed %d. Sessions not moved keep their revision, and new sessions start on it. Fix the profile, or edit it back to its previous content, to go on"
 	MessageRolloutPaused            = "Rollout paused: %s. Remove the annotation " + rollout.AnnotationPaused + " to resume"

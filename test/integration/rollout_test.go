@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
@@ -265,6 +267,25 @@ func (rw *rolloutWatch) result() (maxRolling int) {
 
 func sessionName(i int) string { return fmt.Sprintf("s%03d", i) }
 
+// rolloutTimeout bounds the waits on whole rollouts of many sessions: 200
+// sessions paced 20 at a time took 75 s here with other tests running on
+// the 2 cores.
+const rolloutTimeout = 4 * time.Minute
+
+// eventuallyWithin is env.eventually with its own bound.
+func (e *env) eventuallyWithin(timeout time.Duration, what string, cond func() (bool, error)) {
+	e.t.Helper()
+	var last error
+	err := wait.PollUntilContextTimeout(e.ctx, 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		ok, err := cond()
+		last = err
+		return ok, nil
+	})
+	if err != nil {
+		e.t.Fatalf("timed out after %v waiting for %s (last error: %v)", timeout, what, last)
+	}
+}
+
 // createReadySessions creates n sessions of the profile and waits until all
 // are Ready, and returns their Deployments' generations.
 func (e *env) createReadySessions(profile string, n int) map[string]int64 {
@@ -273,7 +294,7 @@ func (e *env) createReadySessions(profile string, n int) map[string]int64 {
 		e.createSession(newSession(sessionName(i), profile, 1))
 	}
 	generations := map[string]int64{}
-	e.eventually(fmt.Sprintf("%d Ready sessions", n), func() (bool, error) {
+	e.eventuallyWithin(rolloutTimeout, fmt.Sprintf("%d Ready sessions", n), func() (bool, error) {
 		list, err := e.game.GamesV1().GameSessions(e.ns).List(e.ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
@@ -301,7 +322,7 @@ func (e *env) createReadySessions(profile string, n int) map[string]int64 {
 func (e *env) waitAllOn(hash string, n int) map[string]int64 {
 	e.t.Helper()
 	generations := map[string]int64{}
-	e.eventually(fmt.Sprintf("%d Deployments on %s, complete", n, hash), func() (bool, error) {
+	e.eventuallyWithin(rolloutTimeout, fmt.Sprintf("%d Deployments on %s, complete", n, hash), func() (bool, error) {
 		list, err := e.kube.AppsV1().Deployments(e.ns).List(e.ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
