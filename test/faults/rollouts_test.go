@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/utils/ptr"
 
 	"github.com/example/gamesession-controller/pkg/controller"
 )
@@ -36,6 +37,12 @@ type rollouts struct {
 	changed chan struct{}         // closed and replaced on every change
 	err     error                 // why the watch ended early
 
+	// For paced rollouts: the Deployments as last seen, and the most that
+	// carried budgetHash without being rolled out and ready, at any event.
+	latest     map[string]*appsv1.Deployment
+	budgetHash string
+	maxRolling int
+
 	// stop ends the watch; what was recorded stays. Tests stop it before a
 	// fault it cannot survive, so that its retries do not flood the log.
 	stop func()
@@ -51,7 +58,8 @@ type rollStep struct {
 // trackRollouts lists the Deployments and watches them until the test ends.
 func (e *env) trackRollouts() *rollouts {
 	e.t.Helper()
-	r := &rollouts{t: e.t, history: map[string][]rollStep{}, count: map[string]int{}, changed: make(chan struct{})}
+	r := &rollouts{t: e.t, history: map[string][]rollStep{}, count: map[string]int{}, changed: make(chan struct{}),
+		latest: map[string]*appsv1.Deployment{}}
 	selector := controller.ManagedDeploymentSelector()
 	list, err := e.kube.AppsV1().Deployments(e.ns).List(e.ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
@@ -95,6 +103,10 @@ func (r *rollouts) observe(d *appsv1.Deployment) {
 	hash := templateHash(d)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.latest[d.Name] = d
+	if r.budgetHash != "" {
+		r.maxRolling = max(r.maxRolling, r.rollingLocked())
+	}
 	steps := r.history[d.Name]
 	if len(steps) > 0 && steps[len(steps)-1].hash == hash {
 		return
@@ -106,6 +118,35 @@ func (r *rollouts) observe(d *appsv1.Deployment) {
 	r.count[hash]++
 	close(r.changed)
 	r.changed = make(chan struct{})
+}
+
+// watchBudget starts counting, at every event, the Deployments that carry
+// hash and are not rolled out and ready: the sessions moved and not Ready,
+// which a rollout budget bounds.
+func (r *rollouts) watchBudget(hash string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.budgetHash, r.maxRolling = hash, r.rollingLocked()
+}
+
+// maxRollingSeen is the most Deployments watchBudget saw rolling at once.
+func (r *rollouts) maxRollingSeen() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.maxRolling
+}
+
+func (r *rollouts) rollingLocked() int {
+	n := 0
+	for _, d := range r.latest {
+		want := ptr.Deref(d.Spec.Replicas, 1)
+		complete := d.Status.ObservedGeneration >= d.Generation && d.Status.UpdatedReplicas == want &&
+			d.Status.Replicas == want && d.Status.ReadyReplicas == want
+		if templateHash(d) == r.budgetHash && !complete {
+			n++
+		}
+	}
+	return n
 }
 
 func (r *rollouts) fail(err error) {
