@@ -141,7 +141,11 @@ func (e *env) startControlPlane(ctx context.Context) error {
 	if err := writeKubeconfig(e.saKubeconfig, e.saCfg); err != nil {
 		return err
 	}
-	e.tracker = newTracker(e.admin)
+	trackerClient, err := kubernetes.NewForConfig(protobufConfig(e.adminCfg))
+	if err != nil {
+		return err
+	}
+	e.tracker = newTracker(trackerClient)
 	ready, done := make(chan struct{}), make(chan struct{})
 	trackerCtx, cancel := context.WithCancel(ctx)
 	go func() {

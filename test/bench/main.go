@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/example/gamesession-controller/cmd/gamesession-controller/app"
+	"github.com/example/gamesession-controller/pkg/rollout"
 )
 
 type config struct {
@@ -55,6 +56,7 @@ type config struct {
 	variants        []string
 	fanOutOnly      bool
 	compareBin      string
+	pacedMaxRolling string
 }
 
 // presets are the defaults of -preset; explicit flags override them.
@@ -95,6 +97,7 @@ func parseFlags(args []string) (config, bool, string, error) {
 	var variants string
 	fs.StringVar(&variants, "ceiling-variants", "put,patch,patch-min,status,patch+status", "Write-ceiling variants measured against each other at the largest size, to attribute the controller's cost: put, patch (merge patch of the controller's shape), patch-min, smp-min, jsonpatch-min (the annotation alone, as merge, strategic merge or JSON patch), status (the status update alone, on a twin CRD), patch+status (both, per session in turn). Empty: none.")
 	fs.StringVar(&c.compareBin, "compare-bin", "", "Another controller binary (say, built from the previous commit) to measure against this checkout's, fan-out by fan-out in the same run. Implies -fanout-only.")
+	fs.StringVar(&c.pacedMaxRolling, "paced-max-rolling", "10%", "Budget (the profile annotation "+rollout.AnnotationMaxRolling+") of the paced rollout, measured once per size after the unpaced fan-outs, with a kube-controller-manager stand-in reporting moved Deployments complete. Empty: skip it.")
 	fs.BoolVar(&c.fanOutOnly, "fanout-only", false, "Measure only the fan-outs (with delay 0) and the ceiling variants: for iterating on performance changes.")
 	fs.BoolVar(&internalNoFilter, "internal-nofilter-informer", false, "Internal: run the no-filter informer memory baseline.")
 	fs.StringVar(&internalKubeconfig, "internal-kubeconfig", "", "Internal: kubeconfig of the no-filter baseline.")
@@ -346,6 +349,16 @@ func run(ctx context.Context, cfg config) (err error) {
 		}
 		res.profiled = &r
 		phase("profiling", t)
+	}
+
+	if !cfg.fanOutOnly && cfg.pacedMaxRolling != "" {
+		// After the unpaced fan-outs, which the kube-controller-manager
+		// stand-in must not disturb: it runs only within this phase.
+		t = time.Now()
+		if res.paced, err = e.pacedSeries(ctx, cfg.pacedMaxRolling); err != nil {
+			return err
+		}
+		phase("paced rollout", t)
 	}
 
 	if !cfg.fanOutOnly {

@@ -21,10 +21,11 @@ import (
 )
 
 // runNoFilterInformer is the memory baseline, run as a process of its own:
-// the controller's three informers, the same managedFields stripping, but a
-// ConfigMap informer with no label selector, as a controller that filters in
-// its event handlers instead of in the list and watch would have. It prints
-// its memory as JSON on stdout.
+// the controller's informers, the same managedFields stripping, but one
+// ConfigMap informer with no label selector in place of its two filtered ones
+// (profiles and revisions), as a controller that filters in its event
+// handlers instead of in the list and watch would have. It prints its memory
+// as JSON on stdout.
 func runNoFilterInformer(kubeconfig string, settle time.Duration) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {

@@ -173,7 +173,8 @@ func (e *env) controllerMemory(ctx context.Context, p *ctlProc) (memSample, erro
 }
 
 // noFilterMemory runs the baseline: this binary again, in a mode that starts
-// the controller's three informers but with no label selector on ConfigMaps.
+// the controller's informers, but one ConfigMap informer with no label
+// selector in place of its two filtered ones.
 func (e *env) noFilterMemory(ctx context.Context) (memSample, error) {
 	self, err := os.Executable()
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
+	"github.com/example/gamesession-controller/pkg/controller"
 )
 
 // Scenario 1: the CRD's schema and CEL rules reject bad objects with
@@ -110,18 +111,22 @@ func TestCRDNameLength(t *testing.T) {
 	t.Logf("generateName of 71 characters: created %q", created.Name)
 }
 
-// TestCRDWidePrinterColumns: `kubectl get gs -o wide` asks the API server
-// for a Table and shows the columns of priority 1 as well as those of
-// priority 0. The wide columns say what the session runs and why it is not
-// ready.
+// TestCRDWidePrinterColumns: `kubectl get gs` asks the API server for a
+// Table and shows the columns of priority 0; `-o wide` adds those of
+// priority 1. The default columns say which profile revision the session
+// runs and whether its rollout has reached it; the wide ones add what it
+// runs and why it is not ready.
 func TestCRDWidePrinterColumns(t *testing.T) {
 	e := newEnv(t)
 	s := e.createSession(newSession("wide", "arena", 1))
 	// No controller runs here: the test writes the status the columns read.
 	s.Status.ProfileHash = "0123456789abcdef0123"
+	s.Status.ProfileRevision = controller.RevisionName("arena", s.Status.ProfileHash)
 	message := `Deployment "wide" is rolling out: 0 of 1 replicas ready`
 	meta.SetStatusCondition(&s.Status.Conditions, metav1.Condition{Type: gamesv1.ConditionReady,
 		Status: metav1.ConditionFalse, Reason: gamesv1.ReasonDeploymentProgressing, Message: message})
+	meta.SetStatusCondition(&s.Status.Conditions, metav1.Condition{Type: gamesv1.ConditionProfileUpToDate,
+		Status: metav1.ConditionFalse, Reason: gamesv1.ReasonWaitingForTurn, Message: "waiting for its turn"})
 	if _, err := e.game.GamesV1().GameSessions(e.ns).UpdateStatus(e.ctx, s, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -139,8 +144,8 @@ func TestCRDWidePrinterColumns(t *testing.T) {
 	for _, c := range table.ColumnDefinitions {
 		columns = append(columns, fmt.Sprintf("%s/%d", c.Name, c.Priority))
 	}
-	want := []string{"Name/0", "Profile/0", "Desired/0", "Ready/0", "Status/0", "Age/0",
-		"Image/1", "Profile Hash/1", "Message/1"}
+	want := []string{"Name/0", "Profile/0", "Desired/0", "Ready/0", "Status/0", "Rollout/0", "Revision/0", "Age/0",
+		"Image/1", "Message/1"}
 	if !slices.Equal(columns, want) {
 		t.Fatalf("columns (name/priority) %q, want %q", columns, want)
 	}
@@ -148,7 +153,7 @@ func TestCRDWidePrinterColumns(t *testing.T) {
 		t.Fatalf("rows %v, want one of %d cells", table.Rows, len(columns))
 	}
 	cells := table.Rows[0].Cells
-	for i, want := range map[int]string{6: s.Spec.Image, 7: s.Status.ProfileHash, 8: message} {
+	for i, want := range map[int]string{5: gamesv1.ReasonWaitingForTurn, 6: s.Status.ProfileRevision, 8: s.Spec.Image, 9: message} {
 		if cells[i] != want {
 			t.Errorf("column %s = %v, want %q", table.ColumnDefinitions[i].Name, cells[i], want)
 		}

@@ -92,7 +92,9 @@ func (e *env) tryUpdateProfile(name string, mutate func(*corev1.ConfigMap)) (*co
 // TestHostileNamesAtLengthLimits: a 63-character session (the most a label
 // value, and so the CRD, allows), dotted or not, on a 253-character profile
 // (the most a ConfigMap name allows) runs, rolls, and reports like any other;
-// a 64-character session is refused with a message that says why.
+// the profile's revisions, named after it and longer by their hash, are cut
+// back to a valid name. A 64-character session is refused with a message
+// that says why.
 func TestHostileNamesAtLengthLimits(t *testing.T) {
 	e := newEnv(t)
 	profileName := dnsSubdomainOfLength("profile-", 253)
@@ -108,6 +110,23 @@ func TestHostileNamesAtLengthLimits(t *testing.T) {
 		}
 		e.createSession(newSession(name, profileName, 1))
 	}
+	// mountsRevision checks that the session's Deployment mounts the
+	// revision of the profile's content hash, and that the API server holds
+	// it: the name the controller cut was one a ConfigMap may have.
+	mountsRevision := func(name, hash string) {
+		t.Helper()
+		d, err := e.deployment(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		revision := controller.RevisionName(profileName, hash)
+		if v := d.Spec.Template.Spec.Volumes; len(v) != 1 || v[0].ConfigMap == nil || v[0].ConfigMap.Name != revision {
+			t.Errorf("Deployment %s volumes %+v, want the 253-character profile's revision %s", name, v, revision)
+		}
+		if _, err := e.kube.CoreV1().ConfigMaps(e.ns).Get(e.ctx, revision, metav1.GetOptions{}); err != nil {
+			t.Errorf("the revision of %d characters that Deployment %s mounts: %v", len(revision), name, err)
+		}
+	}
 	hash := controller.ProfileHash(profile)
 	for _, name := range names {
 		e.waitForRolledSession(name, hash)
@@ -118,9 +137,7 @@ func TestHostileNamesAtLengthLimits(t *testing.T) {
 		if d.Labels[controller.LabelInstance] != name || d.Spec.Template.Labels[controller.LabelInstance] != name {
 			t.Errorf("Deployment %s instance labels %q, %q, want the session's name", name, d.Labels[controller.LabelInstance], d.Spec.Template.Labels[controller.LabelInstance])
 		}
-		if v := d.Spec.Template.Spec.Volumes; len(v) != 1 || v[0].ConfigMap == nil || v[0].ConfigMap.Name != profileName {
-			t.Errorf("Deployment %s volumes %+v, want the 253-character profile", name, v)
-		}
+		mountsRevision(name, hash)
 	}
 
 	// An edit rolls both, and the profile says so in `kubectl describe`,
@@ -128,6 +145,7 @@ func TestHostileNamesAtLengthLimits(t *testing.T) {
 	edited := e.updateProfile(profileName, func(cm *corev1.ConfigMap) { cm.Data["server.cfg"] = "max_players=32" })
 	for _, name := range names {
 		e.waitForRolledSession(name, controller.ProfileHash(edited))
+		mountsRevision(name, controller.ProfileHash(edited))
 	}
 	e.eventually("the fan-out Event on the 253-character profile", func() (bool, error) {
 		events, err := e.kube.CoreV1().Events(e.ns).List(e.ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=ConfigMap,involvedObject.name=" + profileName})

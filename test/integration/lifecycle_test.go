@@ -2,6 +2,7 @@ package integration
 
 import (
 	"fmt"
+	"maps"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -41,9 +42,18 @@ func TestSessionGetsReadyDeployment(t *testing.T) {
 			t.Errorf("label %s: Deployment %q, pod template %q, want %q", k, d.Labels[k], d.Spec.Template.Labels[k], v)
 		}
 	}
+	// The pods mount the immutable revision of the profile's content, never
+	// the live profile, whose edits would reach running pods unrolled.
+	revision := controller.RevisionName("arena", hash)
 	if len(d.Spec.Template.Spec.Volumes) != 1 || d.Spec.Template.Spec.Volumes[0].ConfigMap == nil ||
-		d.Spec.Template.Spec.Volumes[0].ConfigMap.Name != "arena" {
-		t.Errorf("volumes = %+v, want the arena profile ConfigMap", d.Spec.Template.Spec.Volumes)
+		d.Spec.Template.Spec.Volumes[0].ConfigMap.Name != revision {
+		t.Errorf("volumes = %+v, want the arena profile's revision %s", d.Spec.Template.Spec.Volumes, revision)
+	}
+	// kwok starts pods without mounting anything: a kubelet would not.
+	if cm, err := e.kube.CoreV1().ConfigMaps(e.ns).Get(e.ctx, revision, metav1.GetOptions{}); err != nil {
+		t.Errorf("the revision the pods mount: %v", err)
+	} else if !maps.Equal(cm.Data, profile.Data) {
+		t.Errorf("revision %s holds %v, want the profile's data %v", revision, cm.Data, profile.Data)
 	}
 	mounts := d.Spec.Template.Spec.Containers[0].VolumeMounts
 	if len(mounts) != 1 || !mounts[0].ReadOnly || mounts[0].MountPath != controller.ProfileMountPath {
@@ -51,8 +61,9 @@ func TestSessionGetsReadyDeployment(t *testing.T) {
 	}
 
 	s := e.waitForReady("arena-1")
-	if s.Status.ProfileHash != hash || s.Status.ObservedGeneration != s.Generation {
-		t.Errorf("status profileHash=%q observedGeneration=%d, want %q and %d", s.Status.ProfileHash, s.Status.ObservedGeneration, hash, s.Generation)
+	if s.Status.ProfileHash != hash || s.Status.ProfileRevision != revision || s.Status.ObservedGeneration != s.Generation {
+		t.Errorf("status profileHash=%q profileRevision=%q observedGeneration=%d, want %q, %q and %d",
+			s.Status.ProfileHash, s.Status.ProfileRevision, s.Status.ObservedGeneration, hash, revision, s.Generation)
 	}
 	pods, err := e.kube.CoreV1().Pods(e.ns).List(e.ctx, metav1.ListOptions{LabelSelector: s.Status.Selector})
 	if err != nil {

@@ -153,26 +153,44 @@ type requestCounter struct {
 	// "create deployments 403": what the API server allowed or refused.
 	answers map[string]int
 	urls    []string
+	// lists counts, by resource and then by label selector, the lists the
+	// API server answered with 200: per informer, as the controller's
+	// informers of one resource (profiles and revisions, both ConfigMaps)
+	// differ by their selector. An informer appears, at 0, with its first
+	// list or watch.
+	lists map[string]map[string]int
 }
 
 func newRequestCounter() *requestCounter {
-	return &requestCounter{counts: make(map[string]int), answers: make(map[string]int)}
+	return &requestCounter{counts: make(map[string]int), answers: make(map[string]int), lists: make(map[string]map[string]int)}
 }
 
 func (rc *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		verb, resource, name := describeRequest(req)
+		selector := req.URL.Query().Get("labelSelector")
 		rc.mu.Lock()
 		rc.counts[verb+" "+resource]++
 		if name != "" {
 			rc.counts[verb+" "+resource+" "+name]++
 		}
 		rc.urls = append(rc.urls, req.Method+" "+req.URL.RequestURI())
+		if verb == "list" || verb == "watch" {
+			if rc.lists[resource] == nil {
+				rc.lists[resource] = make(map[string]int)
+			}
+			if _, seen := rc.lists[resource][selector]; !seen {
+				rc.lists[resource][selector] = 0
+			}
+		}
 		rc.mu.Unlock()
 		resp, err := rt.RoundTrip(req)
 		if err == nil {
 			rc.mu.Lock()
 			rc.answers[fmt.Sprintf("%s %s %d", verb, resource, resp.StatusCode)]++
+			if verb == "list" && resp.StatusCode == http.StatusOK {
+				rc.lists[resource][selector]++
+			}
 			rc.mu.Unlock()
 		}
 		return resp, err
@@ -242,6 +260,21 @@ func (rc *requestCounter) answered(key string, code int) int {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	return rc.answers[fmt.Sprintf("%s %d", key, code)]
+}
+
+// listsPerInformer returns how many informers of the resource sent a list
+// or watch, told apart by their label selectors, and the fewest lists the
+// API server answered with 200 for any one of them.
+func (rc *requestCounter) listsPerInformer(resource string) (informers, fewest int) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	for _, n := range rc.lists[resource] {
+		if informers == 0 || n < fewest {
+			fewest = n
+		}
+		informers++
+	}
+	return informers, fewest
 }
 
 // writes returns every counted write (create, update, patch, delete), by key.
@@ -380,13 +413,25 @@ func (e *env) waitForDeploymentHash(name, hash string) *appsv1.Deployment {
 	return d
 }
 
-// waitForReady waits until the session reports Ready with all replicas ready.
+// waitForReady waits until the session reports Ready for its current spec
+// (observedGeneration), with all replicas ready. A status read right after a
+// spec change may still describe the previous spec, Ready with its replicas.
 func (e *env) waitForReady(name string) *gamesv1.GameSession {
 	e.t.Helper()
-	s := e.waitForCondition(name, gamesv1.ConditionReady, metav1.ConditionTrue, gamesv1.ReasonDeploymentReady)
-	if want := ptr.Deref(s.Spec.Replicas, 1); s.Status.ReadyReplicas != want {
-		e.t.Fatalf("GameSession %s is Ready with %d ready replicas, want %d", name, s.Status.ReadyReplicas, want)
-	}
+	var s *gamesv1.GameSession
+	e.eventually(fmt.Sprintf("GameSession %s Ready for its spec", name), func() (bool, error) {
+		var err error
+		s, err = e.game.GamesV1().GameSessions(e.ns).Get(e.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(s.Status.Conditions, gamesv1.ConditionReady)
+		want := ptr.Deref(s.Spec.Replicas, 1)
+		ready := c != nil && c.Status == metav1.ConditionTrue && c.Reason == gamesv1.ReasonDeploymentReady &&
+			s.Status.ObservedGeneration == s.Generation && s.Status.ReadyReplicas == want
+		return ready, fmt.Errorf("generation %d, observed %d, %d of %d ready, Ready condition %v",
+			s.Generation, s.Status.ObservedGeneration, s.Status.ReadyReplicas, want, c)
+	})
 	return s
 }
 

@@ -2,6 +2,8 @@ package integration
 
 import (
 	"fmt"
+	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -34,19 +36,38 @@ func TestUnlabelledProfileIsIgnoredUntilLabelled(t *testing.T) {
 		t.Errorf("Deployment for a session without a usable profile: got %v, want NotFound", err)
 	}
 	e.waitForWarning("waiting", gamesv1.ReasonProfileNotFound)
-	// Every ConfigMap request the controller made carried the label selector,
-	// so the API server never sent it an unlabelled ConfigMap.
-	configMapRequests := 0
-	for _, uri := range c.requests.requestURIs() {
-		if strings.Contains(uri, "/configmaps") {
-			configMapRequests++
-			if !strings.Contains(uri, "labelSelector=games.example.com%2Fprofile%3Dtrue") {
-				t.Errorf("ConfigMap request without the profile label selector: %s", uri)
-			}
-		}
+	// Every ConfigMap the controller read, it read through one of its two
+	// label selectors: profiles, or its own revisions. So the API server
+	// never sent it an unlabelled ConfigMap. And with no profile to copy,
+	// it wrote no ConfigMap either: no revision of an unlabelled one.
+	selectors := map[string]int{
+		gamesv1.ProfileLabel + "=" + gamesv1.ProfileLabelValue: 0,
+		controller.RevisionSelector():                          0,
 	}
-	if configMapRequests == 0 {
-		t.Errorf("the controller made no ConfigMap request at all")
+	for _, request := range c.requests.requestURIs() {
+		method, uri, _ := strings.Cut(request, " ")
+		u, err := url.Parse(uri)
+		if err != nil {
+			t.Fatalf("request %q: %v", request, err)
+		}
+		if !strings.HasSuffix(u.Path, "/configmaps") && !strings.Contains(u.Path, "/configmaps/") {
+			continue
+		}
+		if method != http.MethodGet {
+			t.Errorf("ConfigMap write while no labelled profile exists: %s", request)
+			continue
+		}
+		selector := u.Query().Get("labelSelector")
+		if _, ok := selectors[selector]; !ok {
+			t.Errorf("ConfigMap request without the profile or revision label selector: %s", request)
+			continue
+		}
+		selectors[selector]++
+	}
+	for selector, n := range selectors {
+		if n == 0 {
+			t.Errorf("the controller made no ConfigMap request with the selector %s", selector)
+		}
 	}
 
 	profile := e.updateProfile("plain", func(cm *corev1.ConfigMap) {
@@ -103,8 +124,8 @@ func TestProfileRefChangeMovesSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := e.waitForDeploymentHash("mover", controller.ProfileHash(newProfile))
-	if got := d.Spec.Template.Spec.Volumes[0].ConfigMap.Name; got != "new" {
-		t.Errorf("profile volume names ConfigMap %q, want new", got)
+	if got, want := d.Spec.Template.Spec.Volumes[0].ConfigMap.Name, controller.RevisionName("new", controller.ProfileHash(newProfile)); got != want {
+		t.Errorf("profile volume names ConfigMap %q, want %s, the revision of profile new", got, want)
 	}
 	// Now an edit of the new profile rolls the session, and one of the old does not.
 	edited := e.updateProfile("new", func(cm *corev1.ConfigMap) { cm.Data["mode"] = "ranked-v2" })

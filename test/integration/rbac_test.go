@@ -32,8 +32,8 @@ const (
 	// or two of the step that needs it.
 	denialTimeout = 20 * time.Second
 
-	// blindFor is how long a change must go unseen by an informer whose watch
-	// is refused. Such an informer falls back to polling with LIST, and
+	// blindFor is how long a change must go unseen by the informers whose
+	// watch is refused. Such an informer falls back to polling with LIST, and
 	// client-go's reflector backs off 0.8s*2^n (jitter only lengthens it)
 	// between attempts: after its third LIST the next one is at least 3.2s
 	// away. A watching controller reacts in a fraction of a second.
@@ -141,6 +141,24 @@ var rbacSteps = []rbacStep{
 				return false, fmt.Errorf("no %s event on the profile saying %q", controller.EventReasonProfileFanOut, want)
 			}
 			return true, nil
+		}},
+	{name: "delete a stale revision",
+		// The controller keeps no revision for rollback (see start): once
+		// every Deployment has moved to the edit's revision, the one they
+		// mounted before is stale, and only the current one may remain.
+		done: func(s *rbacScenario) (bool, error) {
+			list, err := s.kube.CoreV1().ConfigMaps(s.ns).List(s.ctx, metav1.ListOptions{LabelSelector: controller.RevisionSelector()})
+			if err != nil {
+				return false, err
+			}
+			var got []string
+			for _, cm := range list.Items {
+				if cm.Annotations[controller.RevisionOfAnnotation] == "arena" {
+					got = append(got, cm.Name)
+				}
+			}
+			want := controller.RevisionName("arena", s.hash)
+			return slices.Equal(got, []string{want}), fmt.Errorf("revisions of arena %q, want only the current one, %s", got, want)
 		}},
 	{name: "repeat a warning",
 		// The event recorder creates an Event the first time and patches its
@@ -250,6 +268,10 @@ func (s *rbacScenario) start(r *controllerRBAC, revoked ...grantedVerb) {
 	s.ctl = s.startControllerAs(cfg, func(o *app.Options) {
 		o.LeaderElect = true
 		o.LeaderElectionNamespace = s.ns
+		// No revision kept for rollback: the one a profile edit replaces
+		// is stale as soon as no Deployment mounts it, so the scenario's
+		// one edit needs the delete.
+		o.RevisionHistoryLimit = 0
 	})
 }
 
@@ -294,9 +316,10 @@ type revocationEffect struct {
 	failsAt, denied string
 	// setup runs before the controller starts.
 	setup func(*rbacScenario)
-	// polling: the verb is a watch, whose informer falls back to polling.
-	// The step's change is made once the informer has listed three times,
-	// and must go unseen for blindFor.
+	// polling: the verb is a watch, whose informers (one per resource, or
+	// several: profiles and revisions are both ConfigMaps) fall back to
+	// polling. The step's change is made once each of them has listed three
+	// times, and must go unseen for blindFor.
 	polling bool
 	// streamingOff: the verb is a list, which an informer needs only when it
 	// cannot stream its list over a watch (API servers without WatchList,
@@ -334,6 +357,16 @@ var revocationEffects = map[string]revocationEffect{
 	// fails and is retried with backoff.
 	"ClusterRole get deployments": {failsAt: "repair a removed managed-by label", denied: "get deployments",
 		reported: refusedAgain("get deployments")},
+	// Without create, the Deployments have no revision to mount: no
+	// session gets one. The profile sync fails on the refused create and is
+	// retried with backoff.
+	"ClusterRole create configmaps": {failsAt: "create Deployments", denied: "create configmaps",
+		reported: refusedAgain("create configmaps")},
+	// Without delete, every profile edit leaves a revision behind for
+	// good. The profile sync fails on the refused delete and is retried
+	// with backoff.
+	"ClusterRole delete configmaps": {failsAt: "delete a stale revision", denied: "delete configmaps",
+		reported: refusedAgain("delete configmaps")},
 }
 
 // refusedAgain checks that the controller treats the refusal of key ("verb
@@ -416,9 +449,12 @@ func (s *rbacScenario) failsWithout(effect revocationEffect) {
 
 	if effect.polling {
 		resource := strings.Fields(effect.denied)[1]
-		s.waitFor(fmt.Sprintf("the %s informer to poll: watch refused, 3 lists", resource), func() bool {
-			return s.ctl.requests.answered(effect.denied, http.StatusForbidden) > 0 &&
-				s.ctl.requests.answered("list "+resource, http.StatusOK) >= 3
+		// Counted per informer: with two informers of a resource, three
+		// lists in all may be two of one, whose next list is then less
+		// than blindFor away.
+		s.waitFor(fmt.Sprintf("every %s informer to poll: watch refused, 3 lists each", resource), func() bool {
+			informers, lists := s.ctl.requests.listsPerInformer(resource)
+			return s.ctl.requests.answered(effect.denied, http.StatusForbidden) > 0 && informers > 0 && lists >= 3
 		})
 		step.act(s)
 		deadline := time.Now().Add(blindFor)
@@ -428,8 +464,9 @@ func (s *rbacScenario) failsWithout(effect revocationEffect) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		t.Logf("step %q: no reaction within %s while the %s informer polls (%d lists, watch refused %d times)",
-			step.name, blindFor, resource, s.ctl.requests.answered("list "+resource, http.StatusOK),
+		informers, lists := s.ctl.requests.listsPerInformer(resource)
+		t.Logf("step %q: no reaction within %s while %d %s informer(s) poll (%d lists in all, at least %d each, watch refused %d times)",
+			step.name, blindFor, informers, resource, s.ctl.requests.answered("list "+resource, http.StatusOK), lists,
 			s.ctl.requests.answered(effect.denied, http.StatusForbidden))
 		return
 	}
