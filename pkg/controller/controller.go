@@ -125,6 +125,7 @@ type Controller struct {
 	expectations    *writeExpectations
 
 	plans                *profilePlans
+	mounts               *recentMounts
 	rolloutDefaults      rollout.Policy
 	revisionHistoryLimit int
 
@@ -199,6 +200,7 @@ func NewController(
 		profileSelector:      opts.ProfileSelector,
 		expectations:         newWriteExpectations(opts.Clock),
 		plans:                newProfilePlans(),
+		mounts:               newRecentMounts(opts.Clock),
 		rolloutDefaults:      *opts.RolloutDefaults,
 		revisionHistoryLimit: opts.RevisionHistoryLimit,
 	}
@@ -471,10 +473,14 @@ func (c *Controller) addDeployment(obj interface{}) {
 }
 
 func (c *Controller) updateDeployment(oldObj, newObj interface{}) {
-	if oldObj.(*appsv1.Deployment).ResourceVersion == newObj.(*appsv1.Deployment).ResourceVersion {
+	oldDeployment, newDeployment := oldObj.(*appsv1.Deployment), newObj.(*appsv1.Deployment)
+	if oldDeployment.ResourceVersion == newDeployment.ResourceVersion {
 		return // a resync; the session's own resync covers it
 	}
-	c.enqueueOwner(newObj.(*appsv1.Deployment))
+	c.enqueueOwner(newDeployment)
+	if mountedRevision(oldDeployment) != mountedRevision(newDeployment) {
+		c.enqueueProfileOfRevision(oldDeployment)
+	}
 }
 
 // deleteDeployment also sees a Deployment that lost the managed-by label:
@@ -493,6 +499,22 @@ func (c *Controller) deleteDeployment(obj interface{}) {
 		}
 	}
 	c.enqueueOwner(deployment)
+	c.enqueueProfileOfRevision(deployment)
+}
+
+// enqueueProfileOfRevision asks for a profile sync of the profile whose
+// revision the Deployment mounted: it may have become stale, and nothing
+// else would look at it again.
+func (c *Controller) enqueueProfileOfRevision(d *appsv1.Deployment) {
+	name := mountedRevision(d)
+	if name == "" {
+		return
+	}
+	r, err := c.revisionLister.ConfigMaps(d.Namespace).Get(name)
+	if err != nil || !isRevision(r) {
+		return
+	}
+	c.profileQueue.AddAfter(profileKey(d.Namespace, r.Annotations[RevisionOfAnnotation]), planInterval)
 }
 
 // enqueueOwner enqueues the session of a Deployment's name. A Deployment in

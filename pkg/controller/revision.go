@@ -4,10 +4,13 @@ import (
 	"cmp"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
@@ -52,6 +55,119 @@ const (
 	revisionOfIndex      = "revisionOf"
 	mountedRevisionIndex = "mountedRevision"
 )
+
+// mountGuard is how long the controller's own mounts and deletions of
+// revisions override what its caches show (see recentMounts).
+const mountGuard = time.Minute
+
+// recentMounts remembers the revisions the controller mounted, and those it
+// deleted, in the last mountGuard, because the caches that show both lag
+// behind its own writes:
+//   - a revision that stopped being current a moment after a session was
+//     moved to it could be deleted before the Deployment cache shows the
+//     Deployment that mounts it;
+//   - a revision just deleted is still in the revision cache for a moment,
+//     and a session could be moved to it.
+//
+// Either way, if its profile went too, nothing could recreate it. So a
+// revision mounted lately is not deleted, and one deleted lately is not
+// mounted (the profile sync recreates it first, if it is still needed). This
+// only ever makes the controller more careful; a restarted controller, whose
+// caches start in sync, needs none of it.
+type recentMounts struct {
+	clock   clock.PassiveClock
+	mu      sync.Mutex
+	at      map[string]time.Time // "namespace/revision" → when mounted
+	deleted map[string]time.Time // "namespace/revision" → when deleted
+	created map[string]time.Time // "namespace/revision" → when created
+}
+
+func newRecentMounts(clk clock.PassiveClock) *recentMounts {
+	return &recentMounts{clock: clk, at: make(map[string]time.Time),
+		deleted: make(map[string]time.Time), created: make(map[string]time.Time)}
+}
+
+// deletedRevision records that the controller deleted the revision.
+func (m *recentMounts) deletedRevision(namespace, revision string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.pruneLocked()
+	m.deleted[namespace+"/"+revision] = m.clock.Now()
+}
+
+// createdRevision records that the controller created the revision (again).
+func (m *recentMounts) createdRevision(namespace, revision string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.deleted, namespace+"/"+revision)
+	m.created[namespace+"/"+revision] = m.clock.Now()
+}
+
+// createdLately reports whether the controller created the revision in the
+// last mountGuard: a create of it answered AlreadyExists is then its own,
+// not yet in the cache, not a ConfigMap of someone else's in the way.
+func (m *recentMounts) createdLately(namespace, revision string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	key := namespace + "/" + revision
+	at, ok := m.created[key]
+	if ok && m.clock.Since(at) >= mountGuard {
+		delete(m.created, key)
+		ok = false
+	}
+	return ok
+}
+
+// deletedLately reports whether the controller deleted the revision in the
+// last mountGuard.
+func (m *recentMounts) deletedLately(namespace, revision string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	key := namespace + "/" + revision
+	at, ok := m.deleted[key]
+	if ok && m.clock.Since(at) >= mountGuard {
+		delete(m.deleted, key)
+		ok = false
+	}
+	return ok
+}
+
+// mounted records that a Deployment was written to mount the revision.
+func (m *recentMounts) mounted(namespace, revision string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.pruneLocked()
+	m.at[namespace+"/"+revision] = m.clock.Now()
+}
+
+// pruneLocked forgets what is older than mountGuard, so the maps hold only
+// the revisions of the last minute.
+func (m *recentMounts) pruneLocked() {
+	for _, times := range []map[string]time.Time{m.at, m.deleted, m.created} {
+		for key, at := range times {
+			if m.clock.Since(at) >= mountGuard {
+				delete(times, key)
+			}
+		}
+	}
+}
+
+// guarded returns how much longer the revision is kept from deletion, 0 if
+// it is not.
+func (m *recentMounts) guarded(namespace, revision string) time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	key := namespace + "/" + revision
+	at, ok := m.at[key]
+	if !ok {
+		return 0
+	}
+	if left := mountGuard - m.clock.Since(at); left > 0 {
+		return left
+	}
+	delete(m.at, key)
+	return 0
+}
 
 // maxNameLength is the longest ConfigMap name (a DNS subdomain).
 const maxNameLength = 253

@@ -167,8 +167,9 @@ func (c *Controller) cachedProfile(namespace, name string) (*corev1.ConfigMap, e
 // revisionCached reports whether the revision of profile with content hash
 // is in the revision cache.
 func (c *Controller) revisionCached(namespace, profile, hash string) bool {
-	r, err := c.revisionLister.ConfigMaps(namespace).Get(RevisionName(profile, hash))
-	return err == nil && isRevision(r)
+	name := RevisionName(profile, hash)
+	r, err := c.revisionLister.ConfigMaps(namespace).Get(name)
+	return err == nil && isRevision(r) && !c.mounts.deletedLately(namespace, name)
 }
 
 // ensureRevision creates the revision of profile's content, hash, unless the
@@ -183,12 +184,14 @@ func (c *Controller) ensureRevision(ctx context.Context, profile *corev1.ConfigM
 	switch {
 	case err == nil:
 		klog.FromContext(ctx).V(2).Info("Created profile revision", "revision", klog.KObj(revision))
+		c.mounts.createdRevision(revision.Namespace, revision.Name)
 		return nil
 	case apierrors.IsAlreadyExists(err):
 		// Created moments ago and not yet in the cache, whose event then
 		// queues this profile again; or a ConfigMap of that name without
 		// the revision label, which the sessions must not mount.
-		if _, getErr := c.revisionLister.ConfigMaps(profile.Namespace).Get(revision.Name); apierrors.IsNotFound(getErr) {
+		if _, getErr := c.revisionLister.ConfigMaps(profile.Namespace).Get(revision.Name); apierrors.IsNotFound(getErr) &&
+			!c.mounts.createdLately(profile.Namespace, revision.Name) {
 			c.recorder.Eventf(profile, corev1.EventTypeWarning, EventReasonRevisionConflict, MessageRevisionConflict, revision.Name, RevisionLabel)
 		}
 		return nil
@@ -213,10 +216,20 @@ func (c *Controller) deleteStaleRevisions(ctx context.Context, namespace, profil
 	for _, obj := range objs {
 		revisions = append(revisions, obj.(*corev1.ConfigMap))
 	}
+	var retry time.Duration
 	inUse := func(name string) bool {
+		if left := c.mounts.guarded(namespace, name); left > 0 {
+			retry = max(retry, left)
+			return true
+		}
 		users, err := c.deploymentIndexer.IndexKeys(mountedRevisionIndex, namespace+"/"+name)
 		return err != nil || len(users) > 0
 	}
+	defer func() {
+		if retry > 0 {
+			c.profileQueue.AddAfter(profileKey, retry) // look again once the guard is over
+		}
+	}()
 	for _, r := range staleRevisions(revisions, current, inUse, c.revisionHistoryLimit) {
 		// The preconditions make sure it is the revision the cache showed.
 		err := c.kubeClient.CoreV1().ConfigMaps(namespace).Delete(ctx, r.Name, metav1.DeleteOptions{
@@ -225,6 +238,7 @@ func (c *Controller) deleteStaleRevisions(ctx context.Context, namespace, profil
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return err
 		}
+		c.mounts.deletedRevision(namespace, r.Name)
 		klog.FromContext(ctx).V(2).Info("Deleted stale profile revision", "revision", klog.KObj(r))
 	}
 	return nil
@@ -234,14 +248,20 @@ func (c *Controller) deleteStaleRevisions(ctx context.Context, namespace, profil
 // volume mounts.
 func mountedRevisionIndexFunc(obj interface{}) ([]string, error) {
 	d, ok := obj.(*appsv1.Deployment)
-	if !ok {
+	if !ok || mountedRevision(d) == "" {
 		return nil, nil
 	}
+	return []string{d.Namespace + "/" + mountedRevision(d)}, nil
+}
+
+// mountedRevision is the ConfigMap the Deployment's profile volume mounts,
+// "" if none.
+func mountedRevision(d *appsv1.Deployment) string {
 	v := findByName(d.Spec.Template.Spec.Volumes, profileVolumeName)
 	if v == nil || v.ConfigMap == nil {
-		return nil, nil
+		return ""
 	}
-	return []string{d.Namespace + "/" + v.ConfigMap.Name}, nil
+	return v.ConfigMap.Name
 }
 
 // policyOf returns a profile's rollout policy; an annotation that does not

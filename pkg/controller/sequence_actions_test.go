@@ -54,6 +54,7 @@ func (w *world) stepActions() []action {
 		// The controller's side: informer deliveries, syncs, time.
 		{30, w.deliverOne},
 		{24, w.syncOne},
+		{8, w.syncProfileOne},
 		{8, w.passTime},
 		// Users.
 		{4, w.createSession},
@@ -67,6 +68,7 @@ func (w *world) stepActions() []action {
 		{2, w.editOtherDeploymentField},
 		{1, w.deleteDeployment},
 		{1, w.createForeignDeployment},
+		{1, w.deleteRevisionByUser},
 		// The rest of the control plane.
 		{4, w.collectGarbage},
 		{6, w.writeDeploymentStatus},
@@ -118,7 +120,7 @@ func (w *world) deliverOne() bool {
 
 func (w *world) deliver(c *informerCache) {
 	w.logf("deliver %s", c.pending[0])
-	w.queue.call(func() { c.deliver() })
+	w.call(func() { c.deliver() })
 }
 
 func (w *world) syncOne() bool {
@@ -129,15 +131,29 @@ func (w *world) syncOne() bool {
 	return true
 }
 
+func (w *world) syncProfileOne() bool {
+	if !w.profileQueue.hasReady() {
+		return false
+	}
+	w.syncProfile()
+	return true
+}
+
 func (w *world) passTime() bool {
 	w.advance(time.Duration(10+w.rng.IntN(600)) * time.Millisecond)
 	return true
 }
 
-// advance moves the clock and releases the delayed keys whose time has come.
+// advance moves the clock and releases the delayed keys of both queues whose
+// time has come.
 func (w *world) advance(d time.Duration) {
 	w.clock.Step(d)
-	w.logf("time +%v: ready %v", d, w.queue.release())
+	ready := w.queue.release()
+	if profiles := w.profileQueue.release(); len(profiles) > 0 {
+		w.logf("time +%v: ready %v, profiles %v", d, ready, profiles)
+		return
+	}
+	w.logf("time +%v: ready %v", d, ready)
 }
 
 // ---- Users: GameSessions ----
@@ -452,8 +468,14 @@ func (w *world) doWork(items []work) bool {
 
 func (w *world) armFault() bool {
 	f := fault{
-		request: pick(w, []string{"create", "patch", "updateStatus"}),
+		request: pick(w, []string{"create", "patch", "updateStatus", "delete"}),
 		kind:    pick(w, []faultKind{faultServerError, faultConflict, faultLostResponse}),
+	}
+	if f.request == "delete" && f.kind == faultConflict {
+		// A delete answers Conflict only when its preconditions fail, which
+		// the controller rightly takes for "someone else changed it": an
+		// injected one would strand the revision for no reason.
+		f.kind = faultServerError
 	}
 	w.faults = append(w.faults, f)
 	w.logf("fault: the next %s answers %s", f.request, f.kind)
@@ -469,14 +491,14 @@ func (w *world) restartController() bool {
 func (w *world) relistCache() bool {
 	c := pick(w, w.caches[:])
 	w.logf("relist the %s cache, dropping %d pending event(s)", c.resource, len(c.pending))
-	w.queue.call(func() { w.creditMissed(c.relist(w.server.list(c.resource))) })
+	w.call(func() { w.creditMissed(c.relist(w.server.list(c.resource))) })
 	return true
 }
 
 func (w *world) resyncCache() bool {
 	c := pick(w, w.caches[:])
 	w.logf("resync the %s cache", c.resource)
-	w.queue.call(c.resync)
+	w.call(c.resync)
 	return true
 }
 

@@ -93,7 +93,13 @@ func (w *world) noteControllerWrite(before, after *appsv1.Deployment) {
 				name, s.Spec.ProfileRef)
 		}
 	}
-	w.spendCredits(name, after.ResourceVersion)
+	// A session moves to a revision only once its cache holds it: the
+	// revision exists then, or did moments ago.
+	if name := mountedConfigMap(after); name != mountedConfigMap(before) && w.caches[revisionsResource].revision(name) == nil {
+		w.violate("mounts-uncached-revision", "Deployment %s written to mount %q, which the controller's revision cache does not hold (it mounted %q)",
+			after.Name, name, mountedConfigMap(before))
+	}
+	w.spendCredits(after)
 }
 
 // ---- Checked at rest ----
@@ -117,6 +123,7 @@ func (w *world) checkAtRest() {
 			}
 		}
 	}
+	w.checkRevisionsAtRest()
 	for _, c := range w.caches {
 		if keys := c.mutated(); len(keys) > 0 {
 			w.violate("cache-mutated", "the controller modified objects in its %s cache: %v", c.resource, keys)
@@ -162,6 +169,7 @@ func (w *world) checkSessionAtRest(s *gamesv1.GameSession, profile *corev1.Confi
 				s.Name, displacingContainer(s, d), d.Name, describeCondition(ready))
 		}
 		w.checkStatusDescribes(s, d, resolved)
+		w.checkUpToDateClaim(s, profile, d)
 
 	case profile == nil:
 		// Nothing to hold the Deployment to: it is left as it was.
@@ -190,17 +198,39 @@ func (w *world) checkSessionAtRest(s *gamesv1.GameSession, profile *corev1.Confi
 				s.Name, describeCondition(ready), describeDeployment(d, mismatches), replicaCounts(d))
 		}
 		w.checkStatusDescribes(s, d, resolved)
+		w.checkSessionRevision(s, profile)
+	}
+}
+
+// checkUpToDateClaim checks that a session whose Deployment the controller
+// leaves as it is claims ProfileUpToDate only if the Deployment runs the
+// profile's current revision.
+func (w *world) checkUpToDateClaim(s *gamesv1.GameSession, profile *corev1.ConfigMap, d *appsv1.Deployment) {
+	upToDate := meta.FindStatusCondition(s.Status.Conditions, gamesv1.ConditionProfileUpToDate)
+	if hash := ProfileHash(profile); conditionIs(upToDate, metav1.ConditionTrue, "") && !mountsRevision(d, profile.Name, hash) {
+		w.violate("condition-lie", "GameSession %s: ProfileUpToDate is %s, but Deployment %s mounts %q, not revision %s of profile %s",
+			s.Name, describeCondition(upToDate), d.Name, mountedConfigMap(d), worldRevisionName(profile.Name, hash), profile.Name)
 	}
 }
 
 // checkStatusDescribes checks that the status describes the session's own
 // Deployment: its profile hash, when the status says the profile is rolled in,
-// and its replica counts.
+// the revision it mounts, and its replica counts.
 func (w *world) checkStatusDescribes(s *gamesv1.GameSession, d *appsv1.Deployment, resolved *metav1.Condition) {
 	hash := d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]
 	if conditionIs(resolved, metav1.ConditionTrue, "") && s.Status.ProfileHash != hash {
 		w.violate("condition-lie", "GameSession %s: ProfileResolved=True with status.profileHash %q, but the Deployment's annotation is %q",
 			s.Name, s.Status.ProfileHash, hash)
+	}
+	// The revision it runs: the one its volume mounts, if its annotation
+	// names the same content; else none is known.
+	revision := ""
+	if mountsRevision(d, s.Spec.ProfileRef, hash) {
+		revision = worldRevisionName(s.Spec.ProfileRef, hash)
+	}
+	if s.Status.ProfileRevision != revision {
+		w.violate("condition-lie", "GameSession %s: status.profileRevision is %q, but the Deployment runs %q (mounts %q, annotation %q)",
+			s.Name, s.Status.ProfileRevision, revision, mountedConfigMap(d), hash)
 	}
 	if s.Status.Replicas != d.Status.Replicas || s.Status.ReadyReplicas != d.Status.ReadyReplicas {
 		w.violate("condition-lie", "GameSession %s: status says %d replicas, %d ready; the Deployment has %d, %d ready",
@@ -227,7 +257,8 @@ func displacingContainer(s *gamesv1.GameSession, d *appsv1.Deployment) string {
 }
 
 // deploymentMismatches compares the fields the controller owns with the
-// session's spec; wantHash "" skips the profile hash.
+// session's spec; wantHash "" skips the profile hash, and then wants the
+// volume to mount the revision of whatever hash the Deployment carries.
 func deploymentMismatches(s *gamesv1.GameSession, wantHash string, d *appsv1.Deployment) []string {
 	if d == nil {
 		return nil
@@ -288,8 +319,13 @@ func deploymentMismatches(s *gamesv1.GameSession, wantHash string, d *appsv1.Dep
 			profileVolume = v.ConfigMap.Name
 		}
 	}
-	if profileVolume != s.Spec.ProfileRef {
-		m = append(m, fmt.Sprintf("profile volume names ConfigMap %q, want %q", profileVolume, s.Spec.ProfileRef))
+	// The immutable revision of the content, never the live profile.
+	hash := wantHash
+	if hash == "" {
+		hash = d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]
+	}
+	if want := worldRevisionName(s.Spec.ProfileRef, hash); profileVolume != want {
+		m = append(m, fmt.Sprintf("profile volume names ConfigMap %q, want revision %q", profileVolume, want))
 	}
 	return m
 }
@@ -319,27 +355,46 @@ func nonOwnedOf(d *appsv1.Deployment) nonOwnedFields {
 }
 
 // checkIdle runs an informer resync of the settled world: every session
-// syncs, and none may make a request. The exception is a session whose name
-// is taken by a Deployment outside the controller's label-filtered cache,
-// which only a Create answered AlreadyExists and a live read can find.
+// syncs, and so does every profile sync that follows within planInterval,
+// and none may make a request. The exception is a session whose name is
+// taken by a Deployment outside the controller's label-filtered cache, which
+// only a Create answered AlreadyExists and a live read can find.
 func (w *world) checkIdle() {
 	w.logf("idle: resync every cache")
 	clear(w.requestsBy)
-	w.queue.call(func() {
+	w.call(func() {
 		for _, c := range w.caches {
 			c.resync()
 		}
 	})
-	for i := 0; w.queue.hasReady(); i++ {
+	for i := 0; ; i++ {
 		if i > 100 {
-			w.violate("stuck", "an idle resync does not drain the queue")
+			w.violate("stuck", "an idle resync does not drain the queues")
 			return
 		}
-		if !w.sync() {
-			return
+		ok := true
+		switch {
+		case w.queue.hasReady():
+			ok = w.sync()
+		case w.profileQueue.hasReady():
+			ok = w.syncProfile()
+		default:
+			next, waiting := w.profileQueue.nextWaiting()
+			if !waiting || next.Sub(w.clock.Now()) > planInterval {
+				ok = false
+				break
+			}
+			w.advance(next.Sub(w.clock.Now()))
+		}
+		if !ok {
+			break
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(w.requestsBy)) {
+		if w.everRevision[name] {
+			w.violate("idle-requests", "the profile syncs after an idle resync made %d request(s) of revision %s", w.requestsBy[name], name)
+			continue
+		}
 		if d := w.server.deployment(name); d != nil && d.Labels[worldManagedByLabel] != worldManagedByValue {
 			continue
 		}

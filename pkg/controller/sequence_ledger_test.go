@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -16,13 +17,27 @@ import (
 
 // The write ledger checks that no Deployment is written more than once per
 // change. Each change of a Deployment's desired state that the controller
-// learns of gives that Deployment (by name) one credit; a controller write
-// that changes the Deployment spends them all, and a write without one is a
-// violation. The changes are:
+// learns of gives that Deployment (by name) credit; a controller write that
+// changes the Deployment spends it, and a write without any is a violation.
+// The changes are:
 //   - a GameSession appearing, or its spec changing (a new generation);
 //   - its profile appearing (created, or labelled), or its data changing;
 //   - someone else changing a Deployment field the controller owns, or
 //     deleting the Deployment.
+//
+// Deployments mount a revision of their profile's content, which the
+// profile sync creates. Until the revision of the current content is in the
+// controller's revision cache, a session keeps the revision it runs, and
+// applies only a change of its own spec. So a write may bring a Deployment
+// all the way to its desired state (a move: it then mounts the revision of
+// the content the controller's profile cache shows), or leave the move for a
+// second write once the revision has arrived. Credit comes in two kinds:
+// spec credits (credits), which any write spends, and owed moves (moves),
+// which only a move spends. A profile's data change owes a move; a profile
+// appearing owes a move and gives a spec credit too, as the session's spec
+// waited for the profile. A write that is not a move needs a spec credit; a
+// move needs credit of either kind. Revision creates and deletes are not
+// Deployment writes.
 //
 // The controller learns of a change when its cache receives it, not when it
 // happens on the server; sooner for a Deployment it reads live (a GET, or a
@@ -33,28 +48,78 @@ import (
 // Writes the server finds change nothing are not writes. A sync that succeeds
 // without writing the Deployment, while the cache already shows the
 // controller's own writes, has found it in order with everything it knew: its
-// credits lapse. (Before the cache shows them, a sync may rightly wait.)
+// credits lapse. (Before the cache shows them, a sync may rightly wait; and a
+// sync that found the current revision missing from its cache has not found
+// the Deployment in order: it waits for the revision, whose arrival queues it
+// again.)
 
 func (w *world) credit(name string) { w.credits[name]++ }
 
-// spendCredits is told of each controller write that changed Deployment name.
-func (w *world) spendCredits(name, resourceVersion string) {
+// creditMove owes Deployment name a move to its profile's current revision.
+func (w *world) creditMove(name string) { w.moves[name]++ }
+
+// spendCredits is told of each controller write that changed a Deployment.
+func (w *world) spendCredits(after *appsv1.Deployment) {
 	w.matureBursts()
-	if w.credits[name] == 0 {
+	name := after.Name
+	move := w.isMove(after)
+	if w.credits[name] == 0 && (!move || w.moves[name] == 0) {
 		held := ""
 		for _, profile := range slices.Sorted(maps.Keys(w.bursts)) {
 			if b := w.bursts[profile]; b.sessions[name] {
 				held = fmt.Sprintf(" (an edit of profile %s is held back until %.3fs)", profile, b.due.Sub(w.start).Seconds())
 			}
 		}
-		w.violate("duplicate-write", "Deployment %s written (rv %s) with no change of its desired state delivered to the controller "+
-			"since its last write of it, or since a sync found it in order%s", name, resourceVersion, held)
+		what := "written"
+		if !move && w.moves[name] > 0 {
+			what = fmt.Sprintf("written without moving to its profile's current revision (a move is owed, but it mounts %q)", mountedConfigMap(after))
+		}
+		w.violate("duplicate-write", "Deployment %s %s (rv %s) with no change of its desired state delivered to the controller "+
+			"since its last write of it, or since a sync found it in order%s", name, what, after.ResourceVersion, held)
 	}
 	w.credits[name] = 0
+	if move {
+		w.moves[name] = 0
+	}
+}
+
+// isMove reports whether a controller write left the Deployment mounting
+// the revision of its session's profile content, as the controller's caches
+// show them.
+func (w *world) isMove(after *appsv1.Deployment) bool {
+	s := w.caches[sessionsResource].session(after.Name)
+	if s == nil {
+		return true
+	}
+	p := w.caches[profilesResource].profile(s.Spec.ProfileRef)
+	return p == nil || mountsRevision(after, p.Name, ProfileHash(p))
+}
+
+// heldForRevision reports whether the sync of a session key, about to run,
+// finds that its Deployment does not run its profile's current revision,
+// and that the revision cache lacks that revision: the sync then writes at
+// most the session's spec, keeping the revision the Deployment runs, and the
+// revision's arrival queues the session again.
+func (w *world) heldForRevision(key string) bool {
+	name := strings.TrimPrefix(key, worldNamespace+"/")
+	s := w.caches[sessionsResource].session(name)
+	if s == nil || s.DeletionTimestamp != nil {
+		return false
+	}
+	p := w.caches[profilesResource].profile(s.Spec.ProfileRef)
+	if p == nil {
+		return false
+	}
+	d := w.caches[deploymentsResource].deployment(name)
+	if d != nil && (d.DeletionTimestamp != nil || !controlledBy(d, s.UID)) {
+		return false // blocked: the sync does not get as far as the revision
+	}
+	hash := ProfileHash(p)
+	return !mountsRevision(d, p.Name, hash) && w.caches[revisionsResource].revision(worldRevisionName(p.Name, hash)) == nil
 }
 
 // lapseCredits is told of each sync that succeeded without writing the
-// Deployment.
+// Deployment, and found it in order.
 func (w *world) lapseCredits(name string) {
 	pending := w.caches[deploymentsResource].pending
 	for _, ev := range pending {
@@ -63,6 +128,7 @@ func (w *world) lapseCredits(name string) {
 		}
 	}
 	w.credits[name] = 0
+	w.moves[name] = 0
 	// What a live read showed is gone with the sync that made it: the
 	// controller learns it again when its cache receives it.
 	for i := range pending {
@@ -87,7 +153,7 @@ func (w *world) noteDelivered(r apiResource, ev watchEvent, prev object) {
 			// The controller forgets a deleted profile's delay: whatever it
 			// held back is not held any more.
 			if b := w.bursts[name]; b != nil {
-				w.creditAll(b.sessions)
+				w.creditMoves(b.sessions)
 				delete(w.bursts, name)
 			}
 		case prev != nil && ProfileHash(prev.(*corev1.ConfigMap)) != ProfileHash(ev.obj.(*corev1.ConfigMap)):
@@ -96,7 +162,7 @@ func (w *world) noteDelivered(r apiResource, ev watchEvent, prev object) {
 			// and the controller holds it back like any edit.
 			w.profileEdited(name)
 		case prev == nil || prev.GetUID() != ev.obj.GetUID():
-			w.creditAll(w.cachedSessionsOf(name))
+			w.creditAppeared(w.cachedSessionsOf(name))
 		}
 	case deploymentsResource:
 		if !ev.known && ev.change.author != byController && ownedFieldsChanged(ev.change) {
@@ -140,7 +206,7 @@ type profileBurst struct {
 func (w *world) profileEdited(profile string) {
 	sessions := w.cachedSessionsOf(profile)
 	if w.profileChangeDelay <= 0 {
-		w.creditAll(sessions)
+		w.creditMoves(sessions)
 		return
 	}
 	b := w.bursts[profile]
@@ -160,16 +226,25 @@ func (w *world) matureBursts() {
 	now := w.clock.Now()
 	for profile, b := range w.bursts {
 		if !now.Before(b.due) {
-			w.creditAll(b.sessions)
-			w.creditAll(w.cachedSessionsOf(profile))
+			w.creditMoves(b.sessions)
+			w.creditMoves(w.cachedSessionsOf(profile))
 			delete(w.bursts, profile)
 		}
 	}
 }
 
-func (w *world) creditAll(sessions map[string]bool) {
+func (w *world) creditMoves(sessions map[string]bool) {
+	for name := range sessions {
+		w.creditMove(name)
+	}
+}
+
+// creditAppeared credits the sessions of a profile that appeared: their
+// spec waited for it, and they move to its revision.
+func (w *world) creditAppeared(sessions map[string]bool) {
 	for name := range sessions {
 		w.credit(name)
+		w.creditMove(name)
 	}
 }
 
@@ -191,7 +266,7 @@ func (w *world) creditRestart() {
 		w.creditMissed(c.pending)
 	}
 	for profile, b := range w.bursts {
-		w.creditAll(b.sessions)
+		w.creditMoves(b.sessions)
 		delete(w.bursts, profile)
 	}
 }
@@ -199,19 +274,25 @@ func (w *world) creditRestart() {
 // creditMissed is told of events a cache will never deliver, as a relist or a
 // restart replaces them by what it lists.
 func (w *world) creditMissed(events []watchEvent) {
-	names := map[string]bool{}
+	names, appeared := map[string]bool{}, map[string]bool{}
 	for _, ev := range events {
-		if ev.change.resource != profilesResource {
-			names[ev.obj.GetName()] = true
-			continue
-		}
-		for _, s := range w.server.sessions() {
-			if s.Spec.ProfileRef == ev.obj.GetName() {
-				names[s.Name] = true
+		switch ev.change.resource {
+		case revisionsResource:
+			// Not a change of any Deployment's desired state.
+		case profilesResource:
+			for _, s := range w.server.sessions() {
+				if s.Spec.ProfileRef == ev.obj.GetName() {
+					appeared[s.Name] = true
+				}
 			}
+		default:
+			names[ev.obj.GetName()] = true
 		}
 	}
-	w.creditAll(names)
+	for name := range names {
+		w.credit(name)
+	}
+	w.creditAppeared(appeared)
 }
 
 // ownedFieldsChanged reports whether a Deployment write changed a field the

@@ -35,8 +35,9 @@ import (
 //	world := newWorld(seed)          // API server, clients, clock
 //	world.startController()          // caches filled from the server
 //	for each step: world.act()       // a user, the GC, kcm, a fault, a
-//	                                 // restart, an informer delivery, a sync...
-//	world.settle()                   // deliver everything, run the queue dry
+//	                                 // restart, an informer delivery, a
+//	                                 // session sync, a profile sync...
+//	world.settle()                   // deliver everything, run both queues dry
 //	world.checkAtRest(); world.checkIdle()
 //
 // Invariants about requests (what the controller may write, and when) are
@@ -46,8 +47,10 @@ import (
 // The pieces: world_server_test.go and world_defaults_test.go (the API
 // server), world_clients_test.go (the controller's requests),
 // world_caches_test.go (informer delivery),
-// world_queue_test.go (the work queue and the clock), world_cluster_test.go
-// (GC and kcm), sequence_actions_test.go (what a step can be),
+// world_queue_test.go (the work queues and the clock), world_cluster_test.go
+// (GC and kcm), world_revisions_test.go (profile revisions: the requests
+// that create and delete them, and what must hold of them),
+// sequence_actions_test.go (what a step can be),
 // sequence_invariants_test.go (what must hold) and sequence_ledger_test.go
 // (how many Deployment writes the controller may make).
 
@@ -81,8 +84,13 @@ func TestSequences(t *testing.T) {
 		count = max(count/10, 1)
 	}
 	start := time.Now()
-	failed := runSequences(*sequenceFirst, count)
+	failed, raced := runSequences(*sequenceFirst, count)
 	t.Logf("%d sequences (seeds %d to %d) in %v", count, *sequenceFirst, *sequenceFirst+uint64(count)-1, time.Since(start).Round(time.Millisecond))
+	if len(raced) > 0 {
+		// Not a violation by itself: see checkRevisionDeleted.
+		t.Logf("%d sequences saw the controller delete a revision that a Deployment its cache did not show mounted (seeds %v)",
+			len(raced), raced[:min(len(raced), 20)])
+	}
 
 	// One report per invariant, with the shortest sequence that breaks it.
 	byInvariant := map[string][]*world{}
@@ -149,20 +157,24 @@ func lineOr(lines []string, i int) string {
 }
 
 // runSequences runs count sequences from seed first on every CPU and returns
-// those that broke an invariant, by seed.
-func runSequences(first uint64, count int) []*world {
+// those that broke an invariant, by seed, and the seeds of those in which
+// the controller deleted a revision in the race checkRevisionDeleted logs.
+func runSequences(first uint64, count int) (failed []*world, raced []uint64) {
 	seeds := make(chan uint64)
 	var mu sync.Mutex
-	var failed []*world
 	var wg sync.WaitGroup
 	for range goruntime.GOMAXPROCS(0) {
 		wg.Go(func() {
 			for seed := range seeds {
-				if w := runSequence(seed); len(w.violations) > 0 {
-					mu.Lock()
+				w := runSequence(seed)
+				mu.Lock()
+				if len(w.violations) > 0 {
 					failed = append(failed, w)
-					mu.Unlock()
 				}
+				if w.races > 0 {
+					raced = append(raced, seed)
+				}
+				mu.Unlock()
 			}
 		})
 	}
@@ -172,7 +184,8 @@ func runSequences(first uint64, count int) []*world {
 	close(seeds)
 	wg.Wait()
 	slices.SortFunc(failed, func(a, b *world) int { return cmp.Compare(a.seed, b.seed) })
-	return failed
+	slices.Sort(raced)
+	return failed, raced
 }
 
 func runSequence(seed uint64) *world {
@@ -204,22 +217,37 @@ type world struct {
 	kubeClient *k8sfake.Clientset
 	gameClient *gamesfake.Clientset
 
-	// The controller now running: its caches, queue and context.
-	ctrl   *Controller
-	ctx    context.Context
-	stop   context.CancelFunc
-	caches [resourceCount]*informerCache
-	queue  *stepQueue
+	// The controller now running: its caches, queues and context. queue
+	// holds session keys, profileQueue profile keys (the profile sync).
+	ctrl         *Controller
+	ctx          context.Context
+	stop         context.CancelFunc
+	caches       [resourceCount]*informerCache
+	queue        *stepQueue
+	profileQueue *stepQueue
 
 	// Requests: faults armed for them, and what the current sync did.
 	faults     []fault
 	lastCreate lastCreate
 	syncKey    string
 	syncWrote  bool
-	requestsBy map[string]int
+	// syncHeld is set when the current session sync finds its profile's
+	// current revision missing from the revision cache (see heldForRevision).
+	syncHeld       bool
+	profileSyncKey string
+	requestsBy     map[string]int
+
+	// Revisions (see world_revisions_test.go): the names ever created, the
+	// last deletion of each name, the last writer of each Deployment, and
+	// how many deletions raced a Deployment write.
+	everRevision      map[string]bool
+	revisionDeletions map[string]revisionDeletion
+	lastWriter        map[string]author
+	races             int
 
 	// Write accounting (see sequence_ledger_test.go).
 	credits map[string]int
+	moves   map[string]int
 	bursts  map[string]*profileBurst
 	// nonOwned holds, by Deployment UID, the fields the world set that the
 	// controller must keep.
@@ -244,6 +272,12 @@ func newWorld(seed uint64) *world {
 		start:      start,
 		requestsBy: map[string]int{},
 		credits:    map[string]int{},
+		moves:      map[string]int{},
+
+		everRevision:      map[string]bool{},
+		revisionDeletions: map[string]revisionDeletion{},
+		lastWriter:        map[string]author{},
+
 		bursts:     map[string]*profileBurst{},
 		nonOwned:   map[types.UID]nonOwnedFields{},
 		alive:      true,
@@ -265,6 +299,12 @@ func newWorld(seed uint64) *world {
 // observe hears of every write the server makes.
 func (w *world) observe(ch change) {
 	w.lastChange = w.clock.Now()
+	switch ch.resource {
+	case revisionsResource:
+		w.noteRevisionChange(ch)
+	case deploymentsResource:
+		w.lastWriter[nameOf(ch)] = ch.author
+	}
 	c := w.caches[ch.resource]
 	if c == nil {
 		return // no controller yet: its caches will start from the server
@@ -293,7 +333,8 @@ func (w *world) startController() {
 	w.ctx, w.stop = context.WithCancel(klog.NewContext(context.Background(), logger))
 
 	// One kube factory is enough: its informers never run, so the label
-	// filters are the caches' (informerCache.matches).
+	// filters are the caches' (informerCache.matches). Revisions are
+	// ConfigMaps too, so their informer comes from a factory of its own.
 	kubeFactory := kubeinformers.NewSharedInformerFactory(w.kubeClient, 0)
 	gameFactory := gameinformers.NewSharedInformerFactory(w.gameClient, 0)
 	sessions := gameFactory.Games().V1().GameSessions()
@@ -304,17 +345,27 @@ func (w *world) startController() {
 		ProfileSelector:    "games.example.com/profile=true",
 		ProfileChangeDelay: w.profileChangeDelay,
 		Clock:              w.clock,
+		// The default rollout policy: every session moves at once.
+		RevisionHistoryLimit: worldRevisionHistoryLimit,
 	})
 	if err != nil {
 		panic(fmt.Sprintf("NewController: %v", err))
 	}
-	c.queue.ShutDown() // stops the goroutine of the queue it made
+	c.queue.ShutDown() // stops the goroutines of the queues it made
+	c.profileQueue.ShutDown()
 	w.queue = newStepQueue(w.clock, w.rng.IntN)
 	w.queue.onGet = func(key string) {
 		w.syncKey = key
+		w.syncHeld = w.heldForRevision(key)
 		w.logf("sync %s", key)
 	}
 	c.queue = w.queue
+	w.profileQueue = newStepQueue(w.clock, w.rng.IntN)
+	w.profileQueue.onGet = func(key string) {
+		w.profileSyncKey = key
+		w.logf("sync profile %s", key)
+	}
+	c.profileQueue = w.profileQueue
 	c.recorder = &worldRecorder{w: w}
 	w.ctrl = c
 
@@ -330,6 +381,11 @@ func (w *world) startController() {
 		deploymentsResource: newInformerCache(deploymentsResource, deployments.Informer().GetIndexer(), cache.ResourceEventHandlerFuncs{
 			AddFunc: c.addDeployment, UpdateFunc: c.updateDeployment, DeleteFunc: c.deleteDeployment,
 		}),
+		// No update handler, as NewController registers none: revisions
+		// never change.
+		revisionsResource: newInformerCache(revisionsResource, revisions.Informer().GetIndexer(), cache.ResourceEventHandlerFuncs{
+			AddFunc: c.addRevision, DeleteFunc: c.deleteRevision,
+		}),
 	}
 	for r, ic := range w.caches {
 		ic.onDeliver = func(ev watchEvent, prev object) {
@@ -340,11 +396,19 @@ func (w *world) startController() {
 		}
 		ic.fill(w.server.list(apiResource(r)))
 	}
-	w.queue.call(func() {
+	w.call(func() {
 		for _, ic := range w.caches {
 			ic.announce()
 		}
 	})
+}
+
+// call runs fn, one controller entry point, and then queues what it added to
+// either queue, in sorted order (see stepQueue.call). It returns the keys fn
+// rate-limited in each queue, that is, the syncs that failed.
+func (w *world) call(fn func()) (sessions, profiles []string) {
+	sessions = w.queue.call(func() { profiles = w.profileQueue.call(fn) })
+	return sessions, profiles
 }
 
 // cachesLag reports whether a cache has events yet to receive.
@@ -362,9 +426,9 @@ func (w *world) stopController() {
 // panicked, which ends the sequence.
 func (w *world) sync() bool {
 	w.lastCreate = lastCreate{}
-	w.syncKey, w.syncWrote = "", false
+	w.syncKey, w.syncWrote, w.syncHeld = "", false, false
 	panicked := false
-	rateLimited := w.queue.call(func() {
+	rateLimited, _ := w.call(func() {
 		defer func() {
 			if r := recover(); r != nil {
 				panicked = true
@@ -391,17 +455,50 @@ func (w *world) sync() bool {
 		return true
 	}
 	w.failStreak[key] = 0
-	if !w.syncWrote {
+	if !w.syncWrote && !w.syncHeld {
 		w.lapseCredits(name)
 	}
 	return true
 }
 
+// syncProfile runs one processNextProfile and reports false if the
+// controller panicked, which ends the sequence.
+func (w *world) syncProfile() bool {
+	w.profileSyncKey = ""
+	panicked := false
+	_, rateLimited := w.call(func() {
+		defer func() {
+			if r := recover(); r != nil {
+				panicked = true
+				w.violate("panic", "the controller panicked: %v\n%s", r, debug.Stack())
+			}
+		}()
+		w.ctrl.processNextProfile(w.ctx)
+	})
+	if panicked {
+		w.alive = false
+		return false
+	}
+	key := w.profileSyncKey
+	streak := "profile " + key
+	if slices.Contains(rateLimited, key) {
+		if w.settling && !w.cachesLag() {
+			if w.failStreak[streak]++; w.failStreak[streak] == 3 {
+				w.violate("stuck", "profile %s failed 3 syncs in a row in a quiet world, with every cache up to date", key)
+			}
+		}
+		return true
+	}
+	w.failStreak[streak] = 0
+	return true
+}
+
 // settle lets the world come to rest: no user acts and no fault is injected
 // any more; the caches receive everything, the GC and kcm finish, delayed keys
-// are released, and the queue runs until it is empty, or holds only keys that
-// look again now and then and find nothing to do (a session blocked by a
-// foreign Deployment rechecks periodically: that is rest too).
+// of both queues are released, and the queues run until they are empty, or
+// hold only keys that look again now and then and find nothing to do (a
+// session blocked by a foreign Deployment rechecks periodically: that is rest
+// too).
 func (w *world) settle() bool {
 	w.settling = true
 	w.faults = nil
@@ -424,6 +521,9 @@ func (w *world) settle() bool {
 		if w.queue.hasReady() {
 			choices = append(choices, w.sync)
 		}
+		if w.profileQueue.hasReady() {
+			choices = append(choices, w.syncProfile)
+		}
 		if len(choices) > 0 {
 			if !choices[w.rng.IntN(len(choices))]() {
 				return false
@@ -432,16 +532,34 @@ func (w *world) settle() bool {
 		}
 		// Only delayed keys are left. Once nothing has changed on the server
 		// for a while, the keys still coming back are periodic rechecks.
-		waiting := w.queue.waitingKeys()
+		waiting := w.waitingKeys()
 		if len(waiting) == 0 || w.clock.Since(w.lastChange) >= quietPeriod {
 			w.logf("at rest; looking again now and then: %v", waiting)
 			return true
 		}
-		next, _ := w.queue.nextWaiting()
+		next, _ := w.nextWaiting()
 		w.advance(next.Sub(w.clock.Now()))
 	}
-	w.violate("stuck", "the world did not come to rest within %d steps; delayed keys %v", settleSteps, w.queue.waitingKeys())
+	w.violate("stuck", "the world did not come to rest within %d steps; delayed keys %v", settleSteps, w.waitingKeys())
 	return false
+}
+
+// waitingKeys returns the delayed keys of both queues, profile keys marked.
+func (w *world) waitingKeys() []string {
+	keys := w.queue.waitingKeys()
+	for _, key := range w.profileQueue.waitingKeys() {
+		keys = append(keys, "profile "+key)
+	}
+	return keys
+}
+
+// nextWaiting returns when the next delayed key of either queue is ready.
+func (w *world) nextWaiting() (time.Time, bool) {
+	next, ok := w.queue.nextWaiting()
+	if p, pok := w.profileQueue.nextWaiting(); pok && (!ok || p.Before(next)) {
+		next, ok = p, true
+	}
+	return next, ok
 }
 
 func (w *world) logf(format string, args ...any) {

@@ -28,14 +28,14 @@ const (
 	MessageDeploymentInvalid   = "Deployment %q was rejected by the API server: %v"
 	MessageContainerConflict   = "Container %q of Deployment %q declares the game server's ports, and only the container named %q is the controller's: remove that container or rename it back. The Deployment is left as it is until then"
 	MessageDeploymentCreated   = "Created Deployment %q"
-	MessageProfileRolled       = "Rolled profile ConfigMap %q (hash %s, was %s) into the Deployment"
 	MessageProfileFanOut       = "Profile data changed (hash %s): rolling %d GameSession(s)"
 	MessageRevisionCurrent     = "Runs revision %q, the current content of profile %q"
 	MessageWaitingForTurn      = "Runs revision %q; waits for its turn in the rollout of profile %q to revision %q (the profile's Events show its progress)"
 	MessageSessionPaused       = "Runs revision %q; the rollout of profile %q to revision %q is paused"
+	MessageRolloutBlocked      = "The Deployment cannot be moved to revision %q until the problem the Ready condition names is solved"
+	MessageProfileGone         = "The profile is missing: the Deployment keeps the revision it runs"
 	MessageSessionHalted       = "Runs revision %q; the rollout of profile %q to revision %q is halted, as too many sessions moved to it failed: fix the profile, or edit it back to its previous content"
 	EventReasonCreated         = "DeploymentCreated"
-	EventReasonProfileRolled   = "ProfileRolled"
 	EventReasonProfileFanOut   = "RollingSessions"
 
 	// Events of a profile's rollout, on the profile ConfigMap.
@@ -109,6 +109,10 @@ func (s *sessionStatus) profileNotFound(selector string) {
 // while its profile is missing is not Ready with the old replica count.
 func (s *sessionStatus) profileMissing(d *appsv1.Deployment) {
 	ref := s.session.Spec.ProfileRef
+	if meta.FindStatusCondition(s.status.Conditions, gamesv1.ConditionProfileUpToDate) != nil {
+		// No content to be up to date with: neither True nor False is so.
+		s.setCondition(gamesv1.ConditionProfileUpToDate, metav1.ConditionUnknown, gamesv1.ReasonProfileNotFound, MessageProfileGone)
+	}
 	switch {
 	case d == nil:
 		s.notReady(gamesv1.ReasonWaitingForProfile, fmt.Sprintf(MessageWaitingForProfile, ref))
@@ -128,12 +132,20 @@ func specApplied(d *appsv1.Deployment, session *gamesv1.GameSession) bool {
 }
 
 // leftAsIs records what the session's Deployment, d, which the controller
-// could not patch, still runs: its profile hash and replica counts. The
-// status then describes the game servers as they are, not the profile data
-// they are waiting for (which the ProfileResolved message names).
-func (s *sessionStatus) leftAsIs(d *appsv1.Deployment) {
+// could not patch, still runs: its profile hash, revision and replica counts,
+// and whether that is the profile's current content, target. The status then
+// describes the game servers as they are, not the profile data they are
+// waiting for (which the ProfileResolved message names).
+func (s *sessionStatus) leftAsIs(d *appsv1.Deployment, target string) {
 	s.status.ProfileHash = d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]
 	s.replicas(d)
+	if rolledProfileHash(d, s.session.Spec.ProfileRef) == target {
+		s.upToDate(target)
+		return
+	}
+	ref := s.session.Spec.ProfileRef
+	s.setCondition(gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonRolloutBlocked,
+		fmt.Sprintf(MessageRolloutBlocked, RevisionName(ref, target)))
 }
 
 // replicas records the Deployment's replica counts and the revision it mounts.

@@ -155,7 +155,7 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 		// and its arrival queues the session again.
 		return false, nil
 	}
-	wrote, hidden := false, false
+	wrote := false
 	if observed == nil {
 		created, live, err := c.createDeployment(ctx, session, NewDeployment(session, hash))
 		switch {
@@ -170,29 +170,33 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 			c.blockedBy(session, live, status)
 			return false, nil
 		default:
-			observed, hidden = live, true // ours, hidden from the cache: patch it below
+			// Ours, hidden from the cache. What a live read shows, only the
+			// cache can follow: left unpatched (a conflict) it stays without
+			// the managed-by label, outside the cache; and one deleted before
+			// the cache received it may never be announced at all (a relist
+			// after both shows nothing). Until the cache holds it, no event
+			// is sure to come: look again.
+			observed = live
+			c.queue.AddAfter(cache.MetaObjectToName(session).String(), uncachedRecheckInterval)
+			// The revision was chosen without it: choose again, as if the
+			// cache had shown it (its rollout turn, the fan-out delay).
+			if hash, waitReason = c.chooseRevision(ctx, session, profile, observed); hash == "" {
+				return false, nil
+			}
 		}
 	}
 
 	desired := NewDeployment(session, hash)
 	current, patched, err := c.patchDeployment(ctx, session, observed, desired)
-	if hidden {
-		// What a live read shows, only the cache can follow. Left unpatched
-		// (a conflict) it stays without the managed-by label, outside the
-		// cache; and one deleted before the cache received it may never be
-		// announced at all (a relist after both shows nothing). Until the
-		// cache holds it, no event is sure to come: look again.
-		c.queue.AddAfter(cache.MetaObjectToName(session).String(), uncachedRecheckInterval)
-	}
 	var conflict containerConflictError
 	switch {
 	case errors.As(err, &conflict):
-		status.leftAsIs(observed)
+		status.leftAsIs(observed, c.profileHashes.hash(profile))
 		status.notReady(gamesv1.ReasonContainerConflict,
 			fmt.Sprintf(MessageContainerConflict, conflict.container, desired.Name, gameServerContainerName))
 		return wrote, nil
 	case apierrors.IsInvalid(err):
-		status.leftAsIs(observed)
+		status.leftAsIs(observed, c.profileHashes.hash(profile))
 		status.deploymentInvalid(err)
 		return wrote, nil
 	case err != nil:
@@ -274,6 +278,7 @@ func (c *Controller) heldBack(ctx context.Context, session *gamesv1.GameSession,
 func (c *Controller) createDeployment(ctx context.Context, session *gamesv1.GameSession,
 	desired *appsv1.Deployment) (created, live *appsv1.Deployment, err error) {
 	client := c.kubeClient.AppsV1().Deployments(session.Namespace)
+	c.mounts.mounted(session.Namespace, mountedRevision(desired))
 	created, err = client.Create(ctx, desired, metav1.CreateOptions{FieldManager: Name})
 	if err == nil {
 		klog.FromContext(ctx).V(2).Info("Created Deployment", "deployment", klog.KObj(created))
@@ -302,6 +307,9 @@ func (c *Controller) patchDeployment(ctx context.Context, session *gamesv1.GameS
 	patch, err := deploymentPatch(observed, desired)
 	if err != nil {
 		return nil, false, err
+	}
+	if mountedRevision(observed) != mountedRevision(desired) {
+		c.mounts.mounted(session.Namespace, mountedRevision(desired))
 	}
 	// A Conflict means the Deployment changed since it was read: the sync
 	// runs again, quietly, once the cache has the new version.
@@ -380,10 +388,12 @@ func (c *Controller) recordTransitions(session *gamesv1.GameSession, prev, next 
 			c.recorder.Event(session, corev1.EventTypeWarning, cond.Reason, cond.Message)
 		}
 	}
-	if prev.ProfileHash != "" && next.ProfileHash != prev.ProfileHash {
-		c.recorder.Eventf(session, corev1.EventTypeNormal, EventReasonProfileRolled,
-			MessageProfileRolled, session.Spec.ProfileRef, next.ProfileHash, prev.ProfileHash)
-	}
+	// A profile rollout leaves no Event on each session: one edit of a
+	// profile shared by 7,340 sessions would post 7,340 of them, and the
+	// event recorder drops what does not fit its buffer of a thousand, so
+	// many would be lost anyway. The rollout's Events go to the profile
+	// (RolloutStarted ... RolloutCompleted), and each session's
+	// ProfileUpToDate condition says which revision it runs, since when.
 }
 
 // needsUser reports whether a Ready reason is a problem only a user can solve.

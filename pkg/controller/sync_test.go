@@ -211,8 +211,8 @@ func TestSyncUpdatesDeployment(t *testing.T) {
 				}
 				rollingOut(t, s)
 			},
-			// kubectl describe gs says why the game servers restarted.
-			wantEvents: []string{"Normal " + EventReasonProfileRolled},
+			// No Event per session: the profile's rollout Events and the
+			// session's ProfileUpToDate condition say it.
 		},
 	}
 	for _, tc := range tests {

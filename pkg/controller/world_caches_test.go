@@ -57,6 +57,8 @@ func newInformerCache(r apiResource, indexer cache.Indexer, handler cache.Resour
 		c.matches = func(obj object) bool { return obj.GetLabels()[gamesv1.ProfileLabel] == gamesv1.ProfileLabelValue }
 	case deploymentsResource:
 		c.matches = func(obj object) bool { return obj.GetLabels()[worldManagedByLabel] == worldManagedByValue }
+	case revisionsResource:
+		c.matches = func(obj object) bool { return obj.GetLabels()[worldRevisionLabel] == worldRevisionLabelValue }
 	}
 	return c
 }
@@ -225,6 +227,11 @@ func (c *informerCache) profile(name string) *corev1.ConfigMap {
 
 func (c *informerCache) deployment(name string) *appsv1.Deployment {
 	obj, _ := c.cached(worldNamespace + "/" + name).(*appsv1.Deployment)
+	return obj
+}
+
+func (c *informerCache) revision(name string) *corev1.ConfigMap {
+	obj, _ := c.cached(worldNamespace + "/" + name).(*corev1.ConfigMap)
 	return obj
 }
 

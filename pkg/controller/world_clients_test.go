@@ -22,7 +22,7 @@ import (
 // fault is an answer armed by the world for the controller's next request of
 // one kind.
 type fault struct {
-	request string // "create", "patch" or "updateStatus"
+	request string // "create", "patch", "updateStatus" or "delete"
 	kind    faultKind
 }
 
@@ -49,16 +49,28 @@ func (w *world) installReactors() {
 
 func (w *world) serveKube(action core.Action) (bool, runtime.Object, error) {
 	w.countRequest(action)
-	if action.GetResource().Resource != "deployments" || action.GetSubresource() != "" {
+	if action.GetSubresource() != "" {
 		return w.unexpected(action)
 	}
-	switch action.GetVerb() {
-	case "create":
-		return w.createDeployment(action.(core.CreateAction))
-	case "get":
-		return w.getDeployment(action.(core.GetAction))
-	case "patch":
-		return w.patchDeployment(action.(core.PatchAction))
+	switch action.GetResource().Resource {
+	case "deployments":
+		switch action.GetVerb() {
+		case "create":
+			return w.createDeployment(action.(core.CreateAction))
+		case "get":
+			return w.getDeployment(action.(core.GetAction))
+		case "patch":
+			return w.patchDeployment(action.(core.PatchAction))
+		}
+	case "configmaps":
+		// Revisions: the profile sync creates and deletes them, and never
+		// reads, updates or patches a ConfigMap.
+		switch action.GetVerb() {
+		case "create":
+			return w.createRevision(action.(core.CreateAction))
+		case "delete":
+			return w.deleteRevision(action.(core.DeleteAction))
+		}
 	}
 	return w.unexpected(action)
 }

@@ -94,6 +94,9 @@ func defaultDeployment(d *appsv1.Deployment) {
 // validate checks the share of a Deployment's validation that the world's
 // edits and the controller's patches can get wrong. cur is nil for a create.
 func validate(cur, next object) field.ErrorList {
+	if cm, ok := next.(*corev1.ConfigMap); ok {
+		return validateConfigMap(cur, cm)
+	}
 	d, ok := next.(*appsv1.Deployment)
 	if !ok {
 		return nil
@@ -165,4 +168,24 @@ func selectorMatches(selector *metav1.LabelSelector, labels map[string]string) b
 		}
 	}
 	return true
+}
+
+// validateConfigMap refuses, as the API server does, to change the data of an
+// immutable ConfigMap or to make it mutable again.
+func validateConfigMap(cur object, next *corev1.ConfigMap) field.ErrorList {
+	old, ok := cur.(*corev1.ConfigMap)
+	if !ok || !ptr.Deref(old.Immutable, false) {
+		return nil
+	}
+	var errs field.ErrorList
+	if !ptr.Deref(next.Immutable, false) {
+		errs = append(errs, field.Forbidden(field.NewPath("immutable"), "field is immutable when `immutable` is set"))
+	}
+	if !equality.Semantic.DeepEqual(old.Data, next.Data) {
+		errs = append(errs, field.Forbidden(field.NewPath("data"), "field is immutable when `immutable` is set"))
+	}
+	if !equality.Semantic.DeepEqual(old.BinaryData, next.BinaryData) {
+		errs = append(errs, field.Forbidden(field.NewPath("binaryData"), "field is immutable when `immutable` is set"))
+	}
+	return errs
 }

@@ -22,13 +22,15 @@ import (
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 )
 
-// The API server of a sequence: one store for the three resources the
-// controller deals with, in one namespace, with the semantics the controller
+// The API server of a sequence: one store for each resource the controller
+// deals with, in one namespace (profiles and revisions are both ConfigMaps,
+// kept apart but sharing one name space, as they share one resource), with the semantics the controller
 // depends on and a fake clientset would not give it: one resourceVersion
 // counter, writes that change nothing keep the resourceVersion, generation
 // rises on spec changes only, status subresources, resourceVersion and UID
 // preconditions, JSON merge and strategic merge patches, defaulting and
-// validation (world_defaults_test.go), and deletion with finalizers for
+// validation (world_defaults_test.go), immutable ConfigMaps, UID and
+// resourceVersion preconditions on delete, and deletion with finalizers for
 // foreground and orphan propagation.
 //
 // Everyone in the world writes through it: the controller by way of the fake
@@ -51,23 +53,29 @@ const (
 	sessionsResource apiResource = iota
 	profilesResource
 	deploymentsResource
+	// revisionsResource holds the ConfigMaps that carry the revision label:
+	// the profile revisions the controller creates.
+	revisionsResource
 	resourceCount
 )
 
 func (r apiResource) String() string {
-	return [...]string{"gamesession", "configmap", "deployment"}[r]
+	return [...]string{"gamesession", "configmap", "deployment", "revision"}[r]
 }
+
+// isConfigMap reports whether r stores ConfigMaps.
+func (r apiResource) isConfigMap() bool { return r == profilesResource || r == revisionsResource }
 
 func (r apiResource) groupKind() schema.GroupKind {
 	return [...]schema.GroupKind{
 		gamesv1.SchemeGroupVersion.WithKind("GameSession").GroupKind(), corev1.SchemeGroupVersion.WithKind("ConfigMap").GroupKind(),
-		appsv1.SchemeGroupVersion.WithKind("Deployment").GroupKind(),
+		appsv1.SchemeGroupVersion.WithKind("Deployment").GroupKind(), corev1.SchemeGroupVersion.WithKind("ConfigMap").GroupKind(),
 	}[r]
 }
 
 func (r apiResource) groupResource() schema.GroupResource {
 	return [...]schema.GroupResource{
-		gamesv1.Resource("gamesessions"), corev1.Resource("configmaps"), appsv1.Resource("deployments"),
+		gamesv1.Resource("gamesessions"), corev1.Resource("configmaps"), appsv1.Resource("deployments"), corev1.Resource("configmaps"),
 	}[r]
 }
 
@@ -142,6 +150,15 @@ func (s *apiServer) deployment(name string) *appsv1.Deployment {
 	return obj
 }
 
+func (s *apiServer) revision(name string) *corev1.ConfigMap {
+	obj, _ := s.get(revisionsResource, name).(*corev1.ConfigMap)
+	return obj
+}
+
+func (s *apiServer) revisions() []*corev1.ConfigMap {
+	return listAs[*corev1.ConfigMap](s.list(revisionsResource))
+}
+
 // list returns copies of the stored objects of r, by name.
 func (s *apiServer) list(r apiResource) []object {
 	names := make([]string, 0, len(s.objects[r]))
@@ -177,6 +194,14 @@ func (s *apiServer) create(by author, r apiResource, obj object) (object, error)
 	name := obj.GetName()
 	if _, exists := s.objects[r][name]; exists {
 		return nil, apierrors.NewAlreadyExists(r.groupResource(), name)
+	}
+	if r.isConfigMap() {
+		// Profiles and revisions are one resource: one name space.
+		for _, other := range []apiResource{profilesResource, revisionsResource} {
+			if _, exists := s.objects[other][name]; exists {
+				return nil, apierrors.NewAlreadyExists(r.groupResource(), name)
+			}
+		}
 	}
 	s.uids++
 	obj.SetUID(types.UID(fmt.Sprintf("uid-%d", s.uids)))
@@ -310,6 +335,30 @@ func (s *apiServer) delete(by author, r apiResource, name string, propagation me
 	return err
 }
 
+// deleteIf deletes an object without finalizers on the preconditions of a
+// DeleteOptions: a UID or resourceVersion that differs is a Conflict, as the
+// API server answers a failed precondition.
+func (s *apiServer) deleteIf(by author, r apiResource, name string, uid *types.UID, resourceVersion *string) error {
+	cur, ok := s.objects[r][name]
+	if !ok {
+		return apierrors.NewNotFound(r.groupResource(), name)
+	}
+	if uid != nil && *uid != cur.GetUID() {
+		return apierrors.NewConflict(r.groupResource(), name,
+			fmt.Errorf("Precondition failed: UID in precondition: %s, UID in object meta: %s", *uid, cur.GetUID()))
+	}
+	if resourceVersion != nil && *resourceVersion != cur.GetResourceVersion() {
+		return apierrors.NewConflict(r.groupResource(), name,
+			fmt.Errorf("Precondition failed: ResourceVersion in precondition: %s, ResourceVersion in object meta: %s",
+				*resourceVersion, cur.GetResourceVersion()))
+	}
+	if len(cur.GetFinalizers()) > 0 || cur.GetDeletionTimestamp() != nil {
+		panic("harness: deleteIf of an object with finalizers")
+	}
+	s.commit(by, r, cur, nil)
+	return nil
+}
+
 // write stores next in place of cur unless it changes nothing, in which case
 // cur is returned with its resourceVersion, and no watch event follows.
 func (s *apiServer) write(by author, r apiResource, cur, next object) (object, error) {
@@ -373,13 +422,14 @@ func keepServerFields(next, cur object) {
 	}
 }
 
-func hasGeneration(r apiResource) bool { return r != profilesResource }
+func hasGeneration(r apiResource) bool { return !r.isConfigMap() }
 
 func newEmpty(r apiResource) object {
 	return [...]func() object{
 		func() object { return &gamesv1.GameSession{} },
 		func() object { return &corev1.ConfigMap{} },
 		func() object { return &appsv1.Deployment{} },
+		func() object { return &corev1.ConfigMap{} },
 	}[r]()
 }
 

@@ -62,6 +62,9 @@ const (
 	// ReasonRolloutHalted: too many sessions moved to the new revision
 	// failed, so the rollout stopped until the profile is changed.
 	ReasonRolloutHalted = "RolloutHalted"
+	// ReasonRolloutBlocked: the Deployment cannot be moved to the current
+	// revision until the problem its Ready condition names is solved.
+	ReasonRolloutBlocked = "RolloutBlocked"
 )
 
 // GameSession runs one game-server Deployment whose pods mount a shared
