@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"sort"
 	"strings"
@@ -224,28 +225,35 @@ func protobufConfig(cfg *rest.Config) *rest.Config {
 // for the few kinds of request a Deployment client makes.
 type requestCounter struct {
 	mu     sync.Mutex
-	counts map[string]float64
+	counts map[string]float64 // "VERB resource"
+	failed map[string]float64 // "VERB resource code", for codes >= 400
 }
 
-func newRequestCounter() *requestCounter { return &requestCounter{counts: map[string]float64{}} }
+func newRequestCounter() *requestCounter {
+	return &requestCounter{counts: map[string]float64{}, failed: map[string]float64{}}
+}
 
 func (c *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		key := apiVerbResource(req)
 		c.mu.Lock()
-		c.counts[apiVerbResource(req)]++
+		c.counts[key]++
 		c.mu.Unlock()
-		return rt.RoundTrip(req)
+		resp, err := rt.RoundTrip(req)
+		if err == nil && resp.StatusCode >= 400 {
+			c.mu.Lock()
+			c.failed[fmt.Sprintf("%s %d", key, resp.StatusCode)]++
+			c.mu.Unlock()
+		}
+		return resp, err
 	})
 }
 
-func (c *requestCounter) snapshot() map[string]float64 {
+// snapshot returns copies of the counts and the failures so far.
+func (c *requestCounter) snapshot() (counts, failed map[string]float64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make(map[string]float64, len(c.counts))
-	for k, v := range c.counts {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(c.counts), maps.Clone(c.failed)
 }
 
 type roundTripperFunc func(*http.Request) (*http.Response, error)
@@ -291,14 +299,21 @@ func apiVerbResource(req *http.Request) string {
 	return verb + " " + resource
 }
 
-// subtractRequests takes a client's own requests (a requestCounter's
-// difference over a window) out of what the API server counted in it.
-func subtractRequests(d requestDelta, own map[string]float64) requestDelta {
+// subtractRequests takes a client's own requests and failures (a
+// requestCounter's differences over a window) out of what the API server
+// counted in it.
+func subtractRequests(d requestDelta, own, ownFailed map[string]float64) requestDelta {
 	out := d
 	out.byVerbResource = make(map[string]float64, len(d.byVerbResource))
 	for k, v := range d.byVerbResource {
 		if v -= own[k]; v != 0 {
 			out.byVerbResource[k] = v
+		}
+	}
+	out.failed = make(map[string]float64, len(d.failed))
+	for k, v := range d.failed {
+		if v -= ownFailed[k]; v != 0 {
+			out.failed[k] = v
 		}
 	}
 	return out

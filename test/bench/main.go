@@ -2,7 +2,8 @@
 // control plane (etcd and kube-apiserver from bin/controlplane): how fast one
 // profile edit reaches every session, what it costs the API server, and what
 // the controller holds in memory while the cluster fills with unrelated
-// objects. Every figure is taken side by side with a baseline in the same run,
+// objects, and how a paced rollout (a max-rolling budget on the profile)
+// moves the sessions in waves. Every figure is taken side by side with a baseline in the same run,
 // because this machine is shared and noisy: ratios hold, absolute times drift.
 //
 //	go run ./test/bench                     # quick: 1,000 sessions, a few minutes

@@ -155,23 +155,26 @@ func wavesOf(moves []time.Time, start time.Time) []wave {
 }
 
 type pacedRound struct {
-	size        int
-	policy      string // the max-rolling annotation's value
-	budget      int    // what it allows at this size
-	firstMove   time.Duration
-	rolled      time.Duration // edit -> the watch saw the last Deployment with the new hash
-	complete    time.Duration // edit -> ... and the last one complete
-	drained     time.Duration // edit -> the controller's rollout done and its queue idle
-	waves       []wave
-	maxInFlight int           // most moved-and-not-complete at once, from the watch
-	maxAt       time.Duration // when
-	req         requestDelta  // server side, all clients
-	ctl         requestDelta  // req without the stand-in's and the benchmark's edit
-	standIn     map[string]float64
-	standInOps  int64 // status writes
-	conflicts   int64 // stand-in writes that lost to a newer version
-	client      map[string]float64
-	events      map[string]float64 // rollout Events on the profile, by reason
+	size           int
+	policy         string // the max-rolling annotation's value
+	budget         int    // what it allows at this size
+	firstMove      time.Duration
+	rolled         time.Duration // edit -> the watch saw the last Deployment with the new hash
+	complete       time.Duration // edit -> ... and the last one complete
+	drained        time.Duration // edit -> the controller's rollout done and its queue idle
+	waves          []wave
+	maxInFlight    int                // most moved-and-not-complete at once, from the watch
+	maxAt          time.Duration      // when
+	req            requestDelta       // server side, all clients
+	ctl            requestDelta       // req without the stand-in's and the benchmark's edit
+	standIn        map[string]float64 // the stand-in's requests in the window, client side
+	standInFailed  map[string]float64
+	standInOps     int64 // status writes
+	conflicts      int64 // stand-in writes that lost to a newer version
+	client         map[string]float64
+	events         map[string]float64 // rollout Events on the profile, by reason
+	eventsWait     time.Duration      // after the window, until RolloutCompleted was listed (or gave up)
+	lateEventPosts float64            // the controller's POSTs in that time: Events still queued at the window's end
 }
 
 // pacedSeries runs the paced rollout once per hot profile.
@@ -269,7 +272,8 @@ func (e *env) pacedRound(ctx context.Context, p *ctlProc, s *kcmStandIn, h *hotP
 		return r, err
 	}
 	st0 := readState(ss0)
-	own0, writes0, conflicts0 := s.requests.snapshot(), s.writes.Load(), s.conflicts.Load()
+	own0, ownFailed0 := s.requests.snapshot()
+	writes0, conflicts0 := s.writes.Load(), s.conflicts.Load()
 
 	// The hash is known before the edit, so the observer is in place before
 	// anything can move.
@@ -326,15 +330,30 @@ func (e *env) pacedRound(ctx context.Context, p *ctlProc, s *kcmStandIn, h *hotP
 	}
 	r.maxInFlight, r.maxAt = obs.maxRolling, obs.maxAt.Sub(start)
 	r.req = diffSnapshots(before, after)
-	r.standIn = delta(own0, s.requests.snapshot())
+	own1, ownFailed1 := s.requests.snapshot()
+	r.standIn, r.standInFailed = delta(own0, own1), delta(ownFailed0, ownFailed1)
 	r.standInOps, r.conflicts = s.writes.Load()-writes0, s.conflicts.Load()-conflicts0
 	// The controller's: the server's counts without the stand-in's own
 	// (counted client side) and without the benchmark's one edit.
-	r.ctl = subtractRequests(r.req, r.standIn)
-	r.ctl = subtractRequests(r.ctl, map[string]float64{"PUT " + resConfigMaps: 1})
+	r.ctl = subtractRequests(r.req, r.standIn, r.standInFailed)
+	r.ctl = subtractRequests(r.ctl, map[string]float64{"PUT " + resConfigMaps: 1}, nil)
 	r.client = delta(st0.requests, readState(ss2).requests)
-	if r.events, err = e.rolloutEvents(ctx, h.cm.Name, controller.RevisionName(h.cm.Name, target)); err != nil {
-		return r, err
+	// The controller posts its Events one at a time, in the background,
+	// behind one ProfileRolled Event per session: the last of the rollout's
+	// may come well after the window. Waited for here, outside it.
+	windowEnd := time.Now()
+	for {
+		if r.events, err = e.rolloutEvents(ctx, h.cm.Name, controller.RevisionName(h.cm.Name, target)); err != nil {
+			return r, err
+		}
+		if r.events[controller.EventReasonRolloutCompleted] > 0 || time.Since(windowEnd) > 30*time.Second {
+			break
+		}
+		sleepCtx(ctx, time.Second)
+	}
+	r.eventsWait = time.Since(windowEnd)
+	if ss3, err := p.scrape(ctx); err == nil {
+		r.lateEventPosts = readState(ss3).requests["POST 201"] - readState(ss2).requests["POST 201"]
 	}
 	var sizes []string
 	for _, w := range r.waves {
@@ -484,8 +503,24 @@ func (r *results) writePacedDetails(w func(string, ...any)) {
 		w("- Waves (from the edit, first and last move: sessions): %s\n", strings.Join(parts, "; "))
 		w("- Server side, all clients: %s\n", strings.Join(p.req.lines(), ", "))
 		w("- The stand-in's requests in the window (client side): %s; %s status writes, %s lost to a newer version and redone\n", requestLines(p.standIn), num(int(p.standInOps)), num(int(p.conflicts)))
-		w("- The controller's, server side (the above less the stand-in's and the benchmark's `PUT configmaps`): %s\n", strings.Join(p.ctl.lines(), ", "))
+		var ctl []string
+		for _, l := range p.ctl.lines() {
+			if contains(controllerResources, strings.Fields(l)[1]) {
+				ctl = append(ctl, l)
+			}
+		}
+		w("- The controller's, server side (the above on the controller's resources, less the stand-in's and the benchmark's `PUT configmaps`): %s\n", strings.Join(ctl, ", "))
+		completed := "listed"
+		if p.events[controller.EventReasonRolloutCompleted] == 0 {
+			completed = "**not** listed"
+		}
+		w("- Rollout Events on the profile naming the new revision: %s; RolloutCompleted %s %s after the window, in which time the controller POSTed %g more requests (Events still in its queue at the window's end)\n",
+			flowList(p.events), completed, secs(p.eventsWait), p.lateEventPosts)
+		if len(p.ctl.failed) > 0 {
+			w("- The controller's failed requests: %s (a 409 is a conflict, which the controller retries)\n", requestLines(p.ctl.failed))
+		}
 		w("- Requests APF dispatched per flow schema: %s\n", flowList(p.req.flows))
 		w("- Client side, the controller's `rest_client_requests_total` by method and code: %s\n", flowList(p.client))
 	}
+	w("\n")
 }

@@ -279,9 +279,11 @@ const (
 
 // ceiling is the baseline of a fan-out: a plain client-go loop making the same
 // number of Deployment writes of the same objects with the same parallelism,
-// no client-side rate limit and client-go's default encodings (protobuf for
-// Deployments, JSON for the CRD), as a ServiceAccount like the controller.
-// Nothing writes them faster from one client.
+// no client-side rate limit and client-go's default encoding, JSON (for the
+// Deployments as for the CRD: the typed clients speak protobuf only when
+// their config asks for it, as the controller's does), as a ServiceAccount
+// like the controller. The baseline is this plain JSON update loop,
+// and it stays JSON whatever the controller speaks.
 func (e *env) ceiling(ctx context.Context, n int, variant string) (ceilingRound, error) {
 	var r ceilingRound
 	list, err := e.admin.AppsV1().Deployments(ceilingNS).List(ctx, metav1.ListOptions{})
