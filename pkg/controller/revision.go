@@ -58,7 +58,9 @@ const (
 
 // mountGuard is how long the controller's own mounts and deletions of
 // revisions override what its caches show (see recentMounts).
-const mountGuard = time.Minute
+// Ten seconds are a thousand times the usual lag, and let a stale revision go
+// soon after its rollout.
+const mountGuard = 10 * time.Second
 
 // recentMounts remembers the revisions the controller mounted, and those it
 // deleted, in the last mountGuard, because the caches that show both lag
@@ -141,7 +143,7 @@ func (m *recentMounts) mounted(namespace, revision string) {
 }
 
 // pruneLocked forgets what is older than mountGuard, so the maps hold only
-// the revisions of the last minute.
+// the revisions of the last mountGuard.
 func (m *recentMounts) pruneLocked() {
 	for _, times := range []map[string]time.Time{m.at, m.deleted, m.created} {
 		for key, at := range times {

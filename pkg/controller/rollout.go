@@ -289,7 +289,7 @@ func (c *Controller) planRollout(ctx context.Context, profile *corev1.ConfigMap)
 	// the fan-out has queued them all; but those that waited under a policy
 	// just removed must hear of it.
 	if !policy.Unpaced() || (prev != nil && !prev.policy.Unpaced()) {
-		c.wakeSessions(profile.Namespace, members, prev, next)
+		c.wakeSessions(key, members, prev, next)
 	}
 	c.announce(profile, policyErr, prev, next)
 	if next.plan.Phase == rollout.PhaseComplete {
@@ -305,14 +305,24 @@ func (c *Controller) planRollout(ctx context.Context, profile *corev1.ConfigMap)
 		"phase", p.Phase, "moved", p.Moved, "ready", p.Ready, "failed", p.Failed, "total", p.Total, "admitted", len(p.Admitted))
 }
 
-// wakeSessions queues the sessions whose turn the plan changed.
-func (c *Controller) wakeSessions(namespace string, members []rollout.Member, prev, next *profilePlan) {
+// wakeSessions queues the sessions whose turn the plan changed. The first
+// plan of a rollout wakes all the profile's sessions: those without a
+// Deployment yet (not members of the plan) that synced before it waited for
+// it too.
+func (c *Controller) wakeSessions(profileKey string, members []rollout.Member, prev, next *profilePlan) {
+	namespace, _, _ := cache.SplitMetaNamespaceKey(profileKey)
+	if prev == nil {
+		for _, key := range c.sessionKeysOf(profileKey) {
+			c.queue.Add(key)
+		}
+		return
+	}
 	for _, name := range next.plan.Admitted {
-		if prev == nil || !prev.plan.Admits(name) {
+		if !prev.plan.Admits(name) {
 			c.queue.Add(namespace + "/" + name)
 		}
 	}
-	if prev != nil && prev.plan.Phase == next.plan.Phase {
+	if prev.plan.Phase == next.plan.Phase {
 		return
 	}
 	for _, m := range members {

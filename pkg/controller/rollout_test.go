@@ -183,3 +183,25 @@ func TestNewSessionDuringHaltedRolloutStartsOnStableRevision(t *testing.T) {
 	expectCondition(t, objectOf[*gamesv1.GameSession](t, game[0]).Status.Conditions,
 		gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonRolloutHalted)
 }
+
+// A session created before its profile's first plan waits for it; the plan
+// queues it, though it is no member (it has no Deployment yet), and it gets
+// its Deployment.
+func TestNewSessionWaitingForThePlanIsQueuedByIt(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	profile := newProfile(testNamespace, "classic", classicData)
+	profile.Annotations = map[string]string{rollout.AnnotationMaxRolling: "10%"}
+	session := newSession(testNamespace, "first", "classic")
+	f := newFixture(ctx, t, profile, session)
+
+	f.expectGame(updateSessionStatus(testNamespace, "first")) // profile found; nothing to create yet
+	_, game := f.run(ctx, sessionKey(session))
+	f.observe(game...)
+	drainQueue(f.c.queue)
+
+	f.runProfile(ctx, "arena/classic")
+	expectQueue(t, f.c, sessionKey(session))
+	f.expectKube(createDeployment(testNamespace, "first"))
+	f.expectGame(updateSessionStatus(testNamespace, "first"))
+	f.run(ctx, sessionKey(session))
+}

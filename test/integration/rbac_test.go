@@ -28,9 +28,11 @@ const (
 	rbacLeaseName = "gamesession-controller"
 
 	// denialTimeout bounds the wait for the API server to refuse the request
-	// a revoked verb was needed for. The controller sends it within a second
-	// or two of the step that needs it.
-	denialTimeout = 20 * time.Second
+	// a revoked verb was needed for. The controller sends most within a
+	// second or two of the step that needs it; the delete of a stale revision
+	// waits out the controller's mount guard (10s after its last mount, see
+	// recentMounts), which took 9.7s here.
+	denialTimeout = 40 * time.Second
 
 	// blindFor is how long a change must go unseen by the informers whose
 	// watch is refused. Such an informer falls back to polling with LIST, and
