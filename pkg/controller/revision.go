@@ -91,83 +91,70 @@ func newRecentMounts(clk clock.PassiveClock) *recentMounts {
 
 // deletedRevision records that the controller deleted the revision.
 func (m *recentMounts) deletedRevision(namespace, revision string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.pruneLocked()
-	m.deleted[namespace+"/"+revision] = m.clock.Now()
+	m.record(m.deleted, namespace, revision)
 }
 
 // createdRevision records that the controller created the revision (again).
 func (m *recentMounts) createdRevision(namespace, revision string) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	delete(m.deleted, namespace+"/"+revision)
-	m.created[namespace+"/"+revision] = m.clock.Now()
+	m.mu.Unlock()
+	m.record(m.created, namespace, revision)
+}
+
+// mounted records that a Deployment was written to mount the revision.
+func (m *recentMounts) mounted(namespace, revision string) {
+	m.record(m.at, namespace, revision)
 }
 
 // createdLately reports whether the controller created the revision in the
 // last mountGuard: a create of it answered AlreadyExists is then its own,
 // not yet in the cache, not a ConfigMap of someone else's in the way.
 func (m *recentMounts) createdLately(namespace, revision string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	key := namespace + "/" + revision
-	at, ok := m.created[key]
-	if ok && m.clock.Since(at) >= mountGuard {
-		delete(m.created, key)
-		ok = false
-	}
-	return ok
+	return m.left(m.created, namespace, revision) > 0
 }
 
 // deletedLately reports whether the controller deleted the revision in the
 // last mountGuard.
 func (m *recentMounts) deletedLately(namespace, revision string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	key := namespace + "/" + revision
-	at, ok := m.deleted[key]
-	if ok && m.clock.Since(at) >= mountGuard {
-		delete(m.deleted, key)
-		ok = false
-	}
-	return ok
-}
-
-// mounted records that a Deployment was written to mount the revision.
-func (m *recentMounts) mounted(namespace, revision string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.pruneLocked()
-	m.at[namespace+"/"+revision] = m.clock.Now()
-}
-
-// pruneLocked forgets what is older than mountGuard, so the maps hold only
-// the revisions of the last mountGuard.
-func (m *recentMounts) pruneLocked() {
-	for _, times := range []map[string]time.Time{m.at, m.deleted, m.created} {
-		for key, at := range times {
-			if m.clock.Since(at) >= mountGuard {
-				delete(times, key)
-			}
-		}
-	}
+	return m.left(m.deleted, namespace, revision) > 0
 }
 
 // guarded returns how much longer the revision is kept from deletion, 0 if
 // it is not.
 func (m *recentMounts) guarded(namespace, revision string) time.Duration {
+	return m.left(m.at, namespace, revision)
+}
+
+// record notes the revision in times, now, and forgets what is older than
+// mountGuard in all three maps, so they hold only the last mountGuard.
+func (m *recentMounts) record(times map[string]time.Time, namespace, revision string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, all := range []map[string]time.Time{m.at, m.deleted, m.created} {
+		for key, at := range all {
+			if m.clock.Since(at) >= mountGuard {
+				delete(all, key)
+			}
+		}
+	}
+	times[namespace+"/"+revision] = m.clock.Now()
+}
+
+// left returns how much of mountGuard is left since the revision was noted
+// in times, 0 if it was not or the guard is over.
+func (m *recentMounts) left(times map[string]time.Time, namespace, revision string) time.Duration {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	key := namespace + "/" + revision
-	at, ok := m.at[key]
+	at, ok := times[key]
 	if !ok {
 		return 0
 	}
 	if left := mountGuard - m.clock.Since(at); left > 0 {
 		return left
 	}
-	delete(m.at, key)
+	delete(times, key)
 	return 0
 }
 

@@ -431,10 +431,7 @@ func waitingReason(phase rollout.Phase) string {
 // failed. Many such requests within planInterval make one plan.
 func (c *Controller) requestPlan(profile *corev1.ConfigMap) {
 	key := profileKey(profile.Namespace, profile.Name)
-	c.plans.mu.Lock()
-	pp := c.plans.plans[key]
-	c.plans.mu.Unlock()
-	if pp != nil && pp.plan.Phase == rollout.PhaseComplete && pp.hash == c.profileHashes.hash(profile) {
+	if pp := c.plans.get(key, c.profileHashes.hash(profile)); pp != nil && pp.plan.Phase == rollout.PhaseComplete {
 		return
 	}
 	c.profileQueue.AddAfter(key, planInterval)
