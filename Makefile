@@ -24,11 +24,12 @@ controlplane: ## Build etcd, kube-apiserver, kube-controller-manager, kube-sched
 	hack/build-controlplane.sh
 
 .PHONY: verify
-verify: ## Check generated code is current, gofmt, go vet, and that controller-runtime stays out of the module graph.
+verify: ## Check generated code is current, gofmt, go vet, doc comments (hack/godoclint), and that controller-runtime stays out of the module graph.
 	hack/verify-codegen.sh
 	@unformatted=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); \
 	  if [[ -n "$$unformatted" ]]; then echo "gofmt needed: $$unformatted" >&2; exit 1; fi
 	$(GO) vet ./...
+	$(GO) run ./hack/godoclint $$($(GO) list -f '{{.Dir}}' ./...)
 	@if $(GO) list -m all | grep -q sigs.k8s.io/controller-runtime; then \
 	  echo "sigs.k8s.io/controller-runtime must not be in the module graph" >&2; exit 1; fi
 

@@ -1,5 +1,3 @@
-// Command gamesession-controller runs one Deployment per GameSession and rolls
-// it out whenever the profile ConfigMap the session references changes.
 package main
 
 import (

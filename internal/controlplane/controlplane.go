@@ -1,12 +1,3 @@
-// Package controlplane starts and stops a real, local Kubernetes control plane
-// (etcd, kube-apiserver and optionally kube-controller-manager, kube-scheduler
-// and kwok fake nodes) for integration tests, benchmarks and demos.
-//
-// The binaries come from hack/build-controlplane.sh (`make controlplane`).
-// Every process binds 127.0.0.1 only and lives in a fresh temporary directory
-// that also holds its log (<Dir>/<component>.log). For fault injection,
-// kube-apiserver can be stopped and started again, and etcd restarted
-// (restart.go).
 package controlplane
 
 import (

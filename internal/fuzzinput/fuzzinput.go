@@ -1,8 +1,3 @@
-// Package fuzzinput turns fuzz or random input into GameSessions, and says
-// whether the GameSession CRD would accept them. pkg/controller's fuzz
-// targets and the integration test's server-side dry run share it, so both
-// explore the same inputs, and the dry run checks this package's mirror of
-// the CRD against the real API server.
 package fuzzinput
 
 import (

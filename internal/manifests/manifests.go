@@ -1,6 +1,3 @@
-// Package manifests applies YAML manifests (the generated CRD, the examples,
-// the deployment artifacts) to a cluster with client-go alone, so tests, the
-// benchmarks and `make run` need no kubectl.
 package manifests
 
 import (

@@ -2,4 +2,9 @@
 // binary as a process share: building it, starting and stopping it, probing
 // its /healthz, /readyz and /metrics, and writing kubeconfigs for it.
 // test/integration and test/faults use it; nothing else should.
+//
+// [ControllerBinary] and [StartController] (process.go) are the entry points.
+// A process, unlike Run in-process, can be SIGKILLed and its lease left to
+// expire, which is what the leader election and fault tests need. [PromText]
+// (prom.go) reads what /metrics returns.
 package testutil

@@ -70,8 +70,12 @@ func moduleRoot() (string, error) {
 
 // ControllerProcess is the controller binary running as a child process.
 type ControllerProcess struct {
-	Name        string
-	LogPath     string
+	// Name names the process in messages and its log file.
+	Name string
+	// LogPath is the file the process's output goes to.
+	LogPath string
+	// MetricsAddr and HealthAddr are the loopback host:port addresses it
+	// serves /metrics and /healthz, /readyz on.
 	MetricsAddr string
 	HealthAddr  string
 

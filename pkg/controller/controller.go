@@ -1,16 +1,3 @@
-// Package controller runs one Deployment per GameSession and rolls it out
-// whenever the profile ConfigMap the session references changes.
-//
-// Three informers feed one work queue of GameSession keys:
-//   - GameSessions, with an index on spec.profileRef;
-//   - profile ConfigMaps, from a factory filtered by the profile label, so the
-//     cluster's other ConfigMaps are never listed, watched or cached;
-//   - the controller's own Deployments, from a factory filtered by the
-//     managed-by label.
-//
-// A ConfigMap event is mapped to the sessions that reference it through the
-// index, so a profile change enqueues exactly its sessions, whatever the number
-// of sessions and profiles in the cluster.
 package controller
 
 import (

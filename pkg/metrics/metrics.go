@@ -1,13 +1,3 @@
-// Package metrics defines the controller's Prometheus metrics and the adapters
-// that feed client-go's work queue, REST client and leader election metrics
-// into Prometheus.
-//
-// client-go reports those through process-global hooks that accept one
-// provider per process, so package initialisation installs them once and the
-// collectors behind them are package-level. The controller's own series are
-// not: each controller gets a ControllerMetrics of its own. Each NewRegistry
-// call returns a fresh registry, so several controllers started in one test
-// process each serve their own /metrics, with their own counts.
 package metrics
 
 import (
@@ -27,14 +17,18 @@ import (
 // dashboards and alerts written for Kubernetes controllers work unchanged.
 const Namespace = "gamesession_controller"
 
-// Values of the result label of SyncsTotal.
+// Values of the result label of ControllerMetrics.Syncs
+// (gamesession_controller_syncs_total).
 const (
+	// SyncSuccess is a sync that ended without error.
 	SyncSuccess = "success"
 	// SyncConflict is an update rejected because the cached object was stale.
 	// It is retried and is normal under load, so it is counted apart from
 	// errors that deserve an alert.
 	SyncConflict = "conflict"
-	SyncError    = "error"
+	// SyncError is any other failed sync. Like a conflict, it is retried
+	// with backoff.
+	SyncError = "error"
 )
 
 // ControllerMetrics are the series one controller produces. Each controller
@@ -125,8 +119,13 @@ func (m *ControllerMetrics) Collectors() []prometheus.Collector {
 
 // RolloutProgress is one profile's rollout, as ObserveRollout records it.
 type RolloutProgress struct {
+	// Total, Moved, Ready and Failed count the sessions in the rollout: all
+	// of them, those on the new revision, those moved and Ready, and those
+	// moved and past their progress deadline (the states of RolloutSessions).
 	Total, Moved, Ready, Failed int
-	Halted, Paused              bool
+	// Halted and Paused are the rollout's phase, for RolloutHalted and
+	// RolloutPaused.
+	Halted, Paused bool
 }
 
 // ObserveRollout records the progress of a profile's rollout in progress.

@@ -12,8 +12,9 @@
 //	rollout.games.example.com/paused: "true"      # stop admitting sessions
 //
 // The package is pure: no API clients, no clocks, no goroutines. The
-// controller describes each session of the profile as a [Member], from its
-// informer caches, and [Decide] answers with a [Plan]. A restarted controller
+// controller reads a profile's [Policy] with [PolicyFor] (policy.go),
+// describes each session of the profile as a [Member], from its informer
+// caches, and [Decide] (decide.go) answers with a [Plan]. A restarted controller
 // recomputes the same plan from the same caches, so Decide depends only on its
 // inputs, and not on the order of the members.
 //

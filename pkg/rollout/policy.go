@@ -44,7 +44,8 @@ type Policy struct {
 	Paused bool
 }
 
-// DefaultPolicy is today's behaviour: every session moves at once.
+// DefaultPolicy is the unpaced policy: every session moves at once, as it did
+// before rollout policies existed (max-rolling 100%, no canary, no brake).
 func DefaultPolicy() Policy {
 	return Policy{
 		MaxRolling: intstr.FromString("100%"),

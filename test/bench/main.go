@@ -1,17 +1,3 @@
-// Command bench measures the GameSession controller against a real local
-// control plane (etcd and kube-apiserver from bin/controlplane): how fast one
-// profile edit reaches every session, what it costs the API server, and what
-// the controller holds in memory while the cluster fills with unrelated
-// objects, and how a paced rollout (a max-rolling budget on the profile)
-// moves the sessions in waves. Every figure is taken side by side with a baseline in the same run,
-// because this machine is shared and noisy: ratios hold, absolute times drift.
-//
-//	go run ./test/bench                     # quick: 1,000 sessions, a few minutes
-//	go run ./test/bench -preset=full        # the 7,340 sessions, ~20 minutes
-//	go run ./test/bench -sessions=2000 -unrelated=5000 -workers=32
-//
-// It prints a table and writes it, with the machine and the exact command, to
-// -out (docs/bench/<preset>.md by default).
 package main
 
 import (

@@ -1,6 +1,3 @@
-// Package app wires the GameSession controller: clients, filtered informer
-// factories and the controller itself. main parses flags into Options and calls
-// Run; tests call Run in-process and stop it by cancelling its context.
 package app
 
 import (
@@ -20,14 +17,22 @@ import (
 
 // Options configure the controller process.
 type Options struct {
+	// Kubeconfig and Master locate the API server (--kubeconfig, --master);
+	// both empty means the in-cluster configuration.
 	Kubeconfig string
 	Master     string
 	// Namespace restricts every informer to one namespace; empty means all.
 	Namespace string
 
-	Workers      int
+	// Workers is how many GameSessions are synced in parallel.
+	Workers int
+	// KubeAPIQPS and KubeAPIBurst are the client-side rate limit of the
+	// controller's requests (see NewOptions for the defaults).
 	KubeAPIQPS   float64
 	KubeAPIBurst int
+	// ResyncPeriod is how often the informers hand every cached object to
+	// the controller again without an event: the safety net that re-checks
+	// every session, which writes nothing for a session in order.
 	ResyncPeriod time.Duration
 
 	// ProfileSelector selects the ConfigMaps that can serve as profiles. Only
@@ -51,13 +56,19 @@ type Options struct {
 	// `make run` and the tests run a single instance and should not wait for a
 	// lease; the Deployment in artifacts/ turns it on for its two replicas.
 	LeaderElect bool
-	// LeaderElectionNamespace holds the Lease. Empty: see
-	// leaderElectionNamespace.
+	// LeaderElectionNamespace holds the Lease. Empty: the pod's own
+	// namespace with the in-cluster configuration, else Namespace, else
+	// "default" (leaderElectionNamespace).
 	LeaderElectionNamespace string
-	LeaderElectionID        string
-	LeaseDuration           time.Duration
-	RenewDeadline           time.Duration
-	RetryPeriod             time.Duration
+	// LeaderElectionID names the Lease.
+	LeaderElectionID string
+	// LeaseDuration, RenewDeadline and RetryPeriod are the timings of
+	// client-go's leader election: how long a standby waits after the last
+	// renewal, how long the leader retries a failed renewal before it gives
+	// up, and how often both try. NewOptions sets kube-controller-manager's.
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
 
 	// MetricsBindAddress and HealthProbeBindAddress are host:port listen
 	// addresses; "0" turns the server off.

@@ -1,0 +1,4 @@
+package nodoc
+
+// Func is documented, but the package is not.
+func Func() {}

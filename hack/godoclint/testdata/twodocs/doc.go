@@ -1,0 +1,2 @@
+// Package twodocs has a package comment here.
+package twodocs

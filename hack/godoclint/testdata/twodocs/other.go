@@ -1,0 +1,2 @@
+// Package twodocs has another one here, which godoc would append.
+package twodocs

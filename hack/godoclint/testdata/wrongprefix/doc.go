@@ -1,0 +1,2 @@
+// This package's comment does not start with "Package wrongprefix".
+package wrongprefix

@@ -1,0 +1,53 @@
+// Package controller runs one Deployment per GameSession and rolls it out
+// whenever the profile ConfigMap the session references changes.
+// [NewController] and [Controller.Run], in controller.go, are the entry
+// points; cmd/gamesession-controller/app builds the informers and calls them.
+//
+// Four informers feed two work queues. GameSession, profile and Deployment
+// events queue GameSession keys, which the workers sync (syncGameSession in
+// sync.go). Profile and revision events, and session syncs while a rollout
+// is in progress, queue profile keys, which one profile worker syncs
+// (syncProfile in rollout.go). Every ConfigMap and Deployment
+// informer comes from a factory filtered by a label (the profile label,
+// [RevisionLabel], [LabelManagedBy]), so the cluster's other ConfigMaps and
+// Deployments are never listed, watched or cached. The controller relies on
+// those filters, not on checks of its own: NewController says which each
+// informer needs.
+//
+// # Fan-out
+//
+// The GameSession informer has an index on spec.profileRef, keyed by
+// "namespace/name" (profile.go). A change of a profile's data goes through it
+// to exactly the keys of the sessions that reference it, without fetching an
+// object, so its cost does not grow with the other sessions and profiles in
+// the cluster; label and annotation edits and resyncs roll nothing. The
+// fan-out (fanout.go) queues those keys after [Options.ProfileChangeDelay],
+// so that a burst of edits rolls each session once, and has each session
+// write its Deployment first and its status on a second pass, so that every
+// game server gets the new profile before the statuses are written.
+//
+// # Writes
+//
+// A sync reads the caches, and writes only what differs: a session in order
+// costs no request. The Deployment is written with a strategic merge patch of
+// the fields the controller owns (deployment.go) and the status with
+// UpdateStatus, each carrying the resourceVersion it was computed from, so a
+// write based on a stale cache fails with a Conflict, retried quietly,
+// instead of overwriting a newer object. After a patch, syncs wait for the
+// cache to show the generation it produced (expectations.go) rather than
+// patch again. The only live read follows a create answered AlreadyExists.
+// There is no finalizer: the garbage collector deletes a session's
+// Deployment through its owner reference.
+//
+// # Revisions
+//
+// A Deployment never mounts the live profile, whose files the kubelet would
+// rewrite in running pods ahead of their rollout, but an immutable copy of
+// one content of it, a revision named after the profile and the content hash
+// ([RevisionName], revision.go). The profile sync creates the revision of
+// each new content, deletes those that are neither current, mounted, nor
+// among the newest [Options.RevisionHistoryLimit], and plans paced rollouts
+// with pkg/rollout. It keeps nothing a restart would need: a new leader
+// computes the same plans from the same caches and carries on the rollout.
+// status.go turns what a sync saw into conditions and Events.
+package controller
