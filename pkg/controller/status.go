@@ -13,41 +13,49 @@ import (
 	"github.com/example/gamesession-controller/pkg/rollout"
 )
 
-// Messages of status conditions and Events. The reasons are the API's
-// (gamesv1.Reason*); the messages tell the user what to do.
+// Messages of status conditions and Events: they tell the user what to do.
+// Condition reasons are the API's (gamesv1.Reason*).
 const (
-	MessageProfileResolved     = "Profile ConfigMap %q is rolled into the Deployment (hash %s)"
-	MessageProfileFound        = "Profile ConfigMap %q found (hash %s); it is rolled out once the session has a Deployment of its own"
-	MessageProfileNotFound     = "No ConfigMap %q matching %q in namespace %q: create it, or add the label if it exists. The Deployment, if any, is left running as it is"
-	MessageWaitingForProfile   = "Waiting for profile ConfigMap %q before creating the Deployment"
-	MessageSpecWaitsForProfile = "The spec is not applied until profile ConfigMap %q is back; the Deployment is left as it was, with %d of %d game servers ready"
-	MessageDeploymentReady     = "%d of %d game servers ready"
-	MessageDeploymentRolling   = "%d of %d game servers ready, %d updated"
-	MessageNotControlled       = "Deployment %q already exists and is not controlled by this GameSession: delete or rename it, and the controller will create its own"
-	MessageDeploymentDeleting  = "Waiting for Deployment %q, which is being deleted or belongs to an earlier GameSession of this name, to be removed by the garbage collector"
-	MessageDeploymentInvalid   = "Deployment %q was rejected by the API server: %v"
-	MessageContainerConflict   = "Container %q of Deployment %q declares the game server's ports, and only the container named %q is the controller's: remove that container or rename it back. The Deployment is left as it is until then"
-	MessageDeploymentCreated   = "Created Deployment %q"
-	MessageProfileFanOut       = "Profile data changed (hash %s): rolling %d GameSession(s)"
-	MessageRevisionCurrent     = "Runs revision %q, the current content of profile %q"
-	MessageWaitingForTurn      = "Runs revision %q; waits for its turn in the rollout of profile %q to revision %q (the profile's Events show its progress)"
-	MessageSessionPaused       = "Runs revision %q; the rollout of profile %q to revision %q is paused"
-	MessageRolloutBlocked      = "The Deployment cannot be moved to revision %q until the problem the Ready condition names is solved"
-	MessageProfileGone         = "The profile is missing: the Deployment keeps the revision it runs"
-	MessageSessionHalted       = "Runs revision %q; the rollout of profile %q to revision %q is halted, as too many sessions moved to it failed: fix the profile, or edit it back to its previous content"
-	EventReasonCreated         = "DeploymentCreated"
-	EventReasonProfileFanOut   = "RollingSessions"
+	MessageProfileResolved          = "Profile ConfigMap %q is rolled into the Deployment (hash %s)"
+	MessageProfileFound             = "Profile ConfigMap %q found (hash %s); it is rolled out once the session has a Deployment of its own"
+	MessageProfileNotFound          = "No ConfigMap %q matching %q in namespace %q: create it, or add the label if it exists. The Deployment, if any, is left running as it is"
+	MessageWaitingForProfile        = "Waiting for profile ConfigMap %q before creating the Deployment"
+	MessageSpecWaitsForProfile      = "The spec is not applied until profile ConfigMap %q is back; the Deployment is left as it was, with %d of %d game servers ready"
+	MessageDeploymentReady          = "%d of %d game servers ready"
+	MessageDeploymentRolling        = "%d of %d game servers ready, %d updated"
+	MessageProgressDeadlineExceeded = "Deployment %q made no progress within its deadline, %d of %d game servers ready: its pods do not become ready. Check their logs and Events; fix the profile or the spec"
+	MessageWaitingForDeployment     = "Waiting for the Deployment to be observed"
+	MessageNotControlled            = "Deployment %q already exists and is not controlled by this GameSession: delete or rename it, and the controller will create its own"
+	MessageDeploymentDeleting       = "Waiting for Deployment %q, which is being deleted or belongs to an earlier GameSession of this name, to be removed by the garbage collector"
+	MessageDeploymentInvalid        = "Deployment %q was rejected by the API server: %v"
+	MessageContainerConflict        = "Container %q of Deployment %q declares the game server's ports, and only the container named %q is the controller's: remove that container or rename it back. The Deployment is left as it is until then"
+	MessageDeploymentCreated        = "Created Deployment %q"
+	MessageProfileFanOut            = "Profile data changed (hash %s): rolling %d GameSession(s)"
+	MessageRevisionCurrent          = "Runs revision %q, the current content of profile %q"
+	MessageWaitingForTurn           = "Runs revision %q; waits for its turn in the rollout of profile %q to revision %q (the profile's Events show its progress)"
+	MessageSessionPaused            = "Runs revision %q; the rollout of profile %q to revision %q is paused"
+	MessageRolloutBlocked           = "The Deployment cannot be moved to revision %q until the problem the Ready condition names is solved"
+	MessageProfileGone              = "The profile is missing: the Deployment keeps the revision it runs"
+	MessageSessionHalted            = "Runs revision %q; the rollout of profile %q to revision %q is halted, as too many sessions moved to it failed: fix the profile, or edit it back to its previous content"
 
 	// Events of a profile's rollout, on the profile ConfigMap.
-	MessageRolloutProgress          = "moved %d of %d sessions to revision %s, %d ready, %d failed"
-	MessageRolloutStarted           = "Rolling out revision %s to %d sessions (%s): %s"
-	MessageRolloutAdvanced          = "Rollout advanced: %s"
-	MessageRolloutCompleted         = "Rolled revision %s out to all %d sessions (%d failed)"
-	MessageRolloutHalted            = "Rollout halted: %s, more than max-failed %d. Sessions not moved keep their revision, and new sessions start on it. Fix the profile, or edit it back to its previous content, to go on"
-	MessageRolloutPaused            = "Rollout paused: %s. Remove the annotation " + rollout.AnnotationPaused + " to resume"
-	MessageRolloutResumed           = "Rollout resumed: %s"
-	MessageRolloutPolicyInvalid     = "Rollout paused, as its policy does not parse: %v"
-	MessageRevisionConflict         = "ConfigMap %q exists without the %s label, so it cannot serve as this profile's revision: sessions keep the revision they run until it is deleted or renamed"
+	MessageRolloutProgress      = "moved %d of %d sessions to revision %s, %d ready, %d failed"
+	MessageRolloutStarted       = "Rolling out revision %s to %d sessions (%s): %s"
+	MessageRolloutAdvanced      = "Rollout advanced: %s"
+	MessageRolloutCompleted     = "Rolled revision %s out to all %d sessions (%d failed)"
+	MessageRolloutHalted        = "Rollout halted: %s, more than max-failed %d. Sessions not moved keep their revision, and new sessions start on it. Fix the profile, or edit it back to its previous content, to go on"
+	MessageRolloutPaused        = "Rollout paused: %s. Remove the annotation " + rollout.AnnotationPaused + " to resume"
+	MessageRolloutResumed       = "Rollout resumed: %s"
+	MessageRolloutPolicyInvalid = "Rollout paused, as its policy does not parse: %v"
+	MessageRevisionConflict     = "ConfigMap %q exists without the %s label, so it cannot serve as this profile's revision: sessions keep the revision they run until it is deleted or renamed"
+)
+
+// Reasons of the Events the controller records beyond the condition reasons:
+// on sessions (a Deployment created, a fan-out) and on profiles (a rollout's
+// progress). Tools may match on them, as on the condition reasons.
+const (
+	EventReasonCreated              = "DeploymentCreated"
+	EventReasonProfileFanOut        = "RollingSessions"
 	EventReasonRolloutStarted       = "RolloutStarted"
 	EventReasonRolloutAdvanced      = "RolloutAdvanced"
 	EventReasonRolloutCompleted     = "RolloutCompleted"
@@ -191,6 +199,11 @@ func (s *sessionStatus) deployment(d *appsv1.Deployment) {
 			fmt.Sprintf(MessageDeploymentReady, d.Status.ReadyReplicas, want))
 		return
 	}
+	if progressDeadlineExceeded(d) {
+		s.notReady(gamesv1.ReasonProgressDeadlineExceeded,
+			fmt.Sprintf(MessageProgressDeadlineExceeded, d.Name, d.Status.ReadyReplicas, want))
+		return
+	}
 	s.setCondition(gamesv1.ConditionReady, metav1.ConditionFalse, gamesv1.ReasonDeploymentProgressing,
 		fmt.Sprintf(MessageDeploymentRolling, d.Status.ReadyReplicas, want, d.Status.UpdatedReplicas))
 }
@@ -224,4 +237,57 @@ func conditionChanged(prev, next []metav1.Condition, conditionType string) bool 
 		return p != n
 	}
 	return p.Status != n.Status || p.Reason != n.Reason
+}
+
+// summarize sets the summary conditions of the kstatus convention, Stalled
+// and Reconciling, from the conditions the sync set. It runs last, so that
+// the two always agree with the others; each is present only while True,
+// taking the reason and message of the condition that explains it.
+// Stalled wins: a session that needs a user's change fails a GitOps wait at
+// once, with the reason, instead of running the wait to its timeout.
+func (s *sessionStatus) summarize() {
+	conditions := s.status.Conditions
+	ready := meta.FindStatusCondition(conditions, gamesv1.ConditionReady)
+	resolved := meta.FindStatusCondition(conditions, gamesv1.ConditionProfileResolved)
+	upToDate := meta.FindStatusCondition(conditions, gamesv1.ConditionProfileUpToDate)
+
+	var stalled, reconciling *metav1.Condition
+	switch {
+	case ready != nil && ready.Status == metav1.ConditionFalse && stalls(ready.Reason):
+		stalled = ready
+	case resolved != nil && resolved.Status == metav1.ConditionFalse:
+		stalled = resolved
+	case upToDate != nil && upToDate.Status == metav1.ConditionFalse && stalls(upToDate.Reason):
+		stalled = upToDate
+	case ready == nil:
+		reconciling = &metav1.Condition{Reason: gamesv1.ReasonDeploymentProgressing, Message: MessageWaitingForDeployment}
+	case ready.Status != metav1.ConditionTrue:
+		reconciling = ready
+	case upToDate != nil && upToDate.Status != metav1.ConditionTrue:
+		reconciling = upToDate
+	}
+	s.summary(gamesv1.ConditionStalled, stalled)
+	s.summary(gamesv1.ConditionReconciling, reconciling)
+}
+
+// summary sets the summary condition of that type to True for cause, or
+// removes it when cause is nil.
+func (s *sessionStatus) summary(conditionType string, cause *metav1.Condition) {
+	if cause == nil {
+		meta.RemoveStatusCondition(&s.status.Conditions, conditionType)
+		return
+	}
+	s.setCondition(conditionType, metav1.ConditionTrue, cause.Reason, cause.Message)
+}
+
+// stalls reports whether a Ready or ProfileUpToDate reason holds the session
+// until someone changes the profile, the spec or a conflicting object. A
+// paused rollout does not count: pausing is a user's intent, and removing
+// the annotation resumes it.
+func stalls(reason string) bool {
+	switch reason {
+	case gamesv1.ReasonProgressDeadlineExceeded, gamesv1.ReasonRolloutHalted, gamesv1.ReasonRolloutBlocked:
+		return true
+	}
+	return needsUser(reason)
 }

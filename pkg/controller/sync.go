@@ -358,6 +358,7 @@ func controlledByEarlierSession(d *appsv1.Deployment, session *gamesv1.GameSessi
 // resourceVersion, so a status computed from a stale copy is refused (a
 // conflict, retried quietly) instead of overwriting a newer one.
 func (c *Controller) writeStatus(ctx context.Context, session *gamesv1.GameSession, status *sessionStatus) error {
+	status.summarize()
 	if equality.Semantic.DeepEqual(&session.Status, status.status) {
 		return nil
 	}

@@ -297,6 +297,10 @@ func TestSyncNoOp(t *testing.T) {
 				ready := &s.Status.Conditions[1]
 				ready.Status, ready.Reason = metav1.ConditionFalse, gamesv1.ReasonDeploymentProgressing
 				ready.Message = fmt.Sprintf(MessageDeploymentRolling, 1, 3, 2)
+				s.Status.Conditions = append(s.Status.Conditions, metav1.Condition{
+					Type: gamesv1.ConditionReconciling, Status: metav1.ConditionTrue,
+					Reason: ready.Reason, Message: ready.Message, ObservedGeneration: s.Generation,
+				})
 			},
 		},
 	}

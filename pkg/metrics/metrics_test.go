@@ -236,7 +236,8 @@ func TestSessionCollector(t *testing.T) {
 	for _, s := range []*gamesv1.GameSession{
 		session("a", cond(gamesv1.ConditionReady, metav1.ConditionTrue), cond(gamesv1.ConditionProfileResolved, metav1.ConditionTrue)),
 		session("b", cond(gamesv1.ConditionReady, metav1.ConditionTrue), cond(gamesv1.ConditionProfileResolved, metav1.ConditionTrue)),
-		session("c", cond(gamesv1.ConditionReady, metav1.ConditionFalse), cond(gamesv1.ConditionProfileResolved, metav1.ConditionFalse)),
+		session("c", cond(gamesv1.ConditionReady, metav1.ConditionFalse), cond(gamesv1.ConditionProfileResolved, metav1.ConditionFalse),
+			cond(gamesv1.ConditionStalled, metav1.ConditionTrue)),
 		session("d"), // not synced yet: no conditions
 	} {
 		if err := indexer.Add(s); err != nil {
@@ -264,6 +265,8 @@ func TestSessionCollector(t *testing.T) {
 		`gamesession_controller_session_conditions{condition="Ready",status="Unknown"} 0`,
 		`gamesession_controller_session_conditions{condition="ProfileResolved",status="True"} 2`,
 		`gamesession_controller_session_conditions{condition="ProfileResolved",status="False"} 1`,
+		`gamesession_controller_session_conditions{condition="Stalled",status="True"} 1`,
+		`gamesession_controller_session_conditions{condition="Reconciling",status="True"} 0`,
 	)
 
 	sessions.SetSource(nil, nil)

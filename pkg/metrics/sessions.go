@@ -23,8 +23,10 @@ var (
 )
 
 // knownConditions are always reported, at zero if no session has them, so
-// that an alert on e.g. Ready=False sees 0 rather than no data.
-var knownConditions = []string{gamesv1.ConditionReady, gamesv1.ConditionProfileResolved}
+// that an alert on e.g. Ready=False or Stalled=True sees 0 rather than no
+// data. Stalled and Reconciling are present only while True.
+var knownConditions = []string{gamesv1.ConditionReady, gamesv1.ConditionProfileResolved,
+	gamesv1.ConditionStalled, gamesv1.ConditionReconciling}
 
 var conditionStatuses = []metav1.ConditionStatus{metav1.ConditionTrue, metav1.ConditionFalse, metav1.ConditionUnknown}
 

@@ -31,6 +31,22 @@ const (
 	// of the profile's current content, and False while the session waits
 	// for its turn in a paced rollout, or the rollout is paused or halted.
 	ConditionProfileUpToDate = "ProfileUpToDate"
+
+	// ConditionReconciling and ConditionStalled summarise the three above in
+	// the kstatus convention that Flux, kstatus-based waiters and the Argo CD
+	// health check shipped in the chart read. Both are "abnormal-true": they
+	// are present only while True, and a session with neither is settled.
+	//
+	// ConditionReconciling is True while the controller works towards the
+	// spec and the profile: the Deployment rolls out, or the session waits
+	// for its turn in a profile rollout (or for a paused one to resume).
+	ConditionReconciling = "Reconciling"
+	// ConditionStalled is True when the session cannot progress until someone
+	// changes something: the profile is missing, the Deployment is rejected
+	// or not the controller's, its rollout exceeded its progress deadline,
+	// or the profile's rollout halted. Its reason is that of the condition
+	// that names the problem.
+	ConditionStalled = "Stalled"
 )
 
 // Condition reasons. They are part of the API: tools may match on them.
@@ -51,6 +67,10 @@ const (
 	// the game server's ports (a renamed game server container, say). The
 	// controller leaves the Deployment as it is until a user resolves it.
 	ReasonContainerConflict = "ContainerConflict"
+	// ReasonProgressDeadlineExceeded: the Deployment controller gave up on
+	// the Deployment's rollout (its pods do not become ready in time). It
+	// needs a fixed profile or spec.
+	ReasonProgressDeadlineExceeded = "ProgressDeadlineExceeded"
 
 	// Reasons of ProfileUpToDate.
 	ReasonRevisionCurrent = "RevisionCurrent"
