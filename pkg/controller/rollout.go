@@ -465,6 +465,9 @@ func (c *Controller) announce(profile *corev1.ConfigMap, policyErr error, prev, 
 		prevPhase = prev.plan.Phase
 	}
 	switch {
+	case p.Phase == prevPhase && p.Phase == rollout.PhaseComplete:
+		// Completed was announced; Deployments becoming Ready afterwards,
+		// or an edit of the profile's labels, are no rollout news.
 	case p.Phase == prevPhase:
 		// One Event per tenth of the sessions Ready: the recorder allows an
 		// object 25 Events in a burst, which a rollout of thousands in small

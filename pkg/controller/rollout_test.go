@@ -205,3 +205,18 @@ func TestNewSessionWaitingForThePlanIsQueuedByIt(t *testing.T) {
 	f.expectGame(updateSessionStatus(testNamespace, "first"))
 	f.run(ctx, sessionKey(session))
 }
+
+// A completed rollout announces nothing more: sessions that become Ready
+// afterwards, or a later plan of the same content, are no progress.
+func TestAnnounceNothingAfterCompletion(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f := newFixture(ctx, t)
+	profile := newProfile(testNamespace, "classic", classicData)
+	plan := func(phase rollout.Phase, ready int) *profilePlan {
+		return &profilePlan{hash: ProfileHash(profile), plan: rollout.Plan{Phase: phase, Total: 10, Moved: 10, Ready: ready}}
+	}
+	f.c.announce(profile, nil, plan(rollout.PhaseRolling, 4), plan(rollout.PhaseComplete, 5))
+	f.c.announce(profile, nil, plan(rollout.PhaseComplete, 5), plan(rollout.PhaseComplete, 10))
+	f.expectEvents(fmt.Sprintf("Normal %s Rolled revision %s out to all 10 sessions (0 failed)",
+		EventReasonRolloutCompleted, RevisionName("classic", ProfileHash(profile))))
+}
