@@ -80,6 +80,10 @@ bench-full: controlplane ## The 7,340-session scenario (~20 min): table in docs/
 image: ## Build the controller image; IMAGE=name:tag names it (needs a Docker engine).
 	docker build -t $(IMAGE) .
 
+.PHONY: diagrams
+diagrams: ## Render every Mermaid diagram of README.md and docs/ into bin/docs (needs Debian's chromium; installs mermaid-cli with npm).
+	hack/render-mermaid.sh
+
 .PHONY: clean
 clean: ## Remove build outputs (keeps the control plane build).
 	rm -rf $(BIN_DIR)/gamesession-controller $(BIN_DIR)/run-local $(BIN_DIR)/codegen
