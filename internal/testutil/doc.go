@@ -1,7 +1,8 @@
 // Package testutil holds what the test packages that run the controller
 // binary as a process share: building it, starting and stopping it, probing
 // its /healthz, /readyz and /metrics, and writing kubeconfigs for it.
-// test/integration and test/faults use it; nothing else should.
+// The test packages (test/integration, test/faults, test/image) use it;
+// nothing else should.
 //
 // [ControllerBinary] and [StartController] (process.go) are the entry points.
 // A process, unlike Run in-process, can be SIGKILLed and its lease left to
