@@ -5,7 +5,15 @@ SHELL := /usr/bin/env bash
 GO ?= go
 BIN_DIR := bin
 CONTROLPLANE_DIR := $(BIN_DIR)/controlplane
-IMAGE ?= gamesession-controller:dev
+# VERSION names images and releases: the nearest v* tag as git describes it,
+# else v0.0.0-<commits>-g<commit>; -dirty when the tree has changes. Both
+# forms are SemVer, as a Helm chart version must be.
+VERSION ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || \
+  echo "v0.0.0-$$(git rev-list --count HEAD)-g$$(git rev-parse --short HEAD)$$(git diff --quiet HEAD || echo -dirty)")
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+IMAGE_REPOSITORY ?= gamesession-controller
+IMAGE ?= $(IMAGE_REPOSITORY):dev
+RELEASE_DIR ?= _output/release/$(VERSION)
 
 .PHONY: help
 help: ## List the targets.
@@ -30,15 +38,36 @@ verify: ## Check generated code is current, gofmt, go vet, doc comments (hack/go
 	  if [[ -n "$$unformatted" ]]; then echo "gofmt needed: $$unformatted" >&2; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run ./hack/godoclint $$($(GO) list -f '{{.Dir}}' ./...)
+	@# The modules beside the controller's: vetted, and their go.mod tidy.
+	@for m in test/deploy hack/tools/image hack/tools/release; do \
+	  (cd $$m && $(GO) vet ./... && $(GO) mod tidy -diff) || { echo "module $$m: go vet or go mod tidy -diff failed" >&2; exit 1; }; \
+	done
 	@if $(GO) list -m all | grep -q sigs.k8s.io/controller-runtime; then \
 	  echo "sigs.k8s.io/controller-runtime must not be in the module graph" >&2; exit 1; fi
 
 .PHONY: test
 test: verify controlplane ## Verify, then run all unit and integration tests (builds the control plane on first use).
-	$(GO) test -race -count=1 -parallel 8 $$($(GO) list ./... | grep -v /test/faults)
+	$(GO) test -race -count=1 -parallel 8 $$($(GO) list ./... | grep -v -e /test/faults -e /test/image)
 	@# The fault tests stop and restart a control plane of their own: run them
 	@# after the rest, so neither slows the other's timing checks.
 	$(GO) test -race -count=1 -parallel 8 ./test/faults/
+	@# The image test cross-compiles the controller twice (seconds with a warm
+	@# build cache, minutes without): alone, and with room.
+	$(GO) test -race -count=1 -timeout 40m ./test/image/
+	$(MAKE) test-deploy
+
+.PHONY: test-deploy
+test-deploy: controlplane ## The Helm chart (lint, render vs artifacts/, dry run, helm install, the controller on the chart's RBAC), GitOps health and the release bundle: the test/deploy module.
+	@# Its own module keeps Helm, kustomize and cli-utils (which requires
+	@# controller-runtime) out of the controller's graph. No -race: the
+	@# controller runs as a process of its own there, and a race build of
+	@# Helm's dependencies costs minutes.
+	cd test/deploy && $(GO) test -count=1 -timeout 30m ./...
+
+.PHONY: helm-lint
+helm-lint: ## helm lint --strict the chart in both RBAC modes (the Helm CLI pinned in hack/tools/release).
+	cd hack/tools/release && $(GO) tool helm lint --strict ../../../charts/gamesession-controller
+	cd hack/tools/release && $(GO) tool helm lint --strict --set rbac.scope=namespace ../../../charts/gamesession-controller
 
 .PHONY: unit
 unit: ## Run unit tests only (no control plane).
@@ -77,8 +106,15 @@ bench-full: controlplane ## The 7,340-session scenario (~20 min): table in docs/
 	$(GO) run ./test/bench -preset=full
 
 .PHONY: image
-image: ## Build the controller image; IMAGE=name:tag names it (needs a Docker engine).
-	docker build -t $(IMAGE) .
+image: ## Build the image for linux/amd64 and linux/arm64 into bin/image/ (OCI layout and tar; no Docker needed); IMAGE=name:tag names it.
+	IMAGE=$(IMAGE) VERSION=$(VERSION) REVISION=$(REVISION) hack/build-image.sh
+
+.PHONY: release
+release: ## Write a release bundle into _output/release/VERSION: CRD, install.yaml, Helm chart package, alerts, Argo CD check, image (IMAGE_REPOSITORY=registry/name).
+	$(MAKE) image IMAGE=$(IMAGE_REPOSITORY):$(VERSION)
+	rm -rf $(RELEASE_DIR)
+	cd hack/tools/release && $(GO) run . -root ../../.. -out $(abspath $(RELEASE_DIR)) -version $(VERSION) \
+	  -image-repository $(IMAGE_REPOSITORY) -image-archive $(abspath $(BIN_DIR)/image/gamesession-controller.tar)
 
 .PHONY: diagrams
 diagrams: ## Render every Mermaid diagram of README.md and docs/ into bin/docs (needs Debian's chromium; installs mermaid-cli with npm).
@@ -86,4 +122,4 @@ diagrams: ## Render every Mermaid diagram of README.md and docs/ into bin/docs (
 
 .PHONY: clean
 clean: ## Remove build outputs (keeps the control plane build).
-	rm -rf $(BIN_DIR)/gamesession-controller $(BIN_DIR)/run-local $(BIN_DIR)/codegen
+	rm -rf $(BIN_DIR)/gamesession-controller $(BIN_DIR)/run-local $(BIN_DIR)/codegen $(BIN_DIR)/image $(BIN_DIR)/docs _output

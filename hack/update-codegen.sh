@@ -3,6 +3,7 @@
 #   - deepcopy and register functions   pkg/apis/games/v1/zz_generated.*.go
 #   - clientset (with watch and apply configurations), listers, informers   pkg/generated/
 #   - the CustomResourceDefinition, from the Go types' markers   artifacts/crd/
+#     and its copy in the Helm chart   charts/gamesession-controller/crds/
 #
 # The generators come from the versions pinned in hack/tools/codegen/go.mod, a
 # tools module kept out of the controller's own dependency graph. They are
@@ -39,3 +40,7 @@ kube::codegen::gen_client \
 (cd "${tools}" && go build -o "${GOBIN}/controller-gen" sigs.k8s.io/controller-tools/cmd/controller-gen)
 rm -rf artifacts/crd
 "${GOBIN}/controller-gen" crd:crdVersions=v1 paths=./pkg/apis/... output:crd:dir=./artifacts/crd
+# Helm installs CRDs from the chart's crds/ folder and cannot reach outside
+# the chart, so the chart carries a copy.
+rm -rf charts/gamesession-controller/crds
+cp -r artifacts/crd charts/gamesession-controller/crds

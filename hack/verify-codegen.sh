@@ -14,7 +14,7 @@ tar -C "${root}" --exclude=./bin --exclude=./.git -cf - . | tar -C "${scratch}" 
 "${scratch}/hack/update-codegen.sh" "${scratch}" >/dev/null
 
 status=0
-for dir in pkg/apis pkg/generated artifacts/crd; do
+for dir in pkg/apis pkg/generated artifacts/crd charts/gamesession-controller/crds; do
   if ! diff -Nru "${root}/${dir}" "${scratch}/${dir}"; then
     status=1
   fi
