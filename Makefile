@@ -45,8 +45,12 @@ verify: ## Check generated code is current, gofmt, go vet, doc comments (hack/go
 	@if $(GO) list -m all | grep -q sigs.k8s.io/controller-runtime; then \
 	  echo "sigs.k8s.io/controller-runtime must not be in the module graph" >&2; exit 1; fi
 
+.PHONY: verify-alerts
+verify-alerts: ## Check the alerting rules and run their promtool unit tests in test/alerts (builds promtool into bin/tools on first use).
+	hack/verify-alerts.sh
+
 .PHONY: test
-test: verify controlplane ## Verify, then run all unit and integration tests (builds the control plane on first use).
+test: verify verify-alerts controlplane ## Verify, check the alerts, then run all unit, integration, image and chart tests (builds the control plane and promtool on first use).
 	$(GO) test -race -count=1 -parallel 8 $$($(GO) list ./... | grep -v -e /test/faults -e /test/image)
 	@# The fault tests stop and restart a control plane of their own: run them
 	@# after the rest, so neither slows the other's timing checks.

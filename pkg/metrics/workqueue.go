@@ -43,7 +43,7 @@ var (
 
 	workqueueRetries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "workqueue_retries_total",
-		Help: "Rate-limited re-adds (retries) handled by the work queue.",
+		Help: "Delayed adds (AddRateLimited) handled by the work queue: retries after errors, and the deliberate delays of profile fan-outs and rollout waits. Not an error count.",
 	}, []string{"name"})
 )
 
