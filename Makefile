@@ -21,7 +21,8 @@ help: ## List the targets.
 
 .PHONY: build
 build: ## Build the controller binary into bin/.
-	$(GO) build -o $(BIN_DIR)/gamesession-controller ./cmd/gamesession-controller
+	$(GO) build -ldflags "-X github.com/example/gamesession-controller/cmd/gamesession-controller/app.Version=$(VERSION)" \
+	  -o $(BIN_DIR)/gamesession-controller ./cmd/gamesession-controller
 
 .PHONY: codegen
 codegen: ## Regenerate clientset, listers, informers, deepcopy and the CRD.

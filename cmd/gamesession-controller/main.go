@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -16,7 +17,12 @@ func main() {
 	opts := app.NewOptions()
 	klog.InitFlags(nil)
 	opts.AddFlags(flag.CommandLine)
+	printVersion := flag.Bool("version", false, "Print the version and exit.")
 	flag.Parse()
+	if *printVersion {
+		fmt.Println("gamesession-controller", app.Version)
+		return
+	}
 
 	// The first SIGTERM or SIGINT cancels the context: workers finish their
 	// current item and the process exits. A second one kills it at once.

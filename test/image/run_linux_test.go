@@ -56,6 +56,17 @@ func TestEntrypointHelp(t *testing.T) {
 			t.Errorf("--help does not list --%s:\n%s", flag, output)
 		}
 	}
+
+	// The binary knows the version the image's label names.
+	output, err = chrootCommand(ctx, rootfs, "--version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("/gamesession-controller --version: %v\n%s", err, output)
+	}
+	l := imageLayout(t)
+	label := l.images[hostPlatform()].config.Config.Labels["org.opencontainers.image.version"]
+	if got, want := strings.TrimSpace(string(output)), "gamesession-controller "+label; got != want {
+		t.Errorf("--version printed %q, want %q (the version label)", got, want)
+	}
 }
 
 // TestEntrypointRunsController runs the image's entrypoint as the image's

@@ -141,7 +141,7 @@ func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interf
 	sessions.SetSource(sessionInformer.Lister(), c.HasSynced)
 	defer sessions.SetSource(nil, nil)
 
-	logger.Info("Starting informers", "namespace", o.Namespace, "profileSelector", o.ProfileSelector)
+	logger.Info("Starting informers", "version", Version, "namespace", o.Namespace, "profileSelector", o.ProfileSelector)
 	sessionFactory.Start(ctx.Done())
 	profileFactory.Start(ctx.Done())
 	revisionFactory.Start(ctx.Done())

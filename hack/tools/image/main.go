@@ -34,9 +34,11 @@ const (
 	// the image has it: the first path Go's crypto/x509 tries on Linux.
 	caBundlePath = "/etc/ssl/certs/ca-certificates.crt"
 
-	// ldflags strip the symbol table and DWARF. cmd/gamesession-controller
-	// has no version variable to set with -X; add it here once it has one.
-	ldflags = "-s -w"
+	// ldflags strip the symbol table and DWARF; versionVar is stamped
+	// with the version label, so that --version and the start-up log say
+	// what the image says.
+	ldflags    = "-s -w"
+	versionVar = "github.com/example/gamesession-controller/cmd/gamesession-controller/app.Version"
 
 	// Names of the outputs under -out.
 	layoutDirName = "oci"
@@ -198,7 +200,7 @@ func (o *options) labels() map[string]string {
 func (o *options) platformImage(platform v1.Platform, binDir string, labels map[string]string) (v1.Image, error) {
 	start := time.Now()
 	binPath := filepath.Join(binDir, platform.Architecture, binaryName)
-	if err := goBuild(o.repo, platform.Architecture, binPath); err != nil {
+	if err := goBuild(o.repo, platform.Architecture, o.version, binPath); err != nil {
 		return nil, err
 	}
 	binary, err := os.ReadFile(binPath)
@@ -244,8 +246,8 @@ func (o *options) platformImage(platform v1.Platform, binDir string, labels map[
 
 // goBuild cross-compiles the controller: static (no cgo, for a base without
 // libc), -trimpath so that the build directory does not show in the binary.
-func goBuild(repo, goarch, dest string) error {
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags="+ldflags, "-o", dest, "./cmd/"+binaryName)
+func goBuild(repo, goarch, version, dest string) error {
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags="+ldflags+" -X "+versionVar+"="+version, "-o", dest, "./cmd/"+binaryName)
 	cmd.Dir = repo
 	// The baseline instruction sets, whatever `go env -w` set on this host:
 	// the image must run on any amd64 or arm64 node.
