@@ -342,6 +342,7 @@ func (c *Controller) handleErr(ctx context.Context, err error, key string) {
 		return
 	}
 	utilruntime.HandleErrorWithContext(ctx, err, "Dropping GameSession out of the queue", "gameSession", ref)
+	c.metrics.ObserveDropped(metrics.QueueSessions)
 	c.queue.Forget(key)
 }
 

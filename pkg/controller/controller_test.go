@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -35,6 +36,7 @@ import (
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 	gamesfake "github.com/example/gamesession-controller/pkg/generated/clientset/versioned/fake"
 	gameinformers "github.com/example/gamesession-controller/pkg/generated/informers/externalversions"
+	"github.com/example/gamesession-controller/pkg/metrics"
 )
 
 const (
@@ -1021,8 +1023,9 @@ func TestHandleErr(t *testing.T) {
 	tests := []struct {
 		name string
 		// errs are the sync results, in order; nil after the last.
-		errs      []error
-		wantSyncs int
+		errs        []error
+		wantSyncs   int
+		wantDropped float64
 	}{
 		{name: "success", wantSyncs: 1},
 		{name: "transient error", errs: []error{errors.New("boom"), errors.New("boom")}, wantSyncs: 3},
@@ -1035,9 +1038,10 @@ func TestHandleErr(t *testing.T) {
 		{
 			// After maxRetries retries the key is dropped: the first sync
 			// plus maxRetries retries, and no more.
-			name:      "persistent error",
-			errs:      slices.Repeat([]error{errors.New("boom")}, 100),
-			wantSyncs: maxRetries + 1,
+			name:        "persistent error",
+			errs:        slices.Repeat([]error{errors.New("boom")}, 100),
+			wantSyncs:   maxRetries + 1,
+			wantDropped: 1,
 		},
 	}
 	for _, tc := range tests {
@@ -1073,6 +1077,13 @@ func TestHandleErr(t *testing.T) {
 			// Forgotten either way: the next event starts a fresh backoff.
 			if n := f.c.queue.NumRequeues("arena/arena-1"); n != 0 {
 				t.Errorf("NumRequeues = %d after the last sync, want 0", n)
+			}
+			var dropped dto.Metric
+			if err := f.c.metrics.Dropped.WithLabelValues(metrics.QueueSessions).Write(&dropped); err != nil {
+				t.Fatal(err)
+			}
+			if got := dropped.GetCounter().GetValue(); got != tc.wantDropped {
+				t.Errorf("dropped_keys_total{queue=%q} = %v, want %v", metrics.QueueSessions, got, tc.wantDropped)
 			}
 		})
 	}

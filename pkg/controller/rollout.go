@@ -110,6 +110,7 @@ func (c *Controller) processNextProfile(ctx context.Context) bool {
 		return true
 	}
 	klog.FromContext(ctx).Error(err, "Dropping profile out of the queue", "profile", klog.KRef(ns, name))
+	c.metrics.ObserveDropped(metrics.QueueProfiles)
 	c.profileQueue.Forget(key)
 	return true
 }

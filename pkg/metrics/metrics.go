@@ -31,6 +31,14 @@ const (
 	SyncError = "error"
 )
 
+// The queues of gamesession_controller_dropped_keys_total.
+const (
+	// QueueSessions is the queue of GameSession keys.
+	QueueSessions = "gamesessions"
+	// QueueProfiles is the queue of profile keys (revisions and rollout plans).
+	QueueProfiles = "profiles"
+)
+
 // ControllerMetrics are the series one controller produces. Each controller
 // gets its own set, registered on the registry it is given, so two controllers
 // in one process (tests, embedders) never share counts. Only client-go's
@@ -38,6 +46,11 @@ const (
 type ControllerMetrics struct {
 	// Syncs counts GameSession syncs by result.
 	Syncs *prometheus.CounterVec
+	// Dropped counts keys a work queue gave up on after too many failed
+	// syncs in a row, by queue (QueueSessions, QueueProfiles). A dropped key
+	// waits for its object's next event or resync; until then nothing
+	// retries it, so an alert must see it.
+	Dropped *prometheus.CounterVec
 	// SyncDuration is the time one GameSession sync takes. An in-order
 	// session syncs from the caches alone in microseconds; the upper buckets
 	// are there for syncs that wait on the API server.
@@ -75,6 +88,11 @@ func NewControllerMetrics() *ControllerMetrics {
 			Name:      "syncs_total",
 			Help:      "GameSession syncs by result: success, conflict (stale cache, retried) or error.",
 		}, []string{"result"}),
+		Dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace,
+			Name:      "dropped_keys_total",
+			Help:      "Keys dropped from a work queue after repeated sync failures, by queue: they are retried only at their next event or resync.",
+		}, []string{"queue"}),
 		SyncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: Namespace,
 			Name:      "sync_duration_seconds",
@@ -108,12 +126,15 @@ func NewControllerMetrics() *ControllerMetrics {
 	for _, result := range []string{SyncSuccess, SyncConflict, SyncError} {
 		m.Syncs.WithLabelValues(result)
 	}
+	for _, queue := range []string{QueueSessions, QueueProfiles} {
+		m.Dropped.WithLabelValues(queue)
+	}
 	return m
 }
 
 // Collectors returns the series, for a registry to register.
 func (m *ControllerMetrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.Syncs, m.SyncDuration, m.ProfileFanOut,
+	return []prometheus.Collector{m.Syncs, m.Dropped, m.SyncDuration, m.ProfileFanOut,
 		m.RolloutSessions, m.RolloutHalted, m.RolloutPaused}
 }
 
@@ -157,6 +178,12 @@ func boolGauge(b bool) float64 {
 func (m *ControllerMetrics) ObserveSync(result string, d time.Duration) {
 	m.Syncs.WithLabelValues(result).Inc()
 	m.SyncDuration.Observe(d.Seconds())
+}
+
+// ObserveDropped records that queue (QueueSessions or QueueProfiles) gave up
+// on a key.
+func (m *ControllerMetrics) ObserveDropped(queue string) {
+	m.Dropped.WithLabelValues(queue).Inc()
 }
 
 // ObserveFanOut records how many sessions one profile change enqueued.
