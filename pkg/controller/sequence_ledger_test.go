@@ -97,7 +97,9 @@ func (w *world) isMove(after *appsv1.Deployment) bool {
 
 // heldForRevision reports whether the sync of a session key, about to run,
 // finds that its Deployment does not run its profile's current revision,
-// and that the revision cache lacks that revision: the sync then writes at
+// and that the revision cache lacks that revision, or shows one the
+// controller deleted in the last mountGuard (which it will not mount before
+// it has created it again): the sync then writes at
 // most the session's spec, keeping the revision the Deployment runs, and the
 // revision's arrival queues the session again.
 func (w *world) heldForRevision(key string) bool {
@@ -115,7 +117,13 @@ func (w *world) heldForRevision(key string) bool {
 		return false // blocked: the sync does not get as far as the revision
 	}
 	hash := ProfileHash(p)
-	return !mountsRevision(d, p.Name, hash) && w.caches[revisionsResource].revision(worldRevisionName(p.Name, hash)) == nil
+	if mountsRevision(d, p.Name, hash) {
+		return false
+	}
+	revision := worldRevisionName(p.Name, hash)
+	deleted, lately := w.deletedLately[revision]
+	return w.caches[revisionsResource].revision(revision) == nil ||
+		(lately && w.clock.Since(deleted) < mountGuard)
 }
 
 // lapseCredits is told of each sync that succeeded without writing the

@@ -244,6 +244,11 @@ type world struct {
 	revisionDeletions map[string]revisionDeletion
 	lastWriter        map[string]author
 	races             int
+	// deletedLately holds, by name, when the controller last saw a delete
+	// of a revision succeed (or find it gone) and no create of it since:
+	// for mountGuard it does not mount that revision, though its cache may
+	// still show it. A restarted controller starts without it.
+	deletedLately map[string]time.Time
 
 	// Write accounting (see sequence_ledger_test.go).
 	credits map[string]int
@@ -277,6 +282,7 @@ func newWorld(seed uint64) *world {
 		everRevision:      map[string]bool{},
 		revisionDeletions: map[string]revisionDeletion{},
 		lastWriter:        map[string]author{},
+		deletedLately:     map[string]time.Time{},
 
 		bursts:     map[string]*profileBurst{},
 		nonOwned:   map[types.UID]nonOwnedFields{},
@@ -327,6 +333,7 @@ func (w *world) startController() {
 	} else {
 		w.creditRestart()
 		w.stopController()
+		clear(w.deletedLately)
 	}
 	logger := funcr.New(func(prefix, args string) { w.logf("    log %s%s", prefix, args) },
 		funcr.Options{Verbosity: *sequenceVerbosity})

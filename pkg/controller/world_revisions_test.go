@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -100,6 +101,7 @@ func (w *world) createRevision(a core.CreateAction) (bool, runtime.Object, error
 		w.logf("    (answered: injected %s)", f)
 		return true, nil, injectedError(f, revisionsResource, cm.Name)
 	}
+	delete(w.deletedLately, cm.Name)
 	return true, created, nil
 }
 
@@ -130,6 +132,9 @@ func (w *world) deleteRevision(a core.DeleteAction) (bool, runtime.Object, error
 	conditions := fmt.Sprintf("uid %s, rv %s", ptr.Deref(uid, ""), ptr.Deref(rv, ""))
 	if err := w.server.deleteIf(byController, revisionsResource, name, uid, rv); err != nil {
 		w.logf("  → DELETE revision %s (%s): %v", name, conditions, err)
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			w.deletedLately[name] = w.clock.Now() // the controller takes it as gone
+		}
 		return true, nil, err
 	}
 	w.logf("  → DELETE revision %s (%s): deleted", name, conditions)
@@ -138,6 +143,7 @@ func (w *world) deleteRevision(a core.DeleteAction) (bool, runtime.Object, error
 		w.logf("    (answered: injected %s)", f)
 		return true, nil, injectedError(f, revisionsResource, name)
 	}
+	w.deletedLately[name] = w.clock.Now()
 	return true, nil, nil
 }
 
