@@ -93,15 +93,7 @@ func runAsChartServiceAccount(t *testing.T, namespace, sessionNamespace string, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	session := &gamesv1.GameSession{
-		ObjectMeta: metav1.ObjectMeta{Name: "arena-1"},
-		Spec: gamesv1.GameSessionSpec{
-			ProfileRef: profile.Name,
-			Image:      "registry.example.com/arena-server:1.0.0",
-			Replicas:   ptr.To[int32](1),
-			Ports:      []gamesv1.GameServerPort{{Name: "game", ContainerPort: 7777}},
-		},
-	}
+	session := testutil.GameSession("arena-1", profile.Name)
 	if _, err := games.GamesV1().GameSessions(sessionNamespace).Create(ctx, session, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 
 	"github.com/example/gamesession-controller/internal/controlplane"
 	"github.com/example/gamesession-controller/internal/manifests"
@@ -120,15 +119,7 @@ func TestEntrypointRunsController(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = games.GamesV1().GameSessions(ns).Create(ctx, &gamesv1.GameSession{
-		ObjectMeta: metav1.ObjectMeta{Name: "arena"},
-		Spec: gamesv1.GameSessionSpec{
-			ProfileRef: profile.Name,
-			Image:      "registry.example.com/arena-server:1.0.0",
-			Replicas:   ptr.To[int32](1),
-			Ports:      []gamesv1.GameServerPort{{Name: "game", ContainerPort: 7777}},
-		},
-	}, metav1.CreateOptions{})
+	_, err = games.GamesV1().GameSessions(ns).Create(ctx, testutil.GameSession("arena", profile.Name), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

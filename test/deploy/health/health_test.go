@@ -33,6 +33,7 @@ import (
 	"github.com/example/gamesession-controller/cmd/gamesession-controller/app"
 	"github.com/example/gamesession-controller/internal/controlplane"
 	"github.com/example/gamesession-controller/internal/manifests"
+	"github.com/example/gamesession-controller/internal/testutil"
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 	clientset "github.com/example/gamesession-controller/pkg/generated/clientset/versioned"
 	"github.com/example/gamesession-controller/pkg/rollout"
@@ -329,16 +330,7 @@ func (h *harness) updateProfileData(name string, data map[string]string) {
 }
 
 func (h *harness) createSession(name, profile string) {
-	s := &gamesv1.GameSession{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: gamesv1.GameSessionSpec{
-			ProfileRef: profile,
-			Image:      "registry.example.com/arena-server:1.0.0",
-			Replicas:   ptr.To[int32](1),
-			Ports:      []gamesv1.GameServerPort{{Name: "game", ContainerPort: 7777}},
-		},
-	}
-	if _, err := h.game.GamesV1().GameSessions(h.ns).Create(h.ctx, s, metav1.CreateOptions{}); err != nil {
+	if _, err := h.game.GamesV1().GameSessions(h.ns).Create(h.ctx, testutil.GameSession(name, profile), metav1.CreateOptions{}); err != nil {
 		h.t.Fatalf("create GameSession %s: %v", name, err)
 	}
 }
