@@ -75,7 +75,7 @@ func run(ctx context.Context, opts *app.Options, nodes int) error {
 		return err
 	}
 	cfg := cp.RESTConfig()
-	if err := manifests.InstallCRDs(ctx, cfg, filepath.Join(root, "artifacts/crd/games.example.com_gamesessions.yaml")); err != nil {
+	if err := manifests.InstallCRDs(ctx, cfg, manifests.CRDPaths(root)...); err != nil {
 		return err
 	}
 	applier, err := manifests.NewApplier(cfg)

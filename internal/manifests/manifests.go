@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -22,6 +23,22 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 )
+
+// CRDFiles are the project's CustomResourceDefinitions, relative to the
+// repository root, in the order they are installed.
+var CRDFiles = []string{
+	"artifacts/crd/games.example.com_gamesessions.yaml",
+	"artifacts/crd/games.example.com_profilerollouts.yaml",
+}
+
+// CRDPaths returns CRDFiles under root, the repository's root directory.
+func CRDPaths(root string) []string {
+	paths := make([]string, len(CRDFiles))
+	for i, f := range CRDFiles {
+		paths[i] = filepath.Join(root, f)
+	}
+	return paths
+}
 
 // FieldManager is the server-side apply field manager of applied manifests.
 const FieldManager = "gamesession-manifests"

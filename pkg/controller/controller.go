@@ -9,7 +9,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	appsinformers "k8s.io/client-go/informers/apps/v1"
@@ -26,6 +25,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
+	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 	clientset "github.com/example/gamesession-controller/pkg/generated/clientset/versioned"
 	gamesscheme "github.com/example/gamesession-controller/pkg/generated/clientset/versioned/scheme"
 	gamesinformers "github.com/example/gamesession-controller/pkg/generated/informers/externalversions/games/v1"
@@ -45,12 +45,6 @@ func init() {
 // Name is the controller's name: its work queue, field manager, event source
 // and the value of the managed-by label on its Deployments.
 const Name = "gamesession-controller"
-
-// maxRetries is how often a session is retried before it is dropped from the
-// queue. With the default per-item backoff of 5ms*2^n, 15 retries span
-// 5ms, 10ms, ... 82s, about 2.7 minutes in all. A dropped session is picked up
-// again by its next event or the next resync.
-const maxRetries = 15
 
 // Options tune a Controller.
 type Options struct {
@@ -83,7 +77,52 @@ type Options struct {
 	RevisionHistoryLimit int
 }
 
-// Controller reconciles GameSessions into Deployments.
+// Informers are the informers a Controller reads. Each must come from a
+// factory with the filter its field names: the controller relies on the
+// filters, not on checks of its own, to keep the cluster's other objects out
+// of its caches. Named fields, because two of them have the same type.
+type Informers struct {
+	// Sessions: every GameSession.
+	Sessions gamesinformers.GameSessionInformer
+	// Rollouts: every ProfileRollout. The controller creates them, one per
+	// profile, and reads in them what a rollout remembers.
+	Rollouts gamesinformers.ProfileRolloutInformer
+	// Profiles: ConfigMaps matching the profile label selector.
+	Profiles coreinformers.ConfigMapInformer
+	// Revisions: ConfigMaps matching RevisionSelector. The controller reads
+	// which revisions exist, never what they hold, so a transform may drop
+	// their data.
+	Revisions coreinformers.ConfigMapInformer
+	// Deployments: matching ManagedDeploymentSelector.
+	Deployments appsinformers.DeploymentInformer
+	// ReplicaSets: matching ManagedDeploymentSelector too (a ReplicaSet
+	// carries its Deployment's pod template labels), slimmed by
+	// SlimReplicaSet. They say which revisions the pods of old ReplicaSets
+	// still mount.
+	ReplicaSets appsinformers.ReplicaSetInformer
+}
+
+// Controller reconciles GameSessions into Deployments, and profiles into
+// revisions and rollouts.
+//
+// What it keeps beside the informers, why, and what a restart loses:
+//   - profileHashes: the hash of each profile version, so a fan-out hashes a
+//     profile once, not once per session. A restart loses nothing.
+//   - fanOut: the profile-change delay and which sessions a fan-out queued
+//     (fanout.go). A restart loses the delay and the Deployments-first order
+//     of a fan-out in flight, never a write.
+//   - expectations: the Deployment generation each session's last write
+//     produced, by UID (expectations.go), so a sync does not patch again
+//     before the cache shows it. A restart costs at most one idle patch.
+//   - revisions: revisions created, deleted and newly mounted that the
+//     caches do not show yet, by UID and generation (revision.go), so a
+//     revision is neither deleted under a Deployment just moved to it nor
+//     mounted just after its delete. A restarted controller's caches start
+//     in sync and need none of it.
+//   - plans: the latest rollout plan of each profile (profilesync.go), what
+//     session syncs read to know whose turn it is. A plan is computed from
+//     the caches and the profile's ProfileRollout, where what a rollout must
+//     remember (halt, stable revision) lives: a restart recomputes it.
 type Controller struct {
 	kubeClient kubernetes.Interface
 	gameClient clientset.Interface
@@ -91,32 +130,35 @@ type Controller struct {
 
 	sessionLister     gameslisters.GameSessionLister
 	sessionIndexer    cache.Indexer
+	rolloutLister     gameslisters.ProfileRolloutLister
 	profileLister     corelisters.ConfigMapLister
 	revisionLister    corelisters.ConfigMapLister
 	revisionIndexer   cache.Indexer
 	deploymentLister  appslisters.DeploymentLister
 	deploymentIndexer cache.Indexer
+	replicaSetIndexer cache.Indexer
 	cachesSynced      []cache.InformerSynced
 
 	// queue holds GameSession keys; profileQueue profile keys, for the
-	// profile sync (revisions and rollout plans, see rollout.go).
+	// profile sync (revisions and rollouts, see profilesync.go).
 	queue            workqueue.TypedRateLimitingInterface[string]
 	profileQueue     workqueue.TypedRateLimitingInterface[string]
 	eventBroadcaster record.EventBroadcaster
 	recorder         record.EventRecorder
 	metrics          *metrics.ControllerMetrics
+	clock            clock.PassiveClock
 
 	profileHashes   *profileHashCache
 	profileSelector string
 	fanOut          *profileFanOut
 	expectations    *writeExpectations
+	revisions       *revisionExpectations
 
 	plans                *profilePlans
-	mounts               *recentMounts
 	rolloutDefaults      rollout.Policy
 	revisionHistoryLimit int
 
-	// workersRunning counts live workers, for the health check.
+	// workersRunning counts live session workers, for the health check.
 	workersRunning atomic.Int32
 
 	// syncHandler and enqueueSession are fields so tests can replace them.
@@ -124,23 +166,16 @@ type Controller struct {
 	enqueueSession func(obj interface{})
 }
 
-// NewController returns a Controller fed by the given informers. The profile
-// informer must come from a factory filtered by the profile label selector,
-// the revision informer (ConfigMaps too) from one filtered by
-// RevisionSelector, and the Deployment informer from one filtered by
-// ManagedDeploymentSelector: the controller relies on the filters, not on
-// checks of its own, to keep the cluster's other objects out of its caches.
+// NewController returns a Controller fed by the given informers (see
+// Informers for the filter each must have).
 //
-// It registers its index and event handlers, so it must be called before the
-// informers start.
+// It registers its indexes and event handlers, so it must be called before
+// the informers start.
 func NewController(
 	ctx context.Context,
 	kubeClient kubernetes.Interface,
 	gameClient clientset.Interface,
-	sessionInformer gamesinformers.GameSessionInformer,
-	profileInformer coreinformers.ConfigMapInformer,
-	revisionInformer coreinformers.ConfigMapInformer,
-	deploymentInformer appsinformers.DeploymentInformer,
+	informers Informers,
 	opts Options,
 ) (*Controller, error) {
 	logger := klog.FromContext(ctx)
@@ -159,18 +194,22 @@ func NewController(
 		kubeClient:        kubeClient,
 		gameClient:        gameClient,
 		logger:            logger,
-		sessionLister:     sessionInformer.Lister(),
-		sessionIndexer:    sessionInformer.Informer().GetIndexer(),
-		profileLister:     profileInformer.Lister(),
-		revisionLister:    revisionInformer.Lister(),
-		revisionIndexer:   revisionInformer.Informer().GetIndexer(),
-		deploymentLister:  deploymentInformer.Lister(),
-		deploymentIndexer: deploymentInformer.Informer().GetIndexer(),
+		sessionLister:     informers.Sessions.Lister(),
+		sessionIndexer:    informers.Sessions.Informer().GetIndexer(),
+		rolloutLister:     informers.Rollouts.Lister(),
+		profileLister:     informers.Profiles.Lister(),
+		revisionLister:    informers.Revisions.Lister(),
+		revisionIndexer:   informers.Revisions.Informer().GetIndexer(),
+		deploymentLister:  informers.Deployments.Lister(),
+		deploymentIndexer: informers.Deployments.Informer().GetIndexer(),
+		replicaSetIndexer: informers.ReplicaSets.Informer().GetIndexer(),
 		cachesSynced: []cache.InformerSynced{
-			sessionInformer.Informer().HasSynced,
-			profileInformer.Informer().HasSynced,
-			revisionInformer.Informer().HasSynced,
-			deploymentInformer.Informer().HasSynced,
+			informers.Sessions.Informer().HasSynced,
+			informers.Rollouts.Informer().HasSynced,
+			informers.Profiles.Informer().HasSynced,
+			informers.Revisions.Informer().HasSynced,
+			informers.Deployments.Informer().HasSynced,
+			informers.ReplicaSets.Informer().HasSynced,
 		},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
@@ -183,11 +222,12 @@ func NewController(
 		eventBroadcaster:     broadcaster,
 		recorder:             broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Name}),
 		metrics:              opts.Metrics,
+		clock:                opts.Clock,
 		profileHashes:        newProfileHashCache(),
 		profileSelector:      opts.ProfileSelector,
 		expectations:         newWriteExpectations(opts.Clock),
+		revisions:            newRevisionExpectations(opts.Clock),
 		plans:                newProfilePlans(),
-		mounts:               newRecentMounts(opts.Clock),
 		rolloutDefaults:      *opts.RolloutDefaults,
 		revisionHistoryLimit: opts.RevisionHistoryLimit,
 	}
@@ -197,54 +237,90 @@ func NewController(
 	c.syncHandler = c.syncGameSession
 	c.enqueueSession = c.enqueue
 
-	// The index must exist before the informer runs: ConfigMap events can
-	// arrive as soon as the informers start, and a lookup on a missing index
-	// would lose them.
-	if err := sessionInformer.Informer().AddIndexers(cache.Indexers{profileRefIndex: profileRefIndexFunc}); err != nil {
-		return nil, fmt.Errorf("adding the %s index to the GameSession informer: %w", profileRefIndex, err)
-	}
-	if err := revisionInformer.Informer().AddIndexers(cache.Indexers{revisionOfIndex: revisionOfIndexFunc}); err != nil {
-		return nil, fmt.Errorf("adding the %s index to the revision informer: %w", revisionOfIndex, err)
-	}
-	if err := deploymentInformer.Informer().AddIndexers(cache.Indexers{mountedRevisionIndex: mountedRevisionIndexFunc}); err != nil {
-		return nil, fmt.Errorf("adding the %s index to the Deployment informer: %w", mountedRevisionIndex, err)
+	// The indexes must exist before the informers run: events can arrive as
+	// soon as they start, and a lookup on a missing index would lose them.
+	for _, ix := range []struct {
+		informer cache.SharedIndexInformer
+		name     string
+		index    cache.IndexFunc
+	}{
+		{informers.Sessions.Informer(), profileRefIndex, profileRefIndexFunc},
+		{informers.Revisions.Informer(), revisionOfIndex, revisionOfIndexFunc},
+		{informers.Deployments.Informer(), mountedRevisionIndex, deploymentMountIndexFunc},
+		{informers.ReplicaSets.Informer(), mountedRevisionIndex, replicaSetMountIndexFunc},
+	} {
+		if err := ix.informer.AddIndexers(cache.Indexers{ix.name: ix.index}); err != nil {
+			return nil, fmt.Errorf("adding the %s index: %w", ix.name, err)
+		}
 	}
 
 	logger.Info("Setting up event handlers")
-	if _, err := sessionInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj interface{}) { c.enqueueSession(obj) },
-		UpdateFunc: func(_, newObj interface{}) {
-			// Resyncs land here too (same object twice); a resync is the
-			// safety net that re-checks every session, so it is not filtered.
-			c.enqueueSession(newObj)
-		},
-		// Nothing to clean up (the garbage collector removes the Deployment),
-		// but the sync of a deleted key ends any per-session state.
-		DeleteFunc: func(obj interface{}) { c.enqueueSession(obj) },
-	}); err != nil {
-		return nil, err
-	}
-	if _, err := profileInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.addProfile,
-		UpdateFunc: c.updateProfile,
-		DeleteFunc: c.deleteProfile,
-	}); err != nil {
-		return nil, err
-	}
-	if _, err := revisionInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.addRevision,
-		DeleteFunc: c.deleteRevision,
-	}); err != nil {
-		return nil, err
-	}
-	if _, err := deploymentInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.addDeployment,
-		UpdateFunc: c.updateDeployment,
-		DeleteFunc: c.deleteDeployment,
-	}); err != nil {
-		return nil, err
+	h := c.eventHandlers()
+	for _, reg := range []struct {
+		informer cache.SharedIndexInformer
+		handlers cache.ResourceEventHandlerFuncs
+	}{
+		{informers.Sessions.Informer(), h.sessions},
+		{informers.Rollouts.Informer(), h.rollouts},
+		{informers.Profiles.Informer(), h.profiles},
+		{informers.Revisions.Informer(), h.revisions},
+		{informers.Deployments.Informer(), h.deployments},
+		{informers.ReplicaSets.Informer(), h.replicaSets},
+	} {
+		if _, err := reg.informer.AddEventHandler(reg.handlers); err != nil {
+			return nil, err
+		}
 	}
 	return c, nil
+}
+
+// eventHandlers are the controller's informer event handlers, one set per
+// informer: NewController registers them, and the sequence harness
+// (sequence_test.go) delivers its events to the same ones.
+type eventHandlers struct {
+	sessions, rollouts, profiles, revisions, deployments, replicaSets cache.ResourceEventHandlerFuncs
+}
+
+func (c *Controller) eventHandlers() eventHandlers {
+	return eventHandlers{
+		sessions: cache.ResourceEventHandlerFuncs{
+			AddFunc: func(obj interface{}) { c.enqueueSession(obj) },
+			// Resyncs land here too (same object twice); a resync is the
+			// safety net that re-checks every session, so it is not filtered.
+			UpdateFunc: func(_, newObj interface{}) { c.enqueueSession(newObj) },
+			// Nothing to clean up (the garbage collector removes the
+			// Deployment), but the sync of a deleted key ends any
+			// per-session state.
+			DeleteFunc: func(obj interface{}) { c.enqueueSession(obj) },
+		},
+		// The profile sync is the ProfileRollout's only writer and reads it
+		// from the cache; a change by anyone else (a delete, say) needs a
+		// sync to be written again.
+		rollouts: cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.enqueueProfileOfRollout,
+			UpdateFunc: func(_, obj interface{}) { c.enqueueProfileOfRollout(obj) },
+			DeleteFunc: c.enqueueProfileOfRollout,
+		},
+		profiles: cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.addProfile,
+			UpdateFunc: c.updateProfile,
+			DeleteFunc: c.deleteProfile,
+		},
+		revisions: cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.addRevision,
+			UpdateFunc: c.updateRevision,
+			DeleteFunc: c.deleteRevision,
+		},
+		deployments: cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.addDeployment,
+			UpdateFunc: c.updateDeployment,
+			DeleteFunc: c.deleteDeployment,
+		},
+		replicaSets: cache.ResourceEventHandlerFuncs{
+			UpdateFunc: c.updateReplicaSet,
+			DeleteFunc: c.deleteReplicaSet,
+		},
+	}
 }
 
 // Run waits for the caches, runs workers until ctx is cancelled, then shuts the
@@ -269,12 +345,14 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	// One profile worker: profile syncs are few (one per profile change,
 	// and at most one per planInterval during a rollout), and one at a time
 	// they never race each other on a profile's revisions.
-	wg.Go(func() { wait.UntilWithContext(ctx, c.runProfileWorker, time.Second) })
+	profiles := c.profileWorker()
+	wg.Go(func() { wait.UntilWithContext(ctx, profiles.run, time.Second) })
+	sessions := c.sessionWorker()
 	for range workers {
 		wg.Go(func() {
 			c.workersRunning.Add(1)
 			defer c.workersRunning.Add(-1)
-			wait.UntilWithContext(ctx, c.runWorker, time.Second)
+			wait.UntilWithContext(ctx, sessions.run, time.Second)
 		})
 	}
 	logger.Info("Started workers", "workers", workers)
@@ -302,48 +380,15 @@ func (c *Controller) HasSynced() bool {
 	return true
 }
 
-func (c *Controller) runWorker(ctx context.Context) {
-	for c.processNextWorkItem(ctx) {
-	}
-}
-
+// processNextWorkItem syncs the next GameSession key (tests call it step by
+// step).
 func (c *Controller) processNextWorkItem(ctx context.Context) bool {
-	key, shutdown := c.queue.Get()
-	if shutdown {
-		return false
-	}
-	// Done tells the queue the key may be handed out again; until then a
-	// re-add is parked, so two workers never sync the same session at once.
-	defer c.queue.Done(key)
-
-	err := c.instrumentedSync(ctx, key)
-	c.handleErr(ctx, err, key)
-	return true
+	return c.sessionWorker().processNext(ctx)
 }
 
-func (c *Controller) handleErr(ctx context.Context, err error, key string) {
-	if err == nil {
-		c.queue.Forget(key)
-		return
-	}
-	logger := klog.FromContext(ctx)
-	ns, name, _ := cache.SplitMetaNamespaceKey(key)
-	ref := klog.KRef(ns, name)
-	if apierrors.IsConflict(err) {
-		// Our cached copy was stale; the watch event with the fresh one is on
-		// its way. Normal under load, so retry quietly.
-		logger.V(4).Info("Conflict syncing GameSession, retrying", "gameSession", ref, "err", err)
-		c.queue.AddRateLimited(key)
-		return
-	}
-	if c.queue.NumRequeues(key) < maxRetries {
-		logger.Info("Error syncing GameSession, retrying", "gameSession", ref, "err", err)
-		c.queue.AddRateLimited(key)
-		return
-	}
-	utilruntime.HandleErrorWithContext(ctx, err, "Dropping GameSession out of the queue", "gameSession", ref)
-	c.metrics.ObserveDropped(metrics.QueueSessions)
-	c.queue.Forget(key)
+// processNextProfile syncs the next profile key.
+func (c *Controller) processNextProfile(ctx context.Context) bool {
+	return c.profileWorker().processNext(ctx)
 }
 
 func (c *Controller) enqueue(obj interface{}) {
@@ -367,40 +412,39 @@ func (c *Controller) addProfile(obj interface{}) {
 func (c *Controller) updateProfile(oldObj, newObj interface{}) {
 	oldProfile, newProfile := oldObj.(*corev1.ConfigMap), newObj.(*corev1.ConfigMap)
 	key := profileKey(newProfile.Namespace, newProfile.Name)
-	if oldProfile.ResourceVersion != newProfile.ResourceVersion {
-		// A new revision, or a new rollout policy: the profile sync sees to both.
-		c.enqueueProfile(key)
-	}
+	// A new revision or a new rollout policy, or a resync: the profile sync
+	// sees to the first two, and a resync plans every profile again, so
+	// that no missed event can wedge a rollout. One sync per profile.
+	c.enqueueProfile(key)
 	// Only data reach the pods. Resyncs and label or annotation edits would
 	// otherwise re-sync every session of the profile for nothing.
-	if profileDataEqual(oldProfile, newProfile) {
+	if oldProfile.ResourceVersion == newProfile.ResourceVersion || profileDataEqual(oldProfile, newProfile) {
 		return
 	}
-	ready := c.revisionCached(newProfile.Namespace, newProfile.Name, c.profileHashes.hash(newProfile))
+	hash := c.profileHashes.hash(newProfile)
+	ready := c.revisionAvailable(newProfile.Namespace, newProfile.Name, hash)
 	sessions, started := c.fanOut.profileChanged(key, ready)
 	if !started {
 		return // joined the rollout scheduled by an edit moments ago
 	}
 	c.metrics.ObserveFanOut(sessions)
-	if sessions > 0 {
-		// `kubectl describe configmap` then answers "what did my edit do?".
-		c.recorder.Eventf(newProfile, corev1.EventTypeNormal, EventReasonProfileFanOut,
-			MessageProfileFanOut, c.profileHashes.hash(newProfile), sessions)
+	if sessions == 0 {
+		return
+	}
+	// `kubectl describe configmap` then answers "what did my edit do?".
+	policy, err := c.policyOf(newProfile)
+	switch {
+	case err == nil && policy.Unpaced():
+		c.recorder.Eventf(newProfile, corev1.EventTypeNormal, EventReasonProfileFanOut, MessageProfileFanOut, hash, sessions)
+	default:
+		c.recorder.Eventf(newProfile, corev1.EventTypeNormal, EventReasonProfileFanOut, MessageProfileFanOutPaced, hash, sessions, policy)
 	}
 }
 
 func (c *Controller) deleteProfile(obj interface{}) {
-	profile, ok := obj.(*corev1.ConfigMap)
+	profile, ok := unwrap[*corev1.ConfigMap](c.logger, obj, "profile")
 	if !ok {
-		tombstone, ok := obj.(cache.DeletedFinalStateUnknown)
-		if !ok {
-			c.logger.Error(nil, "Profile delete handler got an unexpected object", "type", fmt.Sprintf("%T", obj))
-			return
-		}
-		if profile, ok = tombstone.Obj.(*corev1.ConfigMap); !ok {
-			c.logger.Error(nil, "Profile tombstone holds an unexpected object", "type", fmt.Sprintf("%T", tombstone.Obj))
-			return
-		}
+		return
 	}
 	key := profileKey(profile.Namespace, profile.Name)
 	c.profileHashes.forget(profile.UID)
@@ -409,12 +453,26 @@ func (c *Controller) deleteProfile(obj interface{}) {
 	c.enqueueSessionsOf(key)
 }
 
+// unwrap returns the object of a delete event, out of the tombstone the
+// informer hands over when it missed the delete itself.
+func unwrap[T any](logger klog.Logger, obj interface{}, what string) (T, bool) {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	t, ok := obj.(T)
+	if !ok {
+		logger.Error(nil, "Delete handler got an unexpected object", "informer", what, "type", fmt.Sprintf("%T", obj))
+	}
+	return t, ok
+}
+
 // addRevision hears of a revision in the cache. If it is the revision of its
 // profile's current content, the fan-out of the change that made it can go
 // on (see profileFanOut.profileChanged). Revisions listed at start-up come
 // this way too; their sessions are queued at start-up anyway.
 func (c *Controller) addRevision(obj interface{}) {
 	revision := obj.(*corev1.ConfigMap)
+	c.revisions.observed(revision)
 	if !isRevision(revision) {
 		return
 	}
@@ -426,15 +484,40 @@ func (c *Controller) addRevision(obj interface{}) {
 	}
 }
 
+// updateRevision hears of a resync (revisions are immutable, but their
+// labels are not): it queues the revision's profile, so that revisions of a
+// deleted profile are looked at again now and then.
+func (c *Controller) updateRevision(_, newObj interface{}) {
+	revision := newObj.(*corev1.ConfigMap)
+	c.revisions.observed(revision)
+	if isRevision(revision) {
+		c.enqueueProfile(profileKey(revision.Namespace, revision.Annotations[RevisionOfAnnotation]))
+	}
+}
+
 // deleteRevision hears of a deleted revision: if it was the current one (a
 // user deleted it), the profile sync creates it again.
 func (c *Controller) deleteRevision(obj interface{}) {
-	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tombstone.Obj
+	revision, ok := unwrap[*corev1.ConfigMap](c.logger, obj, "revision")
+	if !ok {
+		return
 	}
-	if revision, ok := obj.(*corev1.ConfigMap); ok && isRevision(revision) {
+	c.revisions.gone(revision)
+	if isRevision(revision) {
 		c.enqueueProfile(profileKey(revision.Namespace, revision.Annotations[RevisionOfAnnotation]))
 	}
+}
+
+// enqueueProfileOfRollout queues the profile of a ProfileRollout, which is
+// named like it.
+func (c *Controller) enqueueProfileOfRollout(obj interface{}) {
+	r, ok := unwrap[*gamesv1.ProfileRollout](c.logger, obj, "rollout")
+	if !ok {
+		return
+	}
+	// After a delay: its own writes come back this way, and each is worth
+	// at most one plan.
+	c.profileQueue.AddAfter(profileKey(r.Namespace, r.Name), planInterval)
 }
 
 // sessionKeysOf returns the keys of the GameSessions that reference the
@@ -457,7 +540,9 @@ func (c *Controller) enqueueSessionsOf(profileKey string) {
 }
 
 func (c *Controller) addDeployment(obj interface{}) {
-	c.enqueueOwner(obj.(*appsv1.Deployment))
+	d := obj.(*appsv1.Deployment)
+	c.revisions.deploymentObserved(d)
+	c.enqueueOwner(d)
 }
 
 func (c *Controller) updateDeployment(oldObj, newObj interface{}) {
@@ -465,44 +550,55 @@ func (c *Controller) updateDeployment(oldObj, newObj interface{}) {
 	if oldDeployment.ResourceVersion == newDeployment.ResourceVersion {
 		return // a resync; the session's own resync covers it
 	}
+	c.revisions.deploymentObserved(newDeployment)
 	c.enqueueOwner(newDeployment)
-	if mountedRevision(oldDeployment) != mountedRevision(newDeployment) {
-		c.enqueueProfileOfRevision(oldDeployment)
+	if old := mountedRevision(&oldDeployment.Spec.Template); old != mountedRevision(&newDeployment.Spec.Template) {
+		c.enqueueProfileOfRevision(oldDeployment.Namespace, old)
 	}
 }
 
 // deleteDeployment also sees a Deployment that lost the managed-by label:
 // it left the label-filtered cache, which the informer reports as a delete.
 func (c *Controller) deleteDeployment(obj interface{}) {
-	deployment, ok := obj.(*appsv1.Deployment)
+	deployment, ok := unwrap[*appsv1.Deployment](c.logger, obj, "deployment")
 	if !ok {
-		tombstone, ok := obj.(cache.DeletedFinalStateUnknown)
-		if !ok {
-			c.logger.Error(nil, "Deployment delete handler got an unexpected object", "type", fmt.Sprintf("%T", obj))
-			return
-		}
-		if deployment, ok = tombstone.Obj.(*appsv1.Deployment); !ok {
-			c.logger.Error(nil, "Deployment tombstone holds an unexpected object", "type", fmt.Sprintf("%T", tombstone.Obj))
-			return
-		}
+		return
 	}
+	c.revisions.deploymentGone(deployment)
 	c.enqueueOwner(deployment)
-	c.enqueueProfileOfRevision(deployment)
+	c.enqueueProfileOfRevision(deployment.Namespace, mountedRevision(&deployment.Spec.Template))
+}
+
+// updateReplicaSet hears of a ReplicaSet whose pods may have stopped
+// mounting its revision (it was scaled down to zero): the revision may have
+// become stale.
+func (c *Controller) updateReplicaSet(oldObj, newObj interface{}) {
+	oldRS, newRS := oldObj.(*appsv1.ReplicaSet), newObj.(*appsv1.ReplicaSet)
+	if replicaSetMounts(oldRS) && !replicaSetMounts(newRS) {
+		c.enqueueProfileOfRevision(newRS.Namespace, mountedRevision(&newRS.Spec.Template))
+	}
+}
+
+func (c *Controller) deleteReplicaSet(obj interface{}) {
+	rs, ok := unwrap[*appsv1.ReplicaSet](c.logger, obj, "replicaset")
+	if !ok {
+		return
+	}
+	c.enqueueProfileOfRevision(rs.Namespace, mountedRevision(&rs.Spec.Template))
 }
 
 // enqueueProfileOfRevision asks for a profile sync of the profile whose
-// revision the Deployment mounted: it may have become stale, and nothing
-// else would look at it again.
-func (c *Controller) enqueueProfileOfRevision(d *appsv1.Deployment) {
-	name := mountedRevision(d)
+// revision a Deployment or ReplicaSet mounted: it may have become stale,
+// and nothing else would look at it again.
+func (c *Controller) enqueueProfileOfRevision(namespace, name string) {
 	if name == "" {
 		return
 	}
-	r, err := c.revisionLister.ConfigMaps(d.Namespace).Get(name)
+	r, err := c.revisionLister.ConfigMaps(namespace).Get(name)
 	if err != nil || !isRevision(r) {
 		return
 	}
-	c.profileQueue.AddAfter(profileKey(d.Namespace, r.Annotations[RevisionOfAnnotation]), planInterval)
+	c.profileQueue.AddAfter(profileKey(namespace, r.Annotations[RevisionOfAnnotation]), planInterval)
 }
 
 // enqueueOwner enqueues the session of a Deployment's name. A Deployment in

@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	kubeinformers "k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
@@ -34,6 +35,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
+	clientset "github.com/example/gamesession-controller/pkg/generated/clientset/versioned"
 	gamesfake "github.com/example/gamesession-controller/pkg/generated/clientset/versioned/fake"
 	gameinformers "github.com/example/gamesession-controller/pkg/generated/informers/externalversions"
 	"github.com/example/gamesession-controller/pkg/metrics"
@@ -61,9 +63,11 @@ type fixture struct {
 	recorder   *record.FakeRecorder
 
 	sessionIndexer    cache.Indexer
+	rolloutIndexer    cache.Indexer
 	profileIndexer    cache.Indexer
 	revisionIndexer   cache.Indexer
 	deploymentIndexer cache.Indexer
+	replicaSetIndexer cache.Indexer
 
 	// Requests the next run must make, in order; list and watch excluded.
 	kubeActions []wantAction
@@ -101,19 +105,13 @@ func newFixtureWithOptions(ctx context.Context, t *testing.T, opts Options, obje
 	// One kube factory is enough here: the filters matter only to informers
 	// that list, and these never run.
 	// Revisions are ConfigMaps too, so they need a factory apart.
-	kubeFactory := kubeinformers.NewSharedInformerFactory(f.kubeClient, 0)
-	revisionFactory := kubeinformers.NewSharedInformerFactory(f.kubeClient, 0)
-	gameFactory := gameinformers.NewSharedInformerFactory(f.gameClient, 0)
-	sessionInformer := gameFactory.Games().V1().GameSessions()
-	profileInformer := kubeFactory.Core().V1().ConfigMaps()
-	revisionInformer := revisionFactory.Core().V1().ConfigMaps()
-	deploymentInformer := kubeFactory.Apps().V1().Deployments()
+	informers := testInformers(f.kubeClient, f.gameClient)
 
 	// NewController's event broadcaster lives until its context ends.
 	ctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
 	opts.ProfileSelector = testProfileSelector
-	c, err := NewController(ctx, f.kubeClient, f.gameClient, sessionInformer, profileInformer, revisionInformer, deploymentInformer, opts)
+	c, err := NewController(ctx, f.kubeClient, f.gameClient, informers, opts)
 	if err != nil {
 		t.Fatalf("NewController: %v", err)
 	}
@@ -122,14 +120,33 @@ func newFixtureWithOptions(ctx context.Context, t *testing.T, opts Options, obje
 	for _, verb := range []string{"create", "update", "patch"} {
 		f.kubeClient.PrependReactor(verb, "deployments", f.deploymentGeneration)
 	}
-	f.sessionIndexer = sessionInformer.Informer().GetIndexer()
-	f.profileIndexer = profileInformer.Informer().GetIndexer()
-	f.revisionIndexer = revisionInformer.Informer().GetIndexer()
-	f.deploymentIndexer = deploymentInformer.Informer().GetIndexer()
+	f.sessionIndexer = informers.Sessions.Informer().GetIndexer()
+	f.rolloutIndexer = informers.Rollouts.Informer().GetIndexer()
+	f.profileIndexer = informers.Profiles.Informer().GetIndexer()
+	f.revisionIndexer = informers.Revisions.Informer().GetIndexer()
+	f.deploymentIndexer = informers.Deployments.Informer().GetIndexer()
+	f.replicaSetIndexer = informers.ReplicaSets.Informer().GetIndexer()
 	for _, obj := range objects {
 		f.setCached(obj)
 	}
 	return f
+}
+
+// testInformers returns the controller's informers on fake clients. One kube
+// factory serves profiles, Deployments and ReplicaSets: the filters matter
+// only to informers that list, and these never run. Revisions are
+// ConfigMaps too, so they need a factory apart.
+func testInformers(kubeClient kubernetes.Interface, gameClient clientset.Interface) Informers {
+	kubeFactory := kubeinformers.NewSharedInformerFactory(kubeClient, 0)
+	gameFactory := gameinformers.NewSharedInformerFactory(gameClient, 0)
+	return Informers{
+		Sessions:    gameFactory.Games().V1().GameSessions(),
+		Rollouts:    gameFactory.Games().V1().ProfileRollouts(),
+		Profiles:    kubeFactory.Core().V1().ConfigMaps(),
+		Revisions:   kubeinformers.NewSharedInformerFactory(kubeClient, 0).Core().V1().ConfigMaps(),
+		Deployments: kubeFactory.Apps().V1().Deployments(),
+		ReplicaSets: kubeFactory.Apps().V1().ReplicaSets(),
+	}
 }
 
 // cacheRevisionOf puts the revision of a profile's content into the revision
@@ -219,6 +236,10 @@ func (f *fixture) indexerFor(obj runtime.Object) cache.Indexer {
 		return f.profileIndexer
 	case *appsv1.Deployment:
 		return f.deploymentIndexer
+	case *appsv1.ReplicaSet:
+		return f.replicaSetIndexer
+	case *gamesv1.ProfileRollout:
+		return f.rolloutIndexer
 	}
 	f.t.Fatalf("no informer cache for %T", obj)
 	return nil
@@ -288,14 +309,26 @@ func (f *fixture) runWithError(ctx context.Context, key string) (kube, game []co
 	return f.runSync(ctx, key, f.c.syncHandler)
 }
 
-// runProfile is run for the profile sync of key ("namespace/name").
+// runProfile is run for the profile sync of key ("namespace/name"). Its
+// ProfileRollout writes reach the cache, as the informer would bring them.
 func (f *fixture) runProfile(ctx context.Context, key string) (kube []core.Action) {
 	f.t.Helper()
-	kube, _, err := f.runSync(ctx, key, f.c.syncProfile)
+	kube, game, err := f.runSync(ctx, key, f.c.syncProfile)
 	if err != nil {
 		f.t.Fatalf("profile sync %s: %v", key, err)
 	}
+	f.observe(game...)
 	return kube
+}
+
+// expectRolloutWrite expects the profile sync's write of the profile's
+// ProfileRollout: a create and its status the first time, then its status.
+func (f *fixture) expectRolloutWrite(namespace, profile string) {
+	f.t.Helper()
+	if _, err := f.c.rolloutLister.ProfileRollouts(namespace).Get(profile); err != nil {
+		f.expectGame(wantAction{verb: "create", resource: "profilerollouts", namespace: namespace, name: profile})
+	}
+	f.expectGame(wantAction{verb: "update", resource: "profilerollouts", subresource: "status", namespace: namespace, name: profile})
 }
 
 func (f *fixture) runSync(ctx context.Context, key string, sync func(context.Context, string) error) (kube, game []core.Action, err error) {
@@ -1119,7 +1152,13 @@ func runStartsAndStops(ctx context.Context, t *testing.T) {
 	revisionFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kubeClient, 0,
 		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = RevisionSelector() }))
 	deploymentFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kubeClient, 0,
-		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = ManagedDeploymentSelector() }))
+		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = ManagedDeploymentSelector() }),
+		kubeinformers.WithTransform(func(obj interface{}) (interface{}, error) {
+			if _, ok := obj.(*appsv1.ReplicaSet); ok {
+				return SlimReplicaSet(obj)
+			}
+			return obj, nil
+		}))
 	// Deferred first, so they run after cancel: Shutdown waits for the
 	// informers, which stop only when the context ends.
 	defer sessionFactory.Shutdown()
@@ -1129,12 +1168,14 @@ func runStartsAndStops(ctx context.Context, t *testing.T) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	c, err := NewController(ctx, kubeClient, gameClient,
-		sessionFactory.Games().V1().GameSessions(),
-		profileFactory.Core().V1().ConfigMaps(),
-		revisionFactory.Core().V1().ConfigMaps(),
-		deploymentFactory.Apps().V1().Deployments(),
-		Options{ProfileSelector: testProfileSelector})
+	c, err := NewController(ctx, kubeClient, gameClient, Informers{
+		Sessions:    sessionFactory.Games().V1().GameSessions(),
+		Rollouts:    sessionFactory.Games().V1().ProfileRollouts(),
+		Profiles:    profileFactory.Core().V1().ConfigMaps(),
+		Revisions:   revisionFactory.Core().V1().ConfigMaps(),
+		Deployments: deploymentFactory.Apps().V1().Deployments(),
+		ReplicaSets: deploymentFactory.Apps().V1().ReplicaSets(),
+	}, Options{ProfileSelector: testProfileSelector})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -100,7 +101,17 @@ func TestFanOutDelayHoldsBackOnlyProfileOnlyWrites(t *testing.T) {
 			f.events()
 
 			if !tc.wantWrite {
-				f.run(ctx, sessionKey(edited))
+				// No Deployment write; the status says the session moves
+				// once the delay is over, never that it runs the current
+				// content.
+				f.expectGame(updateSessionStatus(testNamespace, "arena-1"))
+				_, game := f.run(ctx, sessionKey(edited))
+				c := expectCondition(t, objectOf[*gamesv1.GameSession](t, game[0]).Status.Conditions,
+					gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonWaitingForTurn)
+				if want := fmt.Sprintf(MessageChangeDelayed, RevisionName("classic", ProfileHash(oldProfile)),
+					RevisionName("classic", ProfileHash(newProfileData))); c.Message != want {
+					t.Errorf("message %q, want %q", c.Message, want)
+				}
 				return
 			}
 			// The session was queued by the fan-out too, so its status waits

@@ -2,14 +2,22 @@ package controller
 
 import (
 	"cmp"
+	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
@@ -29,8 +37,9 @@ import (
 // one revision, whoever asks for it and however often: editing a profile back
 // to an earlier content goes back to that revision. The controller creates
 // them (the profile sync, once per content) and deletes them (the same sync,
-// once no Deployment mounts them and they are not among the newest
-// --revision-history-limit of the profile's other revisions). They carry no owner reference:
+// once no pod of a managed Deployment can mount them, and they are not among
+// the newest --revision-history-limit of the profile's other revisions; none
+// are kept for a profile that is gone). They carry no owner reference:
 // owned by the profile, they would go with it and strand running pods; owned
 // by the Deployments that mount them, one revision shared by 7,340 sessions
 // would carry 7,340 owner references, more than an object may hold.
@@ -56,106 +65,161 @@ const (
 	mountedRevisionIndex = "mountedRevision"
 )
 
-// mountGuard is how long the controller's own mounts and deletions of
-// revisions override what its caches show (see recentMounts).
-// Ten seconds are a thousand times the usual lag, and let a stale revision go
-// soon after its rollout.
-const mountGuard = 10 * time.Second
-
-// recentMounts remembers the revisions the controller mounted, and those it
-// deleted, in the last mountGuard, because the caches that show both lag
-// behind its own writes:
+// revisionExpectations hold what the controller did to revisions and to the
+// revisions its Deployments mount that its caches do not show yet, the way
+// the ReplicaSet controller's expectations hold its own pod creations: each
+// entry is keyed by the object's UID (and a Deployment's generation) and
+// ends when the cache shows the write, so no wall clock decides what the
+// caches mean. Without them:
 //   - a revision that stopped being current a moment after a session was
 //     moved to it could be deleted before the Deployment cache shows the
-//     Deployment that mounts it;
+//     Deployment that mounts it (pendingMounts);
 //   - a revision just deleted is still in the revision cache for a moment,
-//     and a session could be moved to it.
+//     and a session could be moved to it (deleted);
+//   - a create answered AlreadyExists could not tell the controller's own
+//     revision, not yet in the cache, from someone else's ConfigMap of that
+//     name (created).
 //
-// Either way, if its profile went too, nothing could recreate it. So a
-// revision mounted lately is not deleted, and one deleted lately is not
-// mounted (the profile sync recreates it first, if it is still needed). This
-// only ever makes the controller more careful; a restarted controller, whose
-// caches start in sync, needs none of it.
-type recentMounts struct {
-	clock   clock.PassiveClock
+// Either of the first two could leave pods mounting a revision that is gone.
+// A restarted controller, whose caches start in sync, needs none of it.
+// expectationTimeout bounds each entry, for the event that never comes (an
+// object created and deleted by others before the cache saw it): past it,
+// the controller goes by its caches again.
+type revisionExpectations struct {
+	clock clock.PassiveClock
+
 	mu      sync.Mutex
-	at      map[string]time.Time // "namespace/revision" → when mounted
-	deleted map[string]time.Time // "namespace/revision" → when deleted
-	created map[string]time.Time // "namespace/revision" → when created
+	created map[string]pendingRevision // "namespace/revision" → the revision created
+	deleted map[string]pendingRevision // "namespace/revision" → the revision deleted
+	mounts  map[string]pendingMount    // session key → the Deployment written to mount a revision
 }
 
-func newRecentMounts(clk clock.PassiveClock) *recentMounts {
-	return &recentMounts{clock: clk, at: make(map[string]time.Time),
-		deleted: make(map[string]time.Time), created: make(map[string]time.Time)}
+type pendingRevision struct {
+	uid types.UID
+	at  time.Time
 }
 
-// deletedRevision records that the controller deleted the revision.
-func (m *recentMounts) deletedRevision(namespace, revision string) {
-	m.record(m.deleted, namespace, revision)
+type pendingMount struct {
+	uid        types.UID
+	generation int64
+	revision   string // "namespace/revision"
+	at         time.Time
 }
 
-// createdRevision records that the controller created the revision (again).
-func (m *recentMounts) createdRevision(namespace, revision string) {
-	m.mu.Lock()
-	delete(m.deleted, namespace+"/"+revision)
-	m.mu.Unlock()
-	m.record(m.created, namespace, revision)
+func newRevisionExpectations(clk clock.PassiveClock) *revisionExpectations {
+	return &revisionExpectations{clock: clk, created: map[string]pendingRevision{},
+		deleted: map[string]pendingRevision{}, mounts: map[string]pendingMount{}}
 }
 
-// mounted records that a Deployment was written to mount the revision.
-func (m *recentMounts) mounted(namespace, revision string) {
-	m.record(m.at, namespace, revision)
+// createdRevision records a revision the controller created.
+func (e *revisionExpectations) createdRevision(r *corev1.ConfigMap) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	key := r.Namespace + "/" + r.Name
+	delete(e.deleted, key)
+	e.created[key] = pendingRevision{uid: r.UID, at: e.clock.Now()}
 }
 
-// createdLately reports whether the controller created the revision in the
-// last mountGuard: a create of it answered AlreadyExists is then its own,
-// not yet in the cache, not a ConfigMap of someone else's in the way.
-func (m *recentMounts) createdLately(namespace, revision string) bool {
-	return m.left(m.created, namespace, revision) > 0
+// deletedRevision records a revision the controller deleted (or found gone).
+func (e *revisionExpectations) deletedRevision(r *corev1.ConfigMap) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.deleted[r.Namespace+"/"+r.Name] = pendingRevision{uid: r.UID, at: e.clock.Now()}
 }
 
-// deletedLately reports whether the controller deleted the revision in the
-// last mountGuard.
-func (m *recentMounts) deletedLately(namespace, revision string) bool {
-	return m.left(m.deleted, namespace, revision) > 0
+// observed hears that the revision cache shows r.
+func (e *revisionExpectations) observed(r *corev1.ConfigMap) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	key := r.Namespace + "/" + r.Name
+	delete(e.created, key)
+	if d, ok := e.deleted[key]; ok && d.uid != r.UID {
+		delete(e.deleted, key) // another revision of that name: not the one deleted
+	}
 }
 
-// guarded returns how much longer the revision is kept from deletion, 0 if
-// it is not.
-func (m *recentMounts) guarded(namespace, revision string) time.Duration {
-	return m.left(m.at, namespace, revision)
+// gone hears that the revision cache no longer shows r.
+func (e *revisionExpectations) gone(r *corev1.ConfigMap) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	key := r.Namespace + "/" + r.Name
+	if d, ok := e.deleted[key]; ok && d.uid == r.UID {
+		delete(e.deleted, key)
+	}
 }
 
-// record notes the revision in times, now, and forgets what is older than
-// mountGuard in all three maps, so they hold only the last mountGuard.
-func (m *recentMounts) record(times map[string]time.Time, namespace, revision string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, all := range []map[string]time.Time{m.at, m.deleted, m.created} {
-		for key, at := range all {
-			if m.clock.Since(at) >= mountGuard {
-				delete(all, key)
-			}
+// creating reports whether the controller created the revision and its cache
+// does not show it yet.
+func (e *revisionExpectations) creating(namespace, name string) bool {
+	return e.pending(e.created, namespace+"/"+name, "")
+}
+
+// deleting reports whether the controller deleted the revision of that UID
+// and its cache still shows it.
+func (e *revisionExpectations) deleting(r *corev1.ConfigMap) bool {
+	return e.pending(e.deleted, r.Namespace+"/"+r.Name, r.UID)
+}
+
+func (e *revisionExpectations) pending(entries map[string]pendingRevision, key string, uid types.UID) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p, ok := entries[key]
+	switch {
+	case !ok:
+		return false
+	case e.clock.Since(p.at) >= expectationTimeout:
+		delete(entries, key)
+		return false
+	}
+	return uid == "" || p.uid == uid
+}
+
+// mounting records that the session's Deployment was written, as written, to
+// mount a revision.
+func (e *revisionExpectations) mounting(sessionKey string, written *appsv1.Deployment) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.mounts[sessionKey] = pendingMount{uid: written.UID, generation: written.Generation,
+		revision: written.Namespace + "/" + mountedRevision(&written.Spec.Template), at: e.clock.Now()}
+}
+
+// deploymentObserved hears that the Deployment cache shows d: a mount it
+// shows, or a Deployment that replaced the one written, ends the wait.
+func (e *revisionExpectations) deploymentObserved(d *appsv1.Deployment) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	key := d.Namespace + "/" + d.Name
+	if m, ok := e.mounts[key]; ok && (m.uid != d.UID || d.Generation >= m.generation) {
+		delete(e.mounts, key)
+	}
+}
+
+// deploymentGone hears that the Deployment cache no longer shows d.
+func (e *revisionExpectations) deploymentGone(d *appsv1.Deployment) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	key := d.Namespace + "/" + d.Name
+	if m, ok := e.mounts[key]; ok && m.uid == d.UID {
+		delete(e.mounts, key)
+	}
+}
+
+// mountPending reports whether a Deployment written to mount the revision
+// is not in the Deployment cache with that mount yet.
+func (e *revisionExpectations) mountPending(namespace, name string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	revision := namespace + "/" + name
+	for key, m := range e.mounts {
+		if e.clock.Since(m.at) >= expectationTimeout {
+			delete(e.mounts, key)
+			continue
+		}
+		if m.revision == revision {
+			return true
 		}
 	}
-	times[namespace+"/"+revision] = m.clock.Now()
-}
-
-// left returns how much of mountGuard is left since the revision was noted
-// in times, 0 if it was not or the guard is over.
-func (m *recentMounts) left(times map[string]time.Time, namespace, revision string) time.Duration {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	key := namespace + "/" + revision
-	at, ok := times[key]
-	if !ok {
-		return 0
-	}
-	if left := mountGuard - m.clock.Since(at); left > 0 {
-		return left
-	}
-	delete(times, key)
-	return 0
+	return false
 }
 
 // maxNameLength is the longest ConfigMap name (a DNS subdomain).
@@ -219,9 +283,9 @@ func revisionOfIndexFunc(obj interface{}) ([]string, error) {
 
 // staleRevisions returns the revisions of a profile that may be deleted. The
 // revision of its current content (currentName, "" if the profile is gone)
-// and those a Deployment mounts (inUse) always stay; of the others, the keep
+// and those a pod may mount (inUse) always stay; of the others, the keep
 // newest (by creation time, then name) stay for rollback.
-func staleRevisions(revisions []*corev1.ConfigMap, currentName string, inUse func(name string) bool, keep int) []*corev1.ConfigMap {
+func staleRevisions(revisions []*corev1.ConfigMap, currentName string, inUse func(*corev1.ConfigMap) bool, keep int) []*corev1.ConfigMap {
 	revisions = slices.Clone(revisions)
 	slices.SortFunc(revisions, func(a, b *corev1.ConfigMap) int {
 		if c := b.CreationTimestamp.Compare(a.CreationTimestamp.Time); c != 0 {
@@ -232,7 +296,7 @@ func staleRevisions(revisions []*corev1.ConfigMap, currentName string, inUse fun
 	var stale []*corev1.ConfigMap
 	for _, r := range revisions {
 		switch {
-		case r.Name == currentName || inUse(r.Name):
+		case r.Name == currentName || inUse(r):
 		case keep > 0:
 			keep--
 		default:
@@ -240,4 +304,174 @@ func staleRevisions(revisions []*corev1.ConfigMap, currentName string, inUse fun
 		}
 	}
 	return stale
+}
+
+// A revision is in use while a pod of a managed Deployment can mount it: the
+// Deployment's template mounts it (its pods, and any it creates), or a
+// ReplicaSet of the Deployment with pods, or about to have some, does (the
+// old ReplicaSet of a rollout that is paused or stuck keeps running pods of
+// the previous template). A ReplicaSet scaled to zero has no pods to
+// recreate, so its revision may go; a `kubectl rollout undo` to it would
+// have the controller write its own template back anyway.
+
+// deploymentMountIndexFunc indexes a Deployment by the revision its template
+// mounts, as "namespace/revision".
+func deploymentMountIndexFunc(obj interface{}) ([]string, error) {
+	d, ok := obj.(*appsv1.Deployment)
+	if !ok || mountedRevision(&d.Spec.Template) == "" {
+		return nil, nil
+	}
+	return []string{d.Namespace + "/" + mountedRevision(&d.Spec.Template)}, nil
+}
+
+// replicaSetMountIndexFunc indexes a ReplicaSet that has or wants pods by the
+// revision its template mounts.
+func replicaSetMountIndexFunc(obj interface{}) ([]string, error) {
+	rs, ok := obj.(*appsv1.ReplicaSet)
+	if !ok || !replicaSetMounts(rs) {
+		return nil, nil
+	}
+	return []string{rs.Namespace + "/" + mountedRevision(&rs.Spec.Template)}, nil
+}
+
+// replicaSetMounts reports whether a ReplicaSet's pods may mount its
+// template's revision: it has pods, or wants some.
+func replicaSetMounts(rs *appsv1.ReplicaSet) bool {
+	return mountedRevision(&rs.Spec.Template) != "" && (ptr.Deref(rs.Spec.Replicas, 1) > 0 || rs.Status.Replicas > 0)
+}
+
+// mountedRevision is the ConfigMap the template's profile volume mounts,
+// "" if none.
+func mountedRevision(t *corev1.PodTemplateSpec) string {
+	v := findByName(t.Spec.Volumes, profileVolumeName)
+	if v == nil || v.ConfigMap == nil {
+		return ""
+	}
+	return v.ConfigMap.Name
+}
+
+// SlimReplicaSet is the transform of the ReplicaSet informer: it keeps what
+// tells which revision a ReplicaSet's pods mount and whether it has any
+// (name, UID, replica counts, the profile volume) and drops the rest, so
+// that the ten old ReplicaSets a Deployment keeps by default cost the cache
+// a few hundred bytes each, not a pod template each.
+func SlimReplicaSet(obj interface{}) (interface{}, error) {
+	rs, ok := obj.(*appsv1.ReplicaSet)
+	if !ok {
+		return obj, nil // a tombstone: DeletedFinalStateUnknown holds an object already slimmed
+	}
+	slim := &appsv1.ReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:         rs.Namespace,
+			Name:              rs.Name,
+			UID:               rs.UID,
+			ResourceVersion:   rs.ResourceVersion,
+			Generation:        rs.Generation,
+			DeletionTimestamp: rs.DeletionTimestamp,
+		},
+		Spec:   appsv1.ReplicaSetSpec{Replicas: rs.Spec.Replicas},
+		Status: appsv1.ReplicaSetStatus{Replicas: rs.Status.Replicas},
+	}
+	if v := findByName(rs.Spec.Template.Spec.Volumes, profileVolumeName); v != nil {
+		slim.Spec.Template.Spec.Volumes = []corev1.Volume{*v}
+	}
+	return slim, nil
+}
+
+// revisionAvailable reports whether the revision of profile's content hash
+// is in the revision cache, and not one the controller has just deleted.
+func (c *Controller) revisionAvailable(namespace, profile, hash string) bool {
+	r, err := c.revisionLister.ConfigMaps(namespace).Get(RevisionName(profile, hash))
+	return err == nil && isRevision(r) && !c.revisions.deleting(r)
+}
+
+// revisionState is what the profile sync knows of the revision of a
+// profile's current content: available to mount, on its way (created or
+// deleted moments ago, reason ""), or not to be had, and why (reason and
+// message, for the RevisionAvailable condition and an Event).
+type revisionState struct {
+	available       bool
+	reason, message string
+}
+
+// ensureRevision creates the revision of profile's content, hash, unless the
+// cache has it. Only the profile sync creates revisions, one profile at a
+// time, so a content gets one create, not one per session. It returns an
+// error only for what a retry may fix.
+func (c *Controller) ensureRevision(ctx context.Context, profile *corev1.ConfigMap, hash string) (revisionState, error) {
+	name := RevisionName(profile.Name, hash)
+	if c.revisionAvailable(profile.Namespace, profile.Name, hash) {
+		return revisionState{available: true, reason: gamesv1.ReasonRevisionCreated,
+			message: fmt.Sprintf(MessageRevisionAvailable, name)}, nil
+	}
+	if c.revisions.creating(profile.Namespace, name) {
+		return revisionState{}, nil // its add event queues the profile again
+	}
+	if r, err := c.revisionLister.ConfigMaps(profile.Namespace).Get(name); err == nil && isRevision(r) {
+		return revisionState{}, nil // just deleted: its delete event queues the profile, and then it is created again
+	}
+	revision := newRevision(profile, hash)
+	created, err := c.kubeClient.CoreV1().ConfigMaps(profile.Namespace).Create(ctx, revision, metav1.CreateOptions{FieldManager: Name})
+	switch {
+	case err == nil:
+		klog.FromContext(ctx).V(2).Info("Created profile revision", "revision", klog.KObj(revision))
+		c.revisions.createdRevision(created)
+		return revisionState{}, nil
+	case apierrors.IsAlreadyExists(err):
+		// Not in the revision cache, not created by the controller moments
+		// ago: a ConfigMap of that name without the revision label, which
+		// the sessions must not mount. Retrying cannot help; the periodic
+		// plan looks again.
+		return revisionState{reason: gamesv1.ReasonRevisionNameTaken,
+			message: fmt.Sprintf(MessageRevisionConflict, name, RevisionLabel)}, nil
+	default:
+		// A quota, an admission webhook, RBAC: the API server says which.
+		return revisionState{reason: gamesv1.ReasonRevisionCreateFailed,
+			message: fmt.Sprintf(MessageRevisionCreateFailed, name, err)}, err
+	}
+}
+
+// deleteStaleRevisions deletes the revisions of a profile that no pod can
+// mount, other than the current one (current, "" if the profile is gone)
+// and the newest keep. Each step of it is independent: a failed delete does
+// not stop the others, and the errors are returned together.
+func (c *Controller) deleteStaleRevisions(ctx context.Context, namespace, profileKey, current string, keep int) error {
+	objs, err := c.revisionIndexer.ByIndex(revisionOfIndex, profileKey)
+	if err != nil {
+		return err
+	}
+	revisions := make([]*corev1.ConfigMap, 0, len(objs))
+	for _, obj := range objs {
+		revisions = append(revisions, obj.(*corev1.ConfigMap))
+	}
+	var errs []error
+	for _, r := range staleRevisions(revisions, current, c.revisionInUse, keep) {
+		// The preconditions make sure it is the revision the cache showed.
+		err := c.kubeClient.CoreV1().ConfigMaps(namespace).Delete(ctx, r.Name, metav1.DeleteOptions{
+			Preconditions: &metav1.Preconditions{UID: &r.UID, ResourceVersion: &r.ResourceVersion},
+		})
+		switch {
+		case err == nil || apierrors.IsNotFound(err):
+			c.revisions.deletedRevision(r)
+			klog.FromContext(ctx).V(2).Info("Deleted stale profile revision", "revision", klog.KObj(r))
+		case apierrors.IsConflict(err):
+			// It changed since the cache showed it: not deleted, and its
+			// update event queues the profile again.
+		default:
+			errs = append(errs, fmt.Errorf("deleting revision %s: %w", r.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// revisionInUse reports whether a pod of a managed Deployment may mount the
+// revision: see above. An index error counts as in use.
+func (c *Controller) revisionInUse(r *corev1.ConfigMap) bool {
+	key := r.Namespace + "/" + r.Name
+	for _, indexer := range []cache.Indexer{c.deploymentIndexer, c.replicaSetIndexer} {
+		if users, err := indexer.IndexKeys(mountedRevisionIndex, key); err != nil || len(users) > 0 {
+			return true
+		}
+	}
+	return c.revisions.mountPending(r.Namespace, r.Name) || c.revisions.creating(r.Namespace, r.Name)
 }

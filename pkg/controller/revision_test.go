@@ -79,8 +79,8 @@ func TestStaleRevisions(t *testing.T) {
 		slices.Sort(out)
 		return out
 	}
-	inUse := func(used ...string) func(string) bool {
-		return func(name string) bool { return slices.Contains(used, name) }
+	inUse := func(used ...string) func(*corev1.ConfigMap) bool {
+		return func(r *corev1.ConfigMap) bool { return slices.Contains(used, r.Name) }
 	}
 	for _, tc := range []struct {
 		name    string

@@ -49,12 +49,18 @@ func TestPacedRolloutMovesOnlyAdmittedSessions(t *testing.T) {
 	f, profile, oldHash := rolloutFixture(ctx, t, 3, map[string]string{rollout.AnnotationMaxRolling: "1"})
 	newHash := ProfileHash(profile)
 
-	// Before any plan, a session waits: it cannot know its turn.
-	f.run(ctx, "arena/s0")
+	// Before any plan, a session waits: it cannot know its turn, and says
+	// so.
+	f.expectGame(updateSessionStatus(testNamespace, "s0"))
+	_, game := f.run(ctx, "arena/s0")
+	expectCondition(t, objectOf[*gamesv1.GameSession](t, game[0]).Status.Conditions,
+		gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonWaitingForTurn)
+	f.observe(game...)
 	if n := f.c.profileQueue.Len(); n != 1 {
 		t.Fatalf("profile queue holds %d keys, want the profile", n)
 	}
 
+	f.expectRolloutWrite(testNamespace, "classic")
 	f.runProfile(ctx, "arena/classic")
 	f.expectEvents("Normal " + EventReasonRolloutStarted)
 	// The plan queues every session not on the new revision: the admitted
@@ -87,18 +93,24 @@ func TestPacedRolloutMovesOnlyAdmittedSessions(t *testing.T) {
 	}
 }
 
-// A session whose revision is not in the cache yet writes nothing and asks
-// the profile sync for it; the profile sync creates it once.
+// A session whose revision is not in the cache yet keeps its Deployment,
+// says that it waits for the revision (never that it runs the current
+// content) and asks the profile sync for it; the profile sync creates it
+// once.
 func TestSessionWaitsForItsRevision(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f, profile, _ := rolloutFixture(ctx, t, 1, nil)
 	revision := newRevision(profile, ProfileHash(profile))
 	f.deleteCached(revision)
 
-	f.run(ctx, "arena/s0")
+	f.expectGame(updateSessionStatus(testNamespace, "s0"))
+	_, game := f.run(ctx, "arena/s0")
+	expectCondition(t, objectOf[*gamesv1.GameSession](t, game[0]).Status.Conditions,
+		gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonRevisionPending)
 	if n := f.c.profileQueue.Len(); n != 1 {
 		t.Fatalf("profile queue holds %d keys, want the profile", n)
 	}
+	// While the revision is on its way, the rollout has nothing to record.
 	f.expectKube(createConfigMap(testNamespace, revision.Name))
 	kube := f.runProfile(ctx, "arena/classic")
 	created := objectOf[*corev1.ConfigMap](t, kube[0])
@@ -123,6 +135,7 @@ func TestProfileSyncDeletesStaleRevisions(t *testing.T) {
 	}
 	older := RevisionName("classic", ProfileHash(withData(profile, map[string]string{"game.cfg": "older"})))
 	f.expectKube(deleteConfigMap(testNamespace, older))
+	f.expectRolloutWrite(testNamespace, "classic")
 	f.runProfile(ctx, "arena/classic")
 	f.events()
 
@@ -133,7 +146,7 @@ func TestProfileSyncDeletesStaleRevisions(t *testing.T) {
 	old := RevisionName("classic", ProfileHash(withData(profile, map[string]string{"game.cfg": "old"})))
 	f.expectKube(deleteConfigMap(testNamespace, old))
 	f.runProfile(ctx, "arena/classic")
-	if !f.c.revisionCached(testNamespace, "classic", oldHash) {
+	if !f.c.revisionAvailable(testNamespace, "classic", oldHash) {
 		t.Errorf("the revision in use, %s, left the cache", RevisionName("classic", oldHash))
 	}
 }
@@ -161,10 +174,11 @@ func TestNewSessionDuringHaltedRolloutStartsOnStableRevision(t *testing.T) {
 	failed.ResourceVersion = s0.ResourceVersion
 	f.setCached(failed)
 
+	f.expectRolloutWrite(testNamespace, "classic")
 	f.runProfile(ctx, "arena/classic")
 	f.expectEvents("Normal "+EventReasonRolloutStarted, "Warning "+EventReasonRolloutHalted)
-	pp := f.c.plans.get("arena/classic", newHash)
-	if pp == nil || pp.plan.Phase != rollout.PhaseHalted || pp.plan.Stable != oldHash {
+	pp := f.c.plans.latest("arena/classic")
+	if pp == nil || pp.hash != newHash || pp.plan.Phase != rollout.PhaseHalted || pp.plan.StableHash != oldHash {
 		t.Fatalf("plan: %+v, want halted with stable revision %s", pp, oldHash)
 	}
 
@@ -199,6 +213,7 @@ func TestNewSessionWaitingForThePlanIsQueuedByIt(t *testing.T) {
 	f.observe(game...)
 	drainQueue(f.c.queue)
 
+	f.expectRolloutWrite(testNamespace, "classic")
 	f.runProfile(ctx, "arena/classic")
 	expectQueue(t, f.c, sessionKey(session))
 	f.expectKube(createDeployment(testNamespace, "first"))

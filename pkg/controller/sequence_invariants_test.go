@@ -88,9 +88,13 @@ func (w *world) noteControllerWrite(before, after *appsv1.Deployment) {
 		case !controlledBy(before, s.UID):
 			w.violate("foreign-modified", "Patch changed Deployment %s (%s), which GameSession %s (%s) does not control: its controller was %s",
 				name, before.UID, s.Name, s.UID, describeController(before))
-		case w.caches[profilesResource].profile(s.Spec.ProfileRef) == nil:
-			w.violate("write-without-profile", "Patch changed Deployment %s while its profile %s is missing from the controller's cache",
-				name, s.Spec.ProfileRef)
+		case w.caches[profilesResource].profile(s.Spec.ProfileRef) == nil &&
+			(mountedConfigMap(after) != mountedConfigMap(before) || w.caches[revisionsResource].revision(mountedConfigMap(before)) == nil):
+			// Without its profile, a session's spec is applied only with
+			// the revision its Deployment mounts, while that revision exists.
+			w.violate("write-without-profile", "Patch changed Deployment %s while its profile %s is missing from the controller's cache, "+
+				"and it mounted %q, now %q, which the revision cache does not show", name, s.Spec.ProfileRef,
+				mountedConfigMap(before), mountedConfigMap(after))
 		}
 	}
 	// A session moves to a revision only once its cache holds it: the

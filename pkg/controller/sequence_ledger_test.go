@@ -97,9 +97,9 @@ func (w *world) isMove(after *appsv1.Deployment) bool {
 
 // heldForRevision reports whether the sync of a session key, about to run,
 // finds that its Deployment does not run its profile's current revision,
-// and that the revision cache lacks that revision, or shows one the
-// controller deleted in the last mountGuard (which it will not mount before
-// it has created it again): the sync then writes at
+// and that the revision cache lacks that revision, or still shows one the
+// controller deleted (which it will not mount before it has created it
+// again): the sync then writes at
 // most the session's spec, keeping the revision the Deployment runs, and the
 // revision's arrival queues the session again.
 func (w *world) heldForRevision(key string) bool {
@@ -121,9 +121,9 @@ func (w *world) heldForRevision(key string) bool {
 		return false
 	}
 	revision := worldRevisionName(p.Name, hash)
+	cached := w.caches[revisionsResource].revision(revision)
 	deleted, lately := w.deletedLately[revision]
-	return w.caches[revisionsResource].revision(revision) == nil ||
-		(lately && w.clock.Since(deleted) < mountGuard)
+	return cached == nil || (lately && cached.UID == deleted)
 }
 
 // lapseCredits is told of each sync that succeeded without writing the

@@ -18,14 +18,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	kubeinformers "k8s.io/client-go/informers"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	gamesfake "github.com/example/gamesession-controller/pkg/generated/clientset/versioned/fake"
-	gameinformers "github.com/example/gamesession-controller/pkg/generated/informers/externalversions"
 )
 
 // A sequence is a few dozen seeded, randomly chosen steps of a small world
@@ -244,11 +241,11 @@ type world struct {
 	revisionDeletions map[string]revisionDeletion
 	lastWriter        map[string]author
 	races             int
-	// deletedLately holds, by name, when the controller last saw a delete
-	// of a revision succeed (or find it gone) and no create of it since:
-	// for mountGuard it does not mount that revision, though its cache may
-	// still show it. A restarted controller starts without it.
-	deletedLately map[string]time.Time
+	// deletedLately holds, by name, the UID of the revision the controller
+	// last saw its delete succeed (or find gone) with no create since: it
+	// does not mount that revision while its cache still shows that UID. A
+	// restarted controller starts without it.
+	deletedLately map[string]types.UID
 
 	// Write accounting (see sequence_ledger_test.go).
 	credits map[string]int
@@ -282,7 +279,7 @@ func newWorld(seed uint64) *world {
 		everRevision:      map[string]bool{},
 		revisionDeletions: map[string]revisionDeletion{},
 		lastWriter:        map[string]author{},
-		deletedLately:     map[string]time.Time{},
+		deletedLately:     map[string]types.UID{},
 
 		bursts:     map[string]*profileBurst{},
 		nonOwned:   map[types.UID]nonOwnedFields{},
@@ -339,16 +336,10 @@ func (w *world) startController() {
 		funcr.Options{Verbosity: *sequenceVerbosity})
 	w.ctx, w.stop = context.WithCancel(klog.NewContext(context.Background(), logger))
 
-	// One kube factory is enough: its informers never run, so the label
-	// filters are the caches' (informerCache.matches). Revisions are
-	// ConfigMaps too, so their informer comes from a factory of its own.
-	kubeFactory := kubeinformers.NewSharedInformerFactory(w.kubeClient, 0)
-	gameFactory := gameinformers.NewSharedInformerFactory(w.gameClient, 0)
-	sessions := gameFactory.Games().V1().GameSessions()
-	profiles := kubeFactory.Core().V1().ConfigMaps()
-	revisions := kubeinformers.NewSharedInformerFactory(w.kubeClient, 0).Core().V1().ConfigMaps()
-	deployments := kubeFactory.Apps().V1().Deployments()
-	c, err := NewController(w.ctx, w.kubeClient, w.gameClient, sessions, profiles, revisions, deployments, Options{
+	// The informers never run, so the label filters are the caches'
+	// (informerCache.matches).
+	informers := testInformers(w.kubeClient, w.gameClient)
+	c, err := NewController(w.ctx, w.kubeClient, w.gameClient, informers, Options{
 		ProfileSelector:    "games.example.com/profile=true",
 		ProfileChangeDelay: w.profileChangeDelay,
 		Clock:              w.clock,
@@ -376,23 +367,15 @@ func (w *world) startController() {
 	c.recorder = &worldRecorder{w: w}
 	w.ctrl = c
 
+	// The same handlers NewController registers on the informers.
+	h := c.eventHandlers()
 	w.caches = [resourceCount]*informerCache{
-		sessionsResource: newInformerCache(sessionsResource, sessions.Informer().GetIndexer(), cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { c.enqueueSession(obj) },
-			UpdateFunc: func(_, obj any) { c.enqueueSession(obj) },
-			DeleteFunc: func(obj any) { c.enqueueSession(obj) },
-		}),
-		profilesResource: newInformerCache(profilesResource, profiles.Informer().GetIndexer(), cache.ResourceEventHandlerFuncs{
-			AddFunc: c.addProfile, UpdateFunc: c.updateProfile, DeleteFunc: c.deleteProfile,
-		}),
-		deploymentsResource: newInformerCache(deploymentsResource, deployments.Informer().GetIndexer(), cache.ResourceEventHandlerFuncs{
-			AddFunc: c.addDeployment, UpdateFunc: c.updateDeployment, DeleteFunc: c.deleteDeployment,
-		}),
-		// No update handler, as NewController registers none: revisions
-		// never change.
-		revisionsResource: newInformerCache(revisionsResource, revisions.Informer().GetIndexer(), cache.ResourceEventHandlerFuncs{
-			AddFunc: c.addRevision, DeleteFunc: c.deleteRevision,
-		}),
+		sessionsResource:    newInformerCache(sessionsResource, informers.Sessions.Informer().GetIndexer(), h.sessions),
+		profilesResource:    newInformerCache(profilesResource, informers.Profiles.Informer().GetIndexer(), h.profiles),
+		deploymentsResource: newInformerCache(deploymentsResource, informers.Deployments.Informer().GetIndexer(), h.deployments),
+		revisionsResource:   newInformerCache(revisionsResource, informers.Revisions.Informer().GetIndexer(), h.revisions),
+		rolloutsResource:    newInformerCache(rolloutsResource, informers.Rollouts.Informer().GetIndexer(), h.rollouts),
+		replicaSetsResource: newInformerCache(replicaSetsResource, informers.ReplicaSets.Informer().GetIndexer(), h.replicaSets),
 	}
 	for r, ic := range w.caches {
 		ic.onDeliver = func(ev watchEvent, prev object) {

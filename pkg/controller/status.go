@@ -16,7 +16,7 @@ import (
 // Messages of status conditions and Events: they tell the user what to do.
 // Condition reasons are the API's (gamesv1.Reason*).
 const (
-	MessageProfileResolved          = "Profile ConfigMap %q is rolled into the Deployment (hash %s)"
+	MessageProfileResolved          = "Profile ConfigMap %q resolved: its current content is %s"
 	MessageProfileFound             = "Profile ConfigMap %q found (hash %s); it is rolled out once the session has a Deployment of its own"
 	MessageProfileNotFound          = "No ConfigMap %q matching %q in namespace %q: create it, or add the label if it exists. The Deployment, if any, is left running as it is"
 	MessageWaitingForProfile        = "Waiting for profile ConfigMap %q before creating the Deployment"
@@ -31,11 +31,17 @@ const (
 	MessageContainerConflict        = "Container %q of Deployment %q declares the game server's ports, and only the container named %q is the controller's: remove that container or rename it back. The Deployment is left as it is until then"
 	MessageDeploymentCreated        = "Created Deployment %q"
 	MessageProfileFanOut            = "Profile data changed (hash %s): rolling %d GameSession(s)"
+	MessageProfileFanOutPaced       = "Profile data changed (hash %s): %d GameSession(s) move under the rollout policy (%s); its ProfileRollout follows them"
 	MessageRevisionCurrent          = "Runs revision %q, the current content of profile %q"
-	MessageWaitingForTurn           = "Runs revision %q; waits for its turn in the rollout of profile %q to revision %q (the profile's Events show its progress)"
+	MessageWaitingForTurn           = "Runs revision %q; waits for its turn in the rollout of profile %q to revision %q (kubectl get profilerollout shows its progress)"
+	MessageWaitingForPlan           = "Waits for the rollout of revision %q of profile %q to be planned"
+	MessageChangeDelayed            = "Runs revision %q; moves to revision %q once the profile-change delay is over"
+	MessageRevisionPending          = "Revision %q of the profile's current content is being created"
+	MessageSessionHeldUp            = "Runs revision %q; the rollout of profile %q to revision %q is held up by sessions that cannot progress: %s. Resume, fix or delete them"
 	MessageSessionPaused            = "Runs revision %q; the rollout of profile %q to revision %q is paused"
 	MessageRolloutBlocked           = "The Deployment cannot be moved to revision %q until the problem the Ready condition names is solved"
 	MessageProfileGone              = "The profile is missing: the Deployment keeps the revision it runs"
+	MessageProfileGoneSpecApplied   = "The profile is missing: the Deployment keeps revision %q, which still exists, and the session's spec is applied with it"
 	MessageSessionHalted            = "Runs revision %q; the rollout of profile %q to revision %q is halted, as too many sessions moved to it failed: fix the profile, or edit it back to its previous content"
 
 	// Events of a profile's rollout, on the profile ConfigMap.
@@ -48,6 +54,17 @@ const (
 	MessageRolloutResumed       = "Rollout resumed: %s"
 	MessageRolloutPolicyInvalid = "Rollout paused, as its policy does not parse: %v"
 	MessageRevisionConflict     = "ConfigMap %q exists without the %s label, so it cannot serve as this profile's revision: sessions keep the revision they run until it is deleted or renamed"
+	MessageRevisionCreateFailed = "Revision %q of the profile's current content cannot be created, so no session moves to it: %v"
+	MessageRevisionAvailable    = "Revision %q exists"
+	MessageRolloutHeldUp        = "Rollout held up: %s; these sessions cannot progress: %s. Resume, fix or delete them"
+
+	// Messages of a ProfileRollout's status.
+	MessageRolloutStatusComplete = "Every session runs revision %s"
+	MessageRolloutStatusCanary   = "Rolling out revision %s: the first %d session(s) go first, as canaries"
+	MessageRolloutStatusRolling  = "Rolling out revision %s (%s)"
+	MessageRolloutStatusPaused   = "The rollout of revision %s is paused (%s)"
+	MessageRolloutStatusHalted   = "The rollout of revision %s is halted: too many sessions moved to it failed. Fix the profile, or edit it back to its previous content, to go on"
+	MessageRolloutStatusBlocked  = "The rollout of revision %s is held up by sessions that cannot progress: %s. Resume, fix or delete them"
 )
 
 // Reasons of the Events the controller records beyond the condition reasons:
@@ -63,7 +80,8 @@ const (
 	EventReasonRolloutPaused        = "RolloutPaused"
 	EventReasonRolloutResumed       = "RolloutResumed"
 	EventReasonRolloutPolicyInvalid = "RolloutPolicyInvalid"
-	EventReasonRevisionConflict     = "RevisionNameTaken"
+	EventReasonRevisionConflict     = gamesv1.ReasonRevisionNameTaken
+	EventReasonRolloutBlocked       = "RolloutBlocked"
 )
 
 // sessionStatus builds a session's new status from its old one. It changes
@@ -92,10 +110,12 @@ func (s *sessionStatus) setCondition(conditionType string, status metav1.Conditi
 	})
 }
 
-func (s *sessionStatus) profileResolved(hash string) {
-	s.status.ProfileHash = hash
+// profileResolved reports a profile whose current content is target, and a
+// Deployment that runs running.
+func (s *sessionStatus) profileResolved(running, target string) {
+	s.status.ProfileHash = running
 	s.setCondition(gamesv1.ConditionProfileResolved, metav1.ConditionTrue, gamesv1.ReasonProfileResolved,
-		fmt.Sprintf(MessageProfileResolved, s.session.Spec.ProfileRef, hash))
+		fmt.Sprintf(MessageProfileResolved, s.session.Spec.ProfileRef, target))
 }
 
 // profileFound reports a profile that exists but is not rolled into a
@@ -172,21 +192,17 @@ func (s *sessionStatus) upToDate(hash string) {
 		fmt.Sprintf(MessageRevisionCurrent, RevisionName(ref, hash), ref))
 }
 
-// waiting reports a session that the profile's rollout has not moved to the
-// current revision, target, yet: it runs revision hash. The message names
-// no counts, so a session is written when it starts waiting and when the
-// rollout pauses or halts, not at every step of the rollout.
-func (s *sessionStatus) waiting(reason, hash, target string) {
-	ref := s.session.Spec.ProfileRef
-	message := MessageWaitingForTurn
-	switch reason {
-	case gamesv1.ReasonRolloutPaused:
-		message = MessageSessionPaused
-	case gamesv1.ReasonRolloutHalted:
-		message = MessageSessionHalted
-	}
-	s.setCondition(gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, reason,
-		fmt.Sprintf(message, RevisionName(ref, hash), ref, RevisionName(ref, target)))
+// waiting reports a session whose Deployment does not run the profile's
+// current content, with why (a revisionChoice's reason and message).
+func (s *sessionStatus) waiting(reason, message string) {
+	s.setCondition(gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, reason, message)
+}
+
+// profileGone reports a session whose profile is missing while its
+// Deployment runs a revision that still exists.
+func (s *sessionStatus) profileGone() {
+	s.setCondition(gamesv1.ConditionProfileUpToDate, metav1.ConditionUnknown, gamesv1.ReasonProfileNotFound,
+		fmt.Sprintf(MessageProfileGoneSpecApplied, s.status.ProfileRevision))
 }
 
 // deployment records the Deployment's replica counts and whether it is
@@ -286,7 +302,8 @@ func (s *sessionStatus) summary(conditionType string, cause *metav1.Condition) {
 // the annotation resumes it.
 func stalls(reason string) bool {
 	switch reason {
-	case gamesv1.ReasonProgressDeadlineExceeded, gamesv1.ReasonRolloutHalted, gamesv1.ReasonRolloutBlocked:
+	case gamesv1.ReasonProgressDeadlineExceeded, gamesv1.ReasonRolloutHalted, gamesv1.ReasonRolloutBlocked,
+		gamesv1.ReasonRevisionUnavailable:
 		return true
 	}
 	return needsUser(reason)

@@ -91,21 +91,53 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 		return nil
 	}
 	status := newSessionStatus(session)
-	wrote, err := c.reconcileDeployment(ctx, session, profile, deployment, status)
+	result, err := c.reconcileDeployment(ctx, session, profile, deployment, status)
+	// Requeues are decided here, from what the steps returned.
+	if result.requeueAfter > 0 {
+		c.queue.AddAfter(key, result.requeueAfter)
+	}
+	if result.planNeeded && profile != nil {
+		c.enqueueProfile(profileKey(profile.Namespace, profile.Name))
+	}
 	if err != nil {
 		return err
 	}
-	if profile != nil {
-		// The profile's rollout may have advanced with this session.
-		c.requestPlan(profile)
-	}
-	if rolling && wrote {
+	if rolling && result.wrote {
 		// A fan-out's first pass: the status waits at the end of the queue,
 		// behind the other sessions' Deployments (see profileFanOut).
+		c.requestPlan(profile)
 		c.queue.Add(key)
 		return nil
 	}
-	return c.writeStatus(ctx, session, status)
+	wroteStatus, err := c.writeStatus(ctx, session, status)
+	if profile != nil && (result.wrote || wroteStatus || result.choice.hash != c.profileHashes.hash(profile) || c.rolloutInProgress(profile)) {
+		// The session moved, became Ready or not, or is not on its target,
+		// or the rollout is in progress: a plan counts it again.
+		c.requestPlan(profile)
+	}
+	return err
+}
+
+// requestPlan asks for a plan of the profile within planInterval: many
+// requests within it make one plan.
+func (c *Controller) requestPlan(profile *corev1.ConfigMap) {
+	if profile != nil {
+		c.profileQueue.AddAfter(profileKey(profile.Namespace, profile.Name), planInterval)
+	}
+}
+
+// reconcileResult is what reconcileDeployment did and what it asks for.
+type reconcileResult struct {
+	// wrote reports whether the Deployment was written.
+	wrote bool
+	// choice is the revision the Deployment was to run, and why.
+	choice revisionChoice
+	// requeueAfter asks for the session to be synced again after that long:
+	// a Deployment no event may announce the end of, or a change held back.
+	requeueAfter time.Duration
+	// planNeeded asks for a profile sync: the session waits for a plan or a
+	// revision that only the profile sync makes.
+	planNeeded bool
 }
 
 // readInputs returns the session's profile and Deployment from the caches; nil
@@ -126,12 +158,13 @@ func (c *Controller) readInputs(session *gamesv1.GameSession) (*corev1.ConfigMap
 }
 
 // reconcileDeployment makes the session's Deployment match its spec and
-// profile, and records the outcome in status. It reports whether it wrote the
-// Deployment. Problems the user has to solve (a foreign Deployment, a missing
-// profile, a Deployment the API server rejects) go into status, not into the
-// error, which is for what a retry can fix.
+// profile, and records the outcome in status. Problems the user has to solve
+// (a foreign Deployment, a missing profile, a Deployment the API server
+// rejects) go into status, not into the error, which is for what a retry
+// can fix.
 func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.GameSession,
-	profile *corev1.ConfigMap, observed *appsv1.Deployment, status *sessionStatus) (bool, error) {
+	profile *corev1.ConfigMap, observed *appsv1.Deployment, status *sessionStatus) (reconcileResult, error) {
+	var result reconcileResult
 	if profile == nil {
 		status.profileNotFound(c.profileSelector)
 	} else {
@@ -139,36 +172,36 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 		status.profileFound(c.profileHashes.hash(profile))
 	}
 	if observed != nil && blocks(observed, session) {
-		c.blockedBy(session, observed, status)
-		return false, nil
+		result.requeueAfter = c.blockedBy(session, observed, status)
+		return result, nil
 	}
 	if profile == nil {
-		// A running game server is never torn down or changed for a bad
-		// profile: report it and leave the Deployment exactly as it is.
-		status.profileMissing(observed)
-		return false, nil
+		return c.reconcileWithoutProfile(ctx, session, observed, status)
 	}
 
-	hash, waitReason := c.chooseRevision(ctx, session, profile, observed)
-	if hash == "" {
+	target := c.profileHashes.hash(profile)
+	result.choice = c.chooseRevision(session, profile, observed)
+	result.planNeeded = result.choice.planNeeded
+	result.requeueAfter = result.choice.requeueAfter
+	if result.choice.hash == "" {
 		// Nothing to mount yet: the profile sync is creating the revision,
-		// and its arrival queues the session again.
-		return false, nil
+		// or planning the rollout, and either queues the session again.
+		status.waiting(result.choice.reason, result.choice.message)
+		return result, nil
 	}
-	wrote := false
 	if observed == nil {
-		created, live, err := c.createDeployment(ctx, session, NewDeployment(session, hash))
+		created, live, err := c.createDeployment(ctx, session, NewDeployment(session, result.choice.hash))
 		switch {
 		case apierrors.IsInvalid(err):
 			status.deploymentInvalid(err)
-			return false, nil
+			return result, nil
 		case err != nil:
-			return false, err
+			return result, err
 		case created != nil:
-			observed, wrote = created, true
+			observed, result.wrote = created, true
 		case blocks(live, session):
-			c.blockedBy(session, live, status)
-			return false, nil
+			result.requeueAfter = c.blockedBy(session, live, status)
+			return result, nil
 		default:
 			// Ours, hidden from the cache. What a live read shows, only the
 			// cache can follow: left unpatched (a conflict) it stays without
@@ -177,39 +210,75 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 			// after both shows nothing). Until the cache holds it, no event
 			// is sure to come: look again.
 			observed = live
-			c.queue.AddAfter(cache.MetaObjectToName(session).String(), uncachedRecheckInterval)
 			// The revision was chosen without it: choose again, as if the
 			// cache had shown it (its rollout turn, the fan-out delay).
-			if hash, waitReason = c.chooseRevision(ctx, session, profile, observed); hash == "" {
-				return false, nil
+			result.choice = c.chooseRevision(session, profile, observed)
+			result.planNeeded = result.planNeeded || result.choice.planNeeded
+			result.requeueAfter = uncachedRecheckInterval
+			if result.choice.hash == "" {
+				status.waiting(result.choice.reason, result.choice.message)
+				return result, nil
 			}
 		}
 	}
 
-	desired := NewDeployment(session, hash)
+	desired := NewDeployment(session, result.choice.hash)
 	current, patched, err := c.patchDeployment(ctx, session, observed, desired)
 	var conflict containerConflictError
 	switch {
 	case errors.As(err, &conflict):
-		status.leftAsIs(observed, c.profileHashes.hash(profile))
+		status.leftAsIs(observed, target)
 		status.notReady(gamesv1.ReasonContainerConflict,
 			fmt.Sprintf(MessageContainerConflict, conflict.container, desired.Name, gameServerContainerName))
-		return wrote, nil
+		return result, nil
 	case apierrors.IsInvalid(err):
-		status.leftAsIs(observed, c.profileHashes.hash(profile))
+		status.leftAsIs(observed, target)
 		status.deploymentInvalid(err)
-		return wrote, nil
+		return result, nil
 	case err != nil:
-		return wrote, err
+		return result, err
 	}
-	status.profileResolved(hash)
+	result.wrote = result.wrote || patched
+	status.profileResolved(result.choice.hash, target)
 	status.deployment(current)
-	if target := c.profileHashes.hash(profile); hash == target {
-		status.upToDate(hash)
-	} else if waitReason != "" {
-		status.waiting(waitReason, hash, target)
+	if result.choice.hash == target {
+		status.upToDate(target)
+	} else {
+		status.waiting(result.choice.reason, result.choice.message)
 	}
-	return wrote || patched, nil
+	return result, nil
+}
+
+// reconcileWithoutProfile handles a session whose profile is missing. A
+// running game server is never torn down or changed for a missing profile:
+// its Deployment keeps the revision it runs. The session's own spec (a
+// scale, say) is still applied when that revision exists, since its pods can
+// then be recreated; otherwise the Deployment is left exactly as it is.
+func (c *Controller) reconcileWithoutProfile(ctx context.Context, session *gamesv1.GameSession,
+	observed *appsv1.Deployment, status *sessionStatus) (reconcileResult, error) {
+	var result reconcileResult
+	rolled := ""
+	if observed != nil {
+		rolled = rolledProfileHash(observed, session.Spec.ProfileRef)
+	}
+	if rolled == "" || !c.revisionAvailable(session.Namespace, session.Spec.ProfileRef, rolled) {
+		status.profileMissing(observed)
+		return result, nil
+	}
+	result.choice = revisionChoice{hash: rolled}
+	current, patched, err := c.patchDeployment(ctx, session, observed, NewDeployment(session, rolled))
+	var conflict containerConflictError
+	switch {
+	case errors.As(err, &conflict), apierrors.IsInvalid(err):
+		status.profileMissing(observed)
+		return result, nil
+	case err != nil:
+		return result, err
+	}
+	result.wrote = patched
+	status.deployment(current)
+	status.profileGone()
+	return result, nil
 }
 
 // blocks reports whether d, the Deployment of the session's name, is one the
@@ -218,56 +287,72 @@ func blocks(d *appsv1.Deployment, session *gamesv1.GameSession) bool {
 	return d.DeletionTimestamp != nil || !metav1.IsControlledBy(d, session)
 }
 
-// chooseRevision returns the content hash of the profile revision the
-// session's Deployment is to mount: the profile's current one, unless
-//   - its revision is not in the cache yet: the session keeps the revision it
-//     runs, or, with none, waits ("");
-//   - the profile's rollout policy has not given the session its turn: it
-//     keeps its revision (a new session starts on the one most sessions run
-//     while the rollout is unproven), and waitReason says why;
-//   - the change waits out the fan-out delay (see holdsBack).
+// revisionChoice is the revision a session's Deployment is to run, and why
+// when it is not the profile's current one.
+type revisionChoice struct {
+	// hash is the content to run; "" if there is nothing to mount yet.
+	hash string
+	// reason and message are the ProfileUpToDate condition's, when hash is
+	// not the profile's current content.
+	reason, message string
+	// requeueAfter asks for another sync after that long (a change held
+	// back by the fan-out delay).
+	requeueAfter time.Duration
+	// planNeeded asks for a profile sync.
+	planNeeded bool
+}
+
+// chooseRevision returns the revision the session's Deployment is to mount:
+// the profile's current one, unless
+//   - its revision is not available yet, or cannot be created: the session
+//     keeps the revision it runs, or, with none, waits;
+//   - the profile's rollout has not given the session its turn (see turnOf);
+//   - the change waits out the fan-out delay (see heldBack).
 //
 // In each case a change of the session's own spec is still applied, with the
 // revision it keeps.
-func (c *Controller) chooseRevision(ctx context.Context, session *gamesv1.GameSession,
-	profile *corev1.ConfigMap, observed *appsv1.Deployment) (hash, waitReason string) {
+func (c *Controller) chooseRevision(session *gamesv1.GameSession, profile *corev1.ConfigMap, observed *appsv1.Deployment) revisionChoice {
 	target := c.profileHashes.hash(profile)
 	rolled := ""
 	if observed != nil {
 		rolled = rolledProfileHash(observed, profile.Name)
 	}
 	if rolled == target {
-		return target, ""
+		return revisionChoice{hash: target}
 	}
-	if !c.revisionCached(profile.Namespace, profile.Name, target) {
-		c.enqueueProfile(profileKey(profile.Namespace, profile.Name))
-		return rolled, ""
+	targetRevision := RevisionName(profile.Name, target)
+	if !c.revisionAvailable(profile.Namespace, profile.Name, target) {
+		choice := revisionChoice{hash: rolled, reason: gamesv1.ReasonRevisionPending, planNeeded: true,
+			message: fmt.Sprintf(MessageRevisionPending, targetRevision)}
+		if pp := c.plans.latest(profileKey(profile.Namespace, profile.Name)); pp != nil && pp.hash == target &&
+			pp.revision.reason != "" && !pp.revision.available {
+			choice.reason, choice.message = gamesv1.ReasonRevisionUnavailable, pp.revision.message
+		}
+		return choice
 	}
-	turn := c.turnOf(session, profile, target, rolled, observed != nil)
-	if !turn.move {
-		return turn.hash, turn.reason
+	if choice, move := c.turnOf(session, profile, target, rolled, observed != nil); !move {
+		return choice
 	}
-	if rolled != "" && c.heldBack(ctx, session, profile, observed, rolled) {
-		return rolled, ""
+	if rolled != "" {
+		if remaining, held := c.heldBack(session, profile, observed, rolled); held {
+			return revisionChoice{hash: rolled, reason: gamesv1.ReasonWaitingForTurn, requeueAfter: remaining,
+				message: fmt.Sprintf(MessageChangeDelayed, RevisionName(profile.Name, rolled), targetRevision)}
+		}
 	}
-	return target, ""
+	return revisionChoice{hash: target}
 }
 
 // heldBack reports whether a session's move to its profile's new content
-// waits out the fan-out delay. It does unless the Deployment needs a write
-// anyway (the session's spec changed): that write takes the new profile
-// along, so the game servers restart once, not twice. A session held back is
-// queued again for the end of the delay, so that its roll never depends on
-// another event.
-func (c *Controller) heldBack(ctx context.Context, session *gamesv1.GameSession,
-	profile *corev1.ConfigMap, observed *appsv1.Deployment, rolled string) bool {
+// waits out the fan-out delay, and for how long. It does unless the
+// Deployment needs a write anyway (the session's spec changed): that write
+// takes the new profile along, so the game servers restart once, not twice.
+func (c *Controller) heldBack(session *gamesv1.GameSession, profile *corev1.ConfigMap,
+	observed *appsv1.Deployment, rolled string) (time.Duration, bool) {
 	remaining, holding := c.fanOut.holdsBack(profileKey(profile.Namespace, profile.Name))
 	if !holding || deploymentNeedsUpdate(observed, NewDeployment(session, rolled)) {
-		return false
+		return 0, false
 	}
-	klog.FromContext(ctx).V(4).Info("Profile change held back until the fan-out delay ends", "remaining", remaining)
-	c.queue.AddAfter(cache.MetaObjectToName(session).String(), remaining)
-	return true
+	return remaining, true
 }
 
 // createDeployment creates the session's Deployment. If the name is taken by
@@ -278,9 +363,9 @@ func (c *Controller) heldBack(ctx context.Context, session *gamesv1.GameSession,
 func (c *Controller) createDeployment(ctx context.Context, session *gamesv1.GameSession,
 	desired *appsv1.Deployment) (created, live *appsv1.Deployment, err error) {
 	client := c.kubeClient.AppsV1().Deployments(session.Namespace)
-	c.mounts.mounted(session.Namespace, mountedRevision(desired))
 	created, err = client.Create(ctx, desired, metav1.CreateOptions{FieldManager: Name})
 	if err == nil {
+		c.revisions.mounting(cache.MetaObjectToName(session).String(), created)
 		klog.FromContext(ctx).V(2).Info("Created Deployment", "deployment", klog.KObj(created))
 		c.recorder.Eventf(session, corev1.EventTypeNormal, EventReasonCreated, MessageDeploymentCreated, created.Name)
 		return created, nil, nil
@@ -308,15 +393,15 @@ func (c *Controller) patchDeployment(ctx context.Context, session *gamesv1.GameS
 	if err != nil {
 		return nil, false, err
 	}
-	if mountedRevision(observed) != mountedRevision(desired) {
-		c.mounts.mounted(session.Namespace, mountedRevision(desired))
-	}
 	// A Conflict means the Deployment changed since it was read: the sync
 	// runs again, quietly, once the cache has the new version.
 	patched, err := c.kubeClient.AppsV1().Deployments(session.Namespace).Patch(ctx, desired.Name,
 		types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: Name})
 	if err != nil {
 		return nil, false, err
+	}
+	if mountedRevision(&observed.Spec.Template) != mountedRevision(&patched.Spec.Template) {
+		c.revisions.mounting(cache.MetaObjectToName(session).String(), patched)
 	}
 	// An unchanged resourceVersion means the server had it already.
 	wrote := patched.ResourceVersion != observed.ResourceVersion
@@ -332,16 +417,15 @@ func (c *Controller) patchDeployment(ctx context.Context, session *gamesv1.GameS
 // blockedBy reports a Deployment of the session's name that the session cannot
 // use: one being deleted or left by an earlier session of that name, which the
 // garbage collector will remove by itself, or a foreign one, which only a user
-// can remove. The controller never modifies either.
-func (c *Controller) blockedBy(session *gamesv1.GameSession, d *appsv1.Deployment, status *sessionStatus) {
-	key := cache.MetaObjectToName(session).String()
+// can remove. The controller never modifies either. It returns when to look
+// again: no event may announce the end of either.
+func (c *Controller) blockedBy(session *gamesv1.GameSession, d *appsv1.Deployment, status *sessionStatus) time.Duration {
 	if d.DeletionTimestamp != nil || controlledByEarlierSession(d, session) {
 		status.notReady(gamesv1.ReasonDeploymentDeleting, fmt.Sprintf(MessageDeploymentDeleting, d.Name))
-		c.queue.AddAfter(key, deletionRecheckInterval)
-		return
+		return deletionRecheckInterval
 	}
 	status.notReady(gamesv1.ReasonDeploymentNotControlled, fmt.Sprintf(MessageNotControlled, d.Name))
-	c.queue.AddAfter(key, uncachedRecheckInterval)
+	return uncachedRecheckInterval
 }
 
 // controlledByEarlierSession reports whether d is controlled by a GameSession
@@ -357,19 +441,19 @@ func controlledByEarlierSession(d *appsv1.Deployment, session *gamesv1.GameSessi
 // announces its transitions as Events. UpdateStatus carries the cached
 // resourceVersion, so a status computed from a stale copy is refused (a
 // conflict, retried quietly) instead of overwriting a newer one.
-func (c *Controller) writeStatus(ctx context.Context, session *gamesv1.GameSession, status *sessionStatus) error {
+func (c *Controller) writeStatus(ctx context.Context, session *gamesv1.GameSession, status *sessionStatus) (bool, error) {
 	status.summarize()
 	if equality.Semantic.DeepEqual(&session.Status, status.status) {
-		return nil
+		return false, nil
 	}
 	updated := session.DeepCopy()
 	updated.Status = *status.status
 	klog.FromContext(ctx).V(4).Info("Updating GameSession status")
 	if _, err := c.gameClient.GamesV1().GameSessions(session.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: Name}); err != nil {
-		return err
+		return false, err
 	}
 	c.recordTransitions(session, &session.Status, status.status)
-	return nil
+	return true, nil
 }
 
 // recordTransitions emits an Event for each change worth a user's attention,

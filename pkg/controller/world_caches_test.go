@@ -55,7 +55,7 @@ func newInformerCache(r apiResource, indexer cache.Indexer, handler cache.Resour
 	switch r {
 	case profilesResource:
 		c.matches = func(obj object) bool { return obj.GetLabels()[gamesv1.ProfileLabel] == gamesv1.ProfileLabelValue }
-	case deploymentsResource:
+	case deploymentsResource, replicaSetsResource:
 		c.matches = func(obj object) bool { return obj.GetLabels()[worldManagedByLabel] == worldManagedByValue }
 	case revisionsResource:
 		c.matches = func(obj object) bool { return obj.GetLabels()[worldRevisionLabel] == worldRevisionLabelValue }

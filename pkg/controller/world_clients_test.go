@@ -77,10 +77,73 @@ func (w *world) serveKube(action core.Action) (bool, runtime.Object, error) {
 
 func (w *world) serveGames(action core.Action) (bool, runtime.Object, error) {
 	w.countRequest(action)
-	if action.GetResource().Resource != "gamesessions" || action.GetVerb() != "update" || action.GetSubresource() != "status" {
-		return w.unexpected(action)
+	switch r, verb, sub := action.GetResource().Resource, action.GetVerb(), action.GetSubresource(); {
+	case r == "gamesessions" && verb == "update" && sub == "status":
+		return w.updateSessionStatus(action.(core.UpdateAction))
+	case r == "profilerollouts" && verb == "create" && sub == "":
+		return w.createRollout(action.(core.CreateAction))
+	case r == "profilerollouts" && verb == "update" && sub == "status":
+		return w.updateRolloutStatus(action.(core.UpdateAction))
 	}
-	return w.updateSessionStatus(action.(core.UpdateAction))
+	return w.unexpected(action)
+}
+
+// createRollout and updateRolloutStatus serve the profile sync's writes of
+// a profile's ProfileRollout, its record of the rollout.
+func (w *world) createRollout(a core.CreateAction) (bool, runtime.Object, error) {
+	r := a.GetObject().(*gamesv1.ProfileRollout)
+	w.checkRolloutCreate(r)
+	f, faulty := w.takeFault("create")
+	if faulty && f != faultLostResponse {
+		w.logf("  → CREATE profilerollout %s: injected %s", r.Name, f)
+		return true, nil, injectedError(f, rolloutsResource, r.Name)
+	}
+	created, err := w.server.create(byController, rolloutsResource, r)
+	if err != nil {
+		w.logf("  → CREATE profilerollout %s: %v", r.Name, err)
+		return true, nil, err
+	}
+	w.logf("  → CREATE profilerollout %s: %s, rv %s", r.Name, created.GetUID(), created.GetResourceVersion())
+	if faulty {
+		w.logf("    (answered: injected %s)", f)
+		return true, nil, injectedError(f, rolloutsResource, r.Name)
+	}
+	return true, created, nil
+}
+
+func (w *world) updateRolloutStatus(a core.UpdateAction) (bool, runtime.Object, error) {
+	r := a.GetObject().(*gamesv1.ProfileRollout)
+	f, faulty := w.takeFault("updateStatus")
+	if faulty && f != faultLostResponse {
+		w.logf("  → UPDATE profilerollout %s/status: injected %s", r.Name, f)
+		return true, nil, injectedError(f, rolloutsResource, r.Name)
+	}
+	updated, err := w.server.updateStatus(byController, rolloutsResource, r, true)
+	if err != nil {
+		w.logf("  → UPDATE profilerollout %s/status (rv %s): %v", r.Name, r.ResourceVersion, err)
+		return true, nil, err
+	}
+	st := updated.(*gamesv1.ProfileRollout).Status
+	w.logf("  → UPDATE profilerollout %s/status (rv %s): rv %s phase %s target %s stable %s halted %q moved %d/%d",
+		r.Name, r.ResourceVersion, updated.GetResourceVersion(), st.Phase, st.TargetHash, st.StableHash, st.HaltedHash,
+		st.MovedSessions, st.TotalSessions)
+	if faulty {
+		w.logf("    (answered: injected %s)", f)
+		return true, nil, injectedError(f, rolloutsResource, r.Name)
+	}
+	return true, updated, nil
+}
+
+// checkRolloutCreate checks a ProfileRollout the controller creates: named
+// like a profile its cache shows, and owned by that profile.
+func (w *world) checkRolloutCreate(r *gamesv1.ProfileRollout) {
+	profile := w.caches[profilesResource].profile(r.Name)
+	switch {
+	case profile == nil:
+		w.violate("rollout-without-profile", "ProfileRollout %s created for a profile the controller's cache does not show", r.Name)
+	case len(r.OwnerReferences) != 1 || r.OwnerReferences[0].UID != profile.UID || r.OwnerReferences[0].Kind != "ConfigMap":
+		w.violate("rollout-owner", "ProfileRollout %s created with owner references %+v, want its profile %s", r.Name, r.OwnerReferences, profile.UID)
+	}
 }
 
 func (w *world) createDeployment(a core.CreateAction) (bool, runtime.Object, error) {

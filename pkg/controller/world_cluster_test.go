@@ -9,6 +9,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 	"k8s.io/utils/ptr"
 )
 
@@ -62,6 +64,18 @@ func (w *world) gcWork() []work {
 			}
 		case len(d.OwnerReferences) > 0 && w.ownersGone(d):
 			items = append(items, w.gcDelete(d, "its owner is gone"))
+		}
+	}
+	// A ProfileRollout goes with its profile.
+	for _, obj := range w.server.list(rolloutsResource) {
+		r := obj.(*gamesv1.ProfileRollout)
+		if p := w.server.profile(r.Name); len(r.OwnerReferences) == 1 && (p == nil || p.UID != r.OwnerReferences[0].UID) {
+			items = append(items, work{
+				what: fmt.Sprintf("gc: delete profilerollout %s (%s), its profile is gone", r.Name, r.UID),
+				do: func() {
+					must(ignoreNotFound(w.server.delete(byGC, rolloutsResource, r.Name, metav1.DeletePropagationBackground)))
+				},
+			})
 		}
 	}
 	return items

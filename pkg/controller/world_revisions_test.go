@@ -132,8 +132,8 @@ func (w *world) deleteRevision(a core.DeleteAction) (bool, runtime.Object, error
 	conditions := fmt.Sprintf("uid %s, rv %s", ptr.Deref(uid, ""), ptr.Deref(rv, ""))
 	if err := w.server.deleteIf(byController, revisionsResource, name, uid, rv); err != nil {
 		w.logf("  → DELETE revision %s (%s): %v", name, conditions, err)
-		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-			w.deletedLately[name] = w.clock.Now() // the controller takes it as gone
+		if apierrors.IsNotFound(err) {
+			w.deletedLately[name] = ptr.Deref(uid, "") // the controller takes it as gone
 		}
 		return true, nil, err
 	}
@@ -143,7 +143,7 @@ func (w *world) deleteRevision(a core.DeleteAction) (bool, runtime.Object, error
 		w.logf("    (answered: injected %s)", f)
 		return true, nil, injectedError(f, revisionsResource, name)
 	}
-	w.deletedLately[name] = w.clock.Now()
+	w.deletedLately[name] = ptr.Deref(uid, "")
 	return true, nil, nil
 }
 

@@ -56,11 +56,15 @@ const (
 	// revisionsResource holds the ConfigMaps that carry the revision label:
 	// the profile revisions the controller creates.
 	revisionsResource
+	// rolloutsResource holds the ProfileRollouts the controller creates,
+	// one per profile; replicaSetsResource the ReplicaSets of Deployments.
+	rolloutsResource
+	replicaSetsResource
 	resourceCount
 )
 
 func (r apiResource) String() string {
-	return [...]string{"gamesession", "configmap", "deployment", "revision"}[r]
+	return [...]string{"gamesession", "configmap", "deployment", "revision", "profilerollout", "replicaset"}[r]
 }
 
 // isConfigMap reports whether r stores ConfigMaps.
@@ -70,12 +74,14 @@ func (r apiResource) groupKind() schema.GroupKind {
 	return [...]schema.GroupKind{
 		gamesv1.SchemeGroupVersion.WithKind("GameSession").GroupKind(), corev1.SchemeGroupVersion.WithKind("ConfigMap").GroupKind(),
 		appsv1.SchemeGroupVersion.WithKind("Deployment").GroupKind(), corev1.SchemeGroupVersion.WithKind("ConfigMap").GroupKind(),
+		gamesv1.SchemeGroupVersion.WithKind("ProfileRollout").GroupKind(), appsv1.SchemeGroupVersion.WithKind("ReplicaSet").GroupKind(),
 	}[r]
 }
 
 func (r apiResource) groupResource() schema.GroupResource {
 	return [...]schema.GroupResource{
 		gamesv1.Resource("gamesessions"), corev1.Resource("configmaps"), appsv1.Resource("deployments"), corev1.Resource("configmaps"),
+		gamesv1.Resource("profilerollouts"), appsv1.Resource("replicasets"),
 	}[r]
 }
 
@@ -175,6 +181,15 @@ func (s *apiServer) list(r apiResource) []object {
 
 func (s *apiServer) sessions() []*gamesv1.GameSession {
 	return listAs[*gamesv1.GameSession](s.list(sessionsResource))
+}
+
+func (s *apiServer) rollout(name string) *gamesv1.ProfileRollout {
+	obj, _ := s.get(rolloutsResource, name).(*gamesv1.ProfileRollout)
+	return obj
+}
+
+func (s *apiServer) replicaSets() []*appsv1.ReplicaSet {
+	return listAs[*appsv1.ReplicaSet](s.list(replicaSetsResource))
 }
 
 func (s *apiServer) deployments() []*appsv1.Deployment {
@@ -430,6 +445,8 @@ func newEmpty(r apiResource) object {
 		func() object { return &corev1.ConfigMap{} },
 		func() object { return &appsv1.Deployment{} },
 		func() object { return &corev1.ConfigMap{} },
+		func() object { return &gamesv1.ProfileRollout{} },
+		func() object { return &appsv1.ReplicaSet{} },
 	}[r]()
 }
 
@@ -438,6 +455,8 @@ func specOf(obj object) any {
 	case *gamesv1.GameSession:
 		return o.Spec
 	case *appsv1.Deployment:
+		return o.Spec
+	case *appsv1.ReplicaSet:
 		return o.Spec
 	}
 	return nil
@@ -449,6 +468,10 @@ func copyStatus(dst, src object) {
 		d.Status = *src.(*gamesv1.GameSession).Status.DeepCopy()
 	case *appsv1.Deployment:
 		d.Status = *src.(*appsv1.Deployment).Status.DeepCopy()
+	case *gamesv1.ProfileRollout:
+		d.Status = *src.(*gamesv1.ProfileRollout).Status.DeepCopy()
+	case *appsv1.ReplicaSet:
+		d.Status = *src.(*appsv1.ReplicaSet).Status.DeepCopy()
 	}
 }
 
@@ -458,5 +481,9 @@ func clearStatus(obj object) {
 		o.Status = gamesv1.GameSessionStatus{}
 	case *appsv1.Deployment:
 		o.Status = appsv1.DeploymentStatus{}
+	case *gamesv1.ProfileRollout:
+		o.Status = gamesv1.ProfileRolloutStatus{}
+	case *appsv1.ReplicaSet:
+		o.Status = appsv1.ReplicaSetStatus{}
 	}
 }

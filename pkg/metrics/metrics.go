@@ -31,7 +31,8 @@ const (
 	SyncError = "error"
 )
 
-// The queues of gamesession_controller_dropped_keys_total.
+// The queues of gamesession_controller_syncs_total, sync_duration_seconds and
+// dropped_keys_total.
 const (
 	// QueueSessions is the queue of GameSession keys.
 	QueueSessions = "gamesessions"
@@ -44,17 +45,17 @@ const (
 // in one process (tests, embedders) never share counts. Only client-go's
 // process-wide hooks (work queue, REST client, leader election) stay global.
 type ControllerMetrics struct {
-	// Syncs counts GameSession syncs by result.
+	// Syncs counts syncs by queue (QueueSessions, QueueProfiles) and result.
 	Syncs *prometheus.CounterVec
 	// Dropped counts keys a work queue gave up on after too many failed
 	// syncs in a row, by queue (QueueSessions, QueueProfiles). A dropped key
 	// waits for its object's next event or resync; until then nothing
 	// retries it, so an alert must see it.
 	Dropped *prometheus.CounterVec
-	// SyncDuration is the time one GameSession sync takes. An in-order
+	// SyncDuration is the time one sync takes, by queue. An in-order
 	// session syncs from the caches alone in microseconds; the upper buckets
 	// are there for syncs that wait on the API server.
-	SyncDuration prometheus.Histogram
+	SyncDuration *prometheus.HistogramVec
 	// ProfileFanOut is the number of sessions enqueued by one change of a
 	// profile's data. Buckets reach beyond ten thousand because one profile
 	// may be shared by thousands of sessions.
@@ -86,19 +87,19 @@ func NewControllerMetrics() *ControllerMetrics {
 		Syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace,
 			Name:      "syncs_total",
-			Help:      "GameSession syncs by result: success, conflict (stale cache, retried) or error.",
-		}, []string{"result"}),
+			Help:      "Syncs by queue (gamesessions, profiles) and result: success, conflict (stale cache, retried) or error.",
+		}, []string{"queue", "result"}),
 		Dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace,
 			Name:      "dropped_keys_total",
 			Help:      "Keys dropped from a work queue after repeated sync failures, by queue: they are retried only at their next event or resync.",
 		}, []string{"queue"}),
-		SyncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+		SyncDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: Namespace,
 			Name:      "sync_duration_seconds",
-			Help:      "Time taken by one GameSession sync.",
+			Help:      "Time taken by one sync, by queue (gamesessions, profiles).",
 			Buckets:   prometheus.ExponentialBuckets(0.0001, 4, 10), // 100µs to about 26s
-		}),
+		}, []string{"queue"}),
 		ProfileFanOut: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: Namespace,
 			Name:      "profile_fanout_sessions",
@@ -123,10 +124,10 @@ func NewControllerMetrics() *ControllerMetrics {
 	}
 	// Start every sync result at zero, so rate() and alerts on errors work
 	// before the first error ever happens.
-	for _, result := range []string{SyncSuccess, SyncConflict, SyncError} {
-		m.Syncs.WithLabelValues(result)
-	}
 	for _, queue := range []string{QueueSessions, QueueProfiles} {
+		for _, result := range []string{SyncSuccess, SyncConflict, SyncError} {
+			m.Syncs.WithLabelValues(queue, result)
+		}
 		m.Dropped.WithLabelValues(queue)
 	}
 	return m
@@ -174,10 +175,11 @@ func boolGauge(b bool) float64 {
 	return 0
 }
 
-// ObserveSync records one sync's result and duration.
-func (m *ControllerMetrics) ObserveSync(result string, d time.Duration) {
-	m.Syncs.WithLabelValues(result).Inc()
-	m.SyncDuration.Observe(d.Seconds())
+// ObserveSync records one sync's result and duration; queue is
+// QueueSessions or QueueProfiles.
+func (m *ControllerMetrics) ObserveSync(queue, result string, d time.Duration) {
+	m.Syncs.WithLabelValues(queue, result).Inc()
+	m.SyncDuration.WithLabelValues(queue).Observe(d.Seconds())
 }
 
 // ObserveDropped records that queue (QueueSessions or QueueProfiles) gave up

@@ -179,15 +179,17 @@ func TestRESTClientMetricsLabelsCarryNoPath(t *testing.T) {
 func TestControllerMetrics(t *testing.T) {
 	m := NewControllerMetrics()
 	reg := newRegistry(t, m.Collectors()...)
-	m.ObserveSync(SyncConflict, 3*time.Millisecond)
+	m.ObserveSync(QueueSessions, SyncConflict, 3*time.Millisecond)
 	m.ObserveFanOut(7340)
 
 	exposition := scrape(t, reg)
-	wantLines(t, exposition, `gamesession_controller_syncs_total{result="conflict"} 1`)
-	// Every result exists from the start, at zero if need be.
-	for _, result := range []string{SyncSuccess, SyncError} {
-		if !strings.Contains(exposition, `gamesession_controller_syncs_total{result="`+result+`"}`) {
-			t.Errorf("scrape lacks syncs_total for result %q", result)
+	wantLines(t, exposition, `gamesession_controller_syncs_total{queue="gamesessions",result="conflict"} 1`)
+	// Every queue and result exists from the start, at zero if need be.
+	for _, queue := range []string{QueueSessions, QueueProfiles} {
+		for _, result := range []string{SyncSuccess, SyncConflict, SyncError} {
+			if !strings.Contains(exposition, `gamesession_controller_syncs_total{queue="`+queue+`",result="`+result+`"}`) {
+				t.Errorf("scrape lacks syncs_total for queue %q and result %q", queue, result)
+			}
 		}
 	}
 	wantLines(t, exposition, `gamesession_controller_profile_fanout_sessions_bucket{le="16384"} 1`)
@@ -297,7 +299,7 @@ func TestMetricsLint(t *testing.T) {
 	m := NewControllerMetrics()
 	reg := newRegistry(t, m.Collectors()...)
 	// Make every vector have a child, so that it is gathered and linted.
-	m.ObserveSync(SyncSuccess, time.Millisecond)
+	m.ObserveSync(QueueSessions, SyncSuccess, time.Millisecond)
 	m.ObserveFanOut(1)
 	(&requestLatency{requestLatencyVec}).Observe(context.Background(), "GET", url.URL{Host: "h"}, time.Millisecond)
 	(&requestLatency{rateLimiterLatencyVec}).Observe(context.Background(), "GET", url.URL{Host: "h"}, time.Millisecond)
@@ -324,7 +326,7 @@ func TestMetricsLint(t *testing.T) {
 func TestControllerMetricsAreNotShared(t *testing.T) {
 	a, b := NewControllerMetrics(), NewControllerMetrics()
 	regA, regB := newRegistry(t, a.Collectors()...), newRegistry(t, b.Collectors()...)
-	a.ObserveSync(SyncSuccess, time.Millisecond)
-	wantLines(t, scrape(t, regA), `gamesession_controller_syncs_total{result="success"} 1`)
-	wantLines(t, scrape(t, regB), `gamesession_controller_syncs_total{result="success"} 0`)
+	a.ObserveSync(QueueSessions, SyncSuccess, time.Millisecond)
+	wantLines(t, scrape(t, regA), `gamesession_controller_syncs_total{queue="gamesessions",result="success"} 1`)
+	wantLines(t, scrape(t, regB), `gamesession_controller_syncs_total{queue="gamesessions",result="success"} 0`)
 }

@@ -14,16 +14,42 @@ type Member struct {
 	// Name is the session's name. All members share one namespace, so names
 	// are unique.
 	Name string
-	// Revision is the profile revision its Deployment runs, "" if none is
-	// known.
-	Revision string
+	// Hash is the content hash of the profile revision its Deployment runs,
+	// "" if none is known.
+	Hash string
 	// OnTarget reports whether its Deployment runs the target revision.
 	OnTarget bool
 	// Ready reports whether its Deployment is fully rolled out and every
 	// replica is ready.
 	Ready bool
-	// Failed reports whether its Deployment reports ProgressDeadlineExceeded.
+	// Failed reports whether its Deployment reports ProgressDeadlineExceeded
+	// for its current generation.
 	Failed bool
+	// Blocked says why the member cannot progress, "" if it can: its
+	// Deployment is paused by a user, or refuses the controller's writes
+	// (a conflict, an invalid spec). A blocked member is never admitted past
+	// the canary, and one that holds a canary or budget slot is reported.
+	Blocked string
+}
+
+// Memory is what a rollout remembers between plans, across restarts and
+// failovers: the controller keeps it in the profile's ProfileRollout.
+type Memory struct {
+	// Halted reports whether the brake halted the rollout towards the
+	// current target. It holds until the target changes: a halt is never
+	// released by the failures going away (a failed session deleted or
+	// scaled down, say).
+	Halted bool
+	// StableHash is the content whose rollout last completed, "" if none is
+	// known.
+	StableHash string
+}
+
+// BlockedMember is a member that holds a canary or budget slot and cannot
+// progress.
+type BlockedMember struct {
+	Name   string
+	Reason string
 }
 
 // Phase is the state of a profile's rollout.
@@ -71,11 +97,24 @@ type Plan struct {
 	// the policy has no brake.
 	MaxFailed int
 
-	// Stable is the revision that most members not on the target run, the
-	// lexicographically smallest on a tie, or "" if none is known. New
-	// sessions start on it while the rollout is in its canary phase, paused
-	// or halted.
-	Stable string
+	// StableHash is the content new sessions start on while the rollout is
+	// in its canary phase, paused or halted: Memory.StableHash if known, else
+	// the one most members not on the target run (the lexicographically
+	// smallest on a tie), else "".
+	StableHash string
+	// Settled reports whether the rollout is Complete and every member is
+	// Ready or Failed: nothing is left to happen. The controller then records
+	// the target as the stable content, unless members failed.
+	Settled bool
+
+	// Blocked are the members that hold a canary or budget slot and cannot
+	// progress (Member.Blocked, or Failed while the brake tolerates it), in
+	// name order.
+	Blocked []BlockedMember
+	// Stuck reports that the rollout cannot progress until a blocked member
+	// is unblocked: nothing is admitted, and every member that is moving is
+	// blocked.
+	Stuck bool
 }
 
 // Admits reports whether the named member may move now. It is cheap enough to
@@ -87,8 +126,8 @@ func (p Plan) Admits(name string) bool {
 
 // NewSessionsOnTarget reports whether a session that has no Deployment yet
 // should start on the target revision. That is so once the rollout is past its
-// canary and not stopped. Otherwise it should start on Stable, or on the
-// target if Stable is "".
+// canary and not stopped. Otherwise it should start on StableHash, or on the
+// target if StableHash is "".
 func (p Plan) NewSessionsOnTarget() bool {
 	return p.Phase == PhaseRolling || p.Phase == PhaseComplete
 }
@@ -101,18 +140,64 @@ func (p Plan) NewSessionsOnTarget() bool {
 // built by hand with a malformed or negative value is treated as paused, as
 // PolicyFor treats an annotation that does not parse, and the value resolves
 // to 0 (MaxRolling to at least 1).
-func Decide(policy Policy, members []Member) Plan {
+func Decide(policy Policy, members []Member, memory Memory) Plan {
 	sorted := slices.Clone(members)
 	slices.SortFunc(sorted, compareMembers)
 
 	plan := tally(sorted)
 	malformed := plan.resolve(policy)
 	var candidates []Member
-	plan.Phase, candidates = plan.phase(sorted, policy.Paused || malformed)
-	plan.Admitted = names(candidates, max(0, plan.MaxRolling-plan.Rolling))
-	plan.Stable = stable(sorted)
+	plan.Phase, candidates = plan.phase(sorted, policy.Paused || malformed, memory.Halted)
+	admittable := candidates
+	if plan.Phase == PhaseRolling {
+		// Past the canary, a member that cannot take a write waits without
+		// taking a slot from those that can.
+		admittable = slices.DeleteFunc(slices.Clone(candidates), func(m Member) bool { return m.Blocked != "" })
+	}
+	plan.Admitted = names(admittable, max(0, plan.MaxRolling-plan.Rolling))
+	plan.StableHash = cmp.Or(memory.StableHash, mostRun(sorted))
+	plan.Settled = plan.Phase == PhaseComplete && plan.Ready+plan.Failed == plan.Total
+	plan.blocked(sorted, candidates)
 	return plan
 }
+
+// blocked fills in the members that hold a slot, or the rollout's end, and
+// cannot progress, and whether the rollout is stuck on them. candidates are
+// the members the phase wants to move (the canaries not yet moved, or all
+// the others).
+func (p *Plan) blocked(sorted, candidates []Member) {
+	if p.Phase != PhaseCanary && p.Phase != PhaseRolling {
+		return
+	}
+	movingUnblocked := 0
+	for _, m := range sorted {
+		switch {
+		case m.OnTarget && !m.Ready && m.Blocked != "":
+			p.Blocked = append(p.Blocked, BlockedMember{Name: m.Name, Reason: m.Blocked})
+		case m.OnTarget && !m.Ready && m.Failed:
+			p.Blocked = append(p.Blocked, BlockedMember{Name: m.Name, Reason: ReasonFailed})
+		case m.OnTarget && !m.Ready:
+			movingUnblocked++
+		}
+	}
+	// A blocked canary holds its slot: the canaries are fixed by name. A
+	// blocked member past the canary holds the rollout's end.
+	for _, m := range candidates {
+		if m.Blocked != "" {
+			p.Blocked = append(p.Blocked, BlockedMember{Name: m.Name, Reason: m.Blocked})
+		}
+	}
+	slices.SortFunc(p.Blocked, func(a, b BlockedMember) int { return strings.Compare(a.Name, b.Name) })
+	admittable := slices.ContainsFunc(p.Admitted, func(name string) bool {
+		i := slices.IndexFunc(candidates, func(m Member) bool { return m.Name == name })
+		return i >= 0 && candidates[i].Blocked == ""
+	})
+	p.Stuck = len(p.Blocked) > 0 && movingUnblocked == 0 && !admittable
+}
+
+// ReasonFailed is the BlockedMember reason of a member whose Deployment
+// exceeded its progress deadline, while the brake tolerates it.
+const ReasonFailed = "ProgressDeadlineExceeded"
 
 // compareMembers orders members by name. Names are unique, but comparing the
 // other fields too makes the order total, so that even duplicates could not
@@ -120,10 +205,11 @@ func Decide(policy Policy, members []Member) Plan {
 func compareMembers(a, b Member) int {
 	return cmp.Or(
 		strings.Compare(a.Name, b.Name),
-		strings.Compare(a.Revision, b.Revision),
+		strings.Compare(a.Hash, b.Hash),
 		compareBool(a.OnTarget, b.OnTarget),
 		compareBool(a.Ready, b.Ready),
 		compareBool(a.Failed, b.Failed),
+		strings.Compare(a.Blocked, b.Blocked),
 	)
 }
 
@@ -192,13 +278,15 @@ func scale(v intstr.IntOrString, total int, roundUp bool) (int, error) {
 
 // phase returns the phase of the rollout and the members that may move now if
 // the budget allows, in order. Only the first plan.Canary members are
-// canaries.
-func (p *Plan) phase(sorted []Member, paused bool) (Phase, []Member) {
+// canaries. A halt, remembered or found now, comes first: a rollout whose
+// every member moved but too many failed is halted, not complete, so that
+// its content never becomes the stable one.
+func (p *Plan) phase(sorted []Member, paused, halted bool) (Phase, []Member) {
 	switch {
+	case halted || (p.MaxFailed >= 0 && p.Failed > p.MaxFailed):
+		return PhaseHalted, nil
 	case p.Moved == p.Total:
 		return PhaseComplete, nil
-	case p.MaxFailed >= 0 && p.Failed > p.MaxFailed:
-		return PhaseHalted, nil
 	case paused:
 		return PhasePaused, nil
 	}
@@ -242,21 +330,21 @@ func names(members []Member, n int) []string {
 	return out
 }
 
-// stable returns the revision that most members not on the target run; on a
+// mostRun returns the content that most members not on the target run; on a
 // tie, the lexicographically smallest.
-func stable(members []Member) string {
+func mostRun(members []Member) string {
 	counts := make(map[string]int)
 	for _, m := range members {
-		if !m.OnTarget && m.Revision != "" {
-			counts[m.Revision]++
+		if !m.OnTarget && m.Hash != "" {
+			counts[m.Hash]++
 		}
 	}
 	best := ""
 	// In sorted order, only a strictly larger count replaces the best, so a
 	// tie keeps the smallest revision.
-	for _, rev := range slices.Sorted(maps.Keys(counts)) {
-		if counts[rev] > counts[best] {
-			best = rev
+	for _, hash := range slices.Sorted(maps.Keys(counts)) {
+		if counts[hash] > counts[best] {
+			best = hash
 		}
 	}
 	return best

@@ -15,9 +15,9 @@ import (
 func fleet(n, moved, ready, failed int) []Member {
 	members := make([]Member, n)
 	for i := range members {
-		m := Member{Name: name(i), Revision: "old"}
+		m := Member{Name: name(i), Hash: "old"}
 		if i < moved {
-			m.Revision, m.OnTarget = "new", true
+			m.Hash, m.OnTarget = "new", true
 			m.Ready = i < ready
 			m.Failed = i >= ready && i < ready+failed
 		}
@@ -69,209 +69,218 @@ func TestDecide(t *testing.T) {
 			policy:  DefaultPolicy(),
 			members: fleet(5, 0, 0, 0),
 			want: Plan{Phase: PhaseRolling, Admitted: span(0, 5), Total: 5,
-				MaxRolling: 5, MaxFailed: -1, Stable: "old"},
+				MaxRolling: 5, MaxFailed: -1, StableHash: "old"},
 		},
 		{
 			name:    "unpaced admits the rest",
 			policy:  DefaultPolicy(),
 			members: fleet(5, 2, 1, 0),
 			want: Plan{Phase: PhaseRolling, Admitted: span(2, 5), Total: 5, Moved: 2, Ready: 1, Rolling: 1,
-				MaxRolling: 5, MaxFailed: -1, Stable: "old"},
+				MaxRolling: 5, MaxFailed: -1, StableHash: "old"},
 		},
 		{
 			name:    "zero-value policy moves one at a time",
 			policy:  Policy{},
 			members: fleet(5, 0, 0, 0),
 			want: Plan{Phase: PhaseRolling, Admitted: span(0, 1), Total: 5,
-				MaxRolling: 1, MaxFailed: -1, Stable: "old"},
+				MaxRolling: 1, MaxFailed: -1, StableHash: "old"},
 		},
 		{
 			name:    "budget 10% of 200 admits 20",
 			policy:  policy(t, "10%", "0", "", false),
 			members: fleet(200, 0, 0, 0),
 			want: Plan{Phase: PhaseRolling, Admitted: span(0, 20), Total: 200,
-				MaxRolling: 20, MaxFailed: -1, Stable: "old"},
+				MaxRolling: 20, MaxFailed: -1, StableHash: "old"},
 		},
 		{
 			name:    "budget spent admits none",
 			policy:  policy(t, "10%", "0", "", false),
 			members: fleet(200, 20, 0, 0),
 			want: Plan{Phase: PhaseRolling, Total: 200, Moved: 20, Rolling: 20,
-				MaxRolling: 20, MaxFailed: -1, Stable: "old"},
+				MaxRolling: 20, MaxFailed: -1, StableHash: "old"},
 		},
 		{
 			name:    "5 Ready free 5 slots",
 			policy:  policy(t, "10%", "0", "", false),
 			members: fleet(200, 20, 5, 0),
 			want: Plan{Phase: PhaseRolling, Admitted: span(20, 25), Total: 200, Moved: 20, Ready: 5, Rolling: 15,
-				MaxRolling: 20, MaxFailed: -1, Stable: "old"},
+				MaxRolling: 20, MaxFailed: -1, StableHash: "old"},
 		},
 		{
 			name:    "percentage rounding to 0 still admits one",
 			policy:  policy(t, "10%", "0", "", false),
 			members: fleet(5, 0, 0, 0),
 			want: Plan{Phase: PhaseRolling, Admitted: span(0, 1), Total: 5,
-				MaxRolling: 1, MaxFailed: -1, Stable: "old"},
+				MaxRolling: 1, MaxFailed: -1, StableHash: "old"},
 		},
 		{
 			name:    "max-rolling above the total means all",
 			policy:  policy(t, "50", "0", "", false),
 			members: fleet(10, 0, 0, 0),
 			want: Plan{Phase: PhaseRolling, Admitted: span(0, 10), Total: 10,
-				MaxRolling: 10, MaxFailed: -1, Stable: "old"},
+				MaxRolling: 10, MaxFailed: -1, StableHash: "old"},
 		},
 		{
 			name:    "canary moves first",
 			policy:  policy(t, "100%", "1", "", false),
 			members: fleet(10, 0, 0, 0),
 			want: Plan{Phase: PhaseCanary, Admitted: span(0, 1), Total: 10,
-				MaxRolling: 10, Canary: 1, MaxFailed: -1, Stable: "old"},
+				MaxRolling: 10, Canary: 1, MaxFailed: -1, StableHash: "old"},
 		},
 		{
 			name:    "the rest wait for the canary to be Ready",
 			policy:  policy(t, "100%", "1", "", false),
 			members: fleet(10, 1, 0, 0),
 			want: Plan{Phase: PhaseCanary, Total: 10, Moved: 1, Rolling: 1,
-				MaxRolling: 10, Canary: 1, MaxFailed: -1, Stable: "old"},
+				MaxRolling: 10, Canary: 1, MaxFailed: -1, StableHash: "old"},
 		},
 		{
 			name:    "a Ready canary releases the rest",
 			policy:  policy(t, "100%", "1", "", false),
 			members: fleet(10, 1, 1, 0),
 			want: Plan{Phase: PhaseRolling, Admitted: span(1, 10), Total: 10, Moved: 1, Ready: 1,
-				MaxRolling: 10, Canary: 1, MaxFailed: -1, Stable: "old"},
+				MaxRolling: 10, Canary: 1, MaxFailed: -1, StableHash: "old"},
 		},
 		{
 			name:    "canary percentage rounds up",
 			policy:  policy(t, "100%", "5%", "", false),
 			members: fleet(30, 0, 0, 0),
 			want: Plan{Phase: PhaseCanary, Admitted: span(0, 2), Total: 30,
-				MaxRolling: 30, Canary: 2, MaxFailed: -1, Stable: "old"},
+				MaxRolling: 30, Canary: 2, MaxFailed: -1, StableHash: "old"},
 		},
 		{
 			name:    "canaries move within the budget",
 			policy:  policy(t, "1", "3", "", false),
 			members: fleet(30, 0, 0, 0),
 			want: Plan{Phase: PhaseCanary, Admitted: span(0, 1), Total: 30,
-				MaxRolling: 1, Canary: 3, MaxFailed: -1, Stable: "old"},
+				MaxRolling: 1, Canary: 3, MaxFailed: -1, StableHash: "old"},
 		},
 		{
 			name:    "canary above the total means all",
 			policy:  policy(t, "100%", "50", "", false),
 			members: fleet(4, 0, 0, 0),
 			want: Plan{Phase: PhaseCanary, Admitted: span(0, 4), Total: 4,
-				MaxRolling: 4, Canary: 4, MaxFailed: -1, Stable: "old"},
+				MaxRolling: 4, Canary: 4, MaxFailed: -1, StableHash: "old"},
 		},
 		{
 			name:    "a failed canary holds the rollout without a brake",
 			policy:  policy(t, "100%", "2", "", false),
 			members: fleet(10, 2, 1, 1),
 			want: Plan{Phase: PhaseCanary, Total: 10, Moved: 2, Ready: 1, Rolling: 1, Failed: 1,
-				MaxRolling: 10, Canary: 2, MaxFailed: -1, Stable: "old"},
+				MaxRolling: 10, Canary: 2, MaxFailed: -1, StableHash: "old",
+				Blocked: []BlockedMember{{Name: "gs-001", Reason: ReasonFailed}}, Stuck: true},
 		},
 		{
 			name:    "brake 0 halts on the first failure",
 			policy:  policy(t, "100%", "0", "0", false),
 			members: fleet(20, 10, 5, 1),
 			want: Plan{Phase: PhaseHalted, Total: 20, Moved: 10, Ready: 5, Rolling: 5, Failed: 1,
-				MaxRolling: 20, MaxFailed: 0, Stable: "old"},
+				MaxRolling: 20, MaxFailed: 0, StableHash: "old"},
 		},
 		{
 			name:    "brake 0 without failures rolls",
 			policy:  policy(t, "100%", "0", "0", false),
 			members: fleet(20, 10, 5, 0),
 			want: Plan{Phase: PhaseRolling, Admitted: span(10, 20), Total: 20, Moved: 10, Ready: 5, Rolling: 5,
-				MaxRolling: 20, MaxFailed: 0, Stable: "old"},
+				MaxRolling: 20, MaxFailed: 0, StableHash: "old"},
 		},
 		{
 			name:    "brake 10% tolerates 2 failures of 20 moved",
 			policy:  policy(t, "100%", "0", "10%", false),
 			members: fleet(40, 20, 10, 2),
 			want: Plan{Phase: PhaseRolling, Admitted: span(20, 40), Total: 40, Moved: 20, Ready: 10, Rolling: 10, Failed: 2,
-				MaxRolling: 40, MaxFailed: 2, Stable: "old"},
+				MaxRolling: 40, MaxFailed: 2, StableHash: "old",
+				Blocked: []BlockedMember{{Name: "gs-010", Reason: ReasonFailed}, {Name: "gs-011", Reason: ReasonFailed}}},
 		},
 		{
 			name:    "brake 10% halts at 3 failures of 20 moved",
 			policy:  policy(t, "100%", "0", "10%", false),
 			members: fleet(40, 20, 10, 3),
 			want: Plan{Phase: PhaseHalted, Total: 40, Moved: 20, Ready: 10, Rolling: 10, Failed: 3,
-				MaxRolling: 40, MaxFailed: 2, Stable: "old"},
+				MaxRolling: 40, MaxFailed: 2, StableHash: "old"},
 		},
 		{
 			name:    "brake 10% of 9 moved rounds down to 0",
 			policy:  policy(t, "100%", "0", "10%", false),
 			members: fleet(40, 9, 0, 1),
 			want: Plan{Phase: PhaseHalted, Total: 40, Moved: 9, Rolling: 9, Failed: 1,
-				MaxRolling: 40, MaxFailed: 0, Stable: "old"},
+				MaxRolling: 40, MaxFailed: 0, StableHash: "old"},
 		},
 		{
 			name:   "failures on the old revision do not count",
 			policy: policy(t, "100%", "0", "0", false),
 			members: []Member{
-				{Name: "a", Revision: "old", Failed: true},
-				{Name: "b", Revision: "new", OnTarget: true, Ready: true},
+				{Name: "a", Hash: "old", Failed: true},
+				{Name: "b", Hash: "new", OnTarget: true, Ready: true},
 			},
 			want: Plan{Phase: PhaseRolling, Admitted: []string{"a"}, Total: 2, Moved: 1, Ready: 1,
-				MaxRolling: 2, MaxFailed: 0, Stable: "old"},
+				MaxRolling: 2, MaxFailed: 0, StableHash: "old"},
 		},
 		{
 			name:    "pause admits nothing",
 			policy:  policy(t, "100%", "0", "", true),
 			members: fleet(10, 3, 3, 0),
 			want: Plan{Phase: PhasePaused, Total: 10, Moved: 3, Ready: 3,
-				MaxRolling: 10, MaxFailed: -1, Stable: "old"},
+				MaxRolling: 10, MaxFailed: -1, StableHash: "old"},
 		},
 		{
 			name:    "halt beats pause",
 			policy:  policy(t, "100%", "0", "0", true),
 			members: fleet(10, 3, 2, 1),
 			want: Plan{Phase: PhaseHalted, Total: 10, Moved: 3, Ready: 2, Rolling: 1, Failed: 1,
-				MaxRolling: 10, MaxFailed: 0, Stable: "old"},
+				MaxRolling: 10, MaxFailed: 0, StableHash: "old"},
 		},
 		{
 			name:    "malformed policy pauses",
 			policy:  Policy{MaxRolling: intstr.FromString("ten"), Canary: intstr.FromInt32(0)},
 			members: fleet(5, 0, 0, 0),
 			want: Plan{Phase: PhasePaused, Total: 5,
-				MaxRolling: 1, MaxFailed: -1, Stable: "old"},
+				MaxRolling: 1, MaxFailed: -1, StableHash: "old"},
 		},
 		{
 			name:    "negative policy value pauses",
 			policy:  Policy{MaxRolling: intstr.FromString("100%"), Canary: intstr.FromInt32(-1)},
 			members: fleet(5, 0, 0, 0),
 			want: Plan{Phase: PhasePaused, Total: 5,
-				MaxRolling: 5, MaxFailed: -1, Stable: "old"},
+				MaxRolling: 5, MaxFailed: -1, StableHash: "old"},
 		},
 		{
 			name:    "complete",
 			policy:  DefaultPolicy(),
 			members: fleet(10, 10, 10, 0),
 			want: Plan{Phase: PhaseComplete, Total: 10, Moved: 10, Ready: 10,
-				MaxRolling: 10, MaxFailed: -1},
+				MaxRolling: 10, MaxFailed: -1, Settled: true},
 		},
 		{
-			name:    "complete beats halt and pause",
+			name:    "halt beats complete and pause: every session moved, too many failed",
 			policy:  policy(t, "1", "0", "0", true),
 			members: fleet(10, 10, 5, 5),
-			want: Plan{Phase: PhaseComplete, Total: 10, Moved: 10, Ready: 5, Rolling: 5, Failed: 5,
+			want: Plan{Phase: PhaseHalted, Total: 10, Moved: 10, Ready: 5, Rolling: 5, Failed: 5,
 				MaxRolling: 1, MaxFailed: 0},
+		},
+		{
+			name:    "complete beats pause",
+			policy:  policy(t, "1", "0", "", true),
+			members: fleet(10, 10, 10, 0),
+			want: Plan{Phase: PhaseComplete, Total: 10, Moved: 10, Ready: 10,
+				MaxRolling: 1, MaxFailed: -1, Settled: true},
 		},
 		{
 			name:    "no members",
 			policy:  policy(t, "10%", "3", "0", false),
 			members: nil,
-			want:    Plan{Phase: PhaseComplete},
+			want:    Plan{Phase: PhaseComplete, Settled: true},
 		},
 		{
 			name:    "no members, unpaced",
 			policy:  DefaultPolicy(),
 			members: []Member{},
-			want:    Plan{Phase: PhaseComplete, MaxFailed: -1},
+			want:    Plan{Phase: PhaseComplete, MaxFailed: -1, Settled: true},
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Decide(tc.policy, tc.members)
+			got := Decide(tc.policy, tc.members, Memory{})
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("Decide(%v) =\n  %+v\nwant\n  %+v", tc.policy, got, tc.want)
 			}
@@ -281,15 +290,15 @@ func TestDecide(t *testing.T) {
 
 func TestDecideMovesInNameOrder(t *testing.T) {
 	members := []Member{
-		{Name: "gs-c", Revision: "old"},
-		{Name: "gs-b", Revision: "new", OnTarget: true, Ready: true},
-		{Name: "gs-aa", Revision: "old"},
-		{Name: "gs-d", Revision: "old"},
-		{Name: "gs-a", Revision: "old"},
+		{Name: "gs-c", Hash: "old"},
+		{Name: "gs-b", Hash: "new", OnTarget: true, Ready: true},
+		{Name: "gs-aa", Hash: "old"},
+		{Name: "gs-d", Hash: "old"},
+		{Name: "gs-a", Hash: "old"},
 	}
 	before := slices.Clone(members)
 
-	got := Decide(policy(t, "2", "0", "", false), members)
+	got := Decide(policy(t, "2", "0", "", false), members, Memory{})
 
 	if want := []string{"gs-a", "gs-aa"}; !slices.Equal(got.Admitted, want) {
 		t.Errorf("Admitted = %q, want %q", got.Admitted, want)
@@ -317,12 +326,12 @@ func TestDecideStable(t *testing.T) {
 	for _, tc := range tests {
 		var members []Member
 		for i, rev := range tc.revisions {
-			members = append(members, Member{Name: name(i), Revision: rev})
+			members = append(members, Member{Name: name(i), Hash: rev})
 		}
 		for i := range tc.onTarget {
-			members = append(members, Member{Name: name(100 + i), Revision: "new", OnTarget: true})
+			members = append(members, Member{Name: name(100 + i), Hash: "new", OnTarget: true})
 		}
-		if got := Decide(DefaultPolicy(), members).Stable; got != tc.want {
+		if got := Decide(DefaultPolicy(), members, Memory{}).StableHash; got != tc.want {
 			t.Errorf("%s: Stable = %q, want %q", tc.name, got, tc.want)
 		}
 	}
@@ -330,7 +339,7 @@ func TestDecideStable(t *testing.T) {
 
 func TestPlanAdmits(t *testing.T) {
 	members := fleet(10, 2, 0, 0)
-	plan := Decide(policy(t, "5", "0", "", false), members)
+	plan := Decide(policy(t, "5", "0", "", false), members, Memory{})
 	if want := span(2, 5); !slices.Equal(plan.Admitted, want) {
 		t.Fatalf("Admitted = %q, want %q", plan.Admitted, want)
 	}

@@ -53,7 +53,8 @@
 //
 // When more than max-failed of the moved sessions report
 // ProgressDeadlineExceeded, the rollout halts: nothing more moves until the
-// failures clear (a fixed profile moves them again) or the policy changes.
+// profile's content changes (see Memory). A rollout whose every member moved
+// with too many failures is halted too, not complete.
 // "0" halts on the first failure. The brake takes precedence over a pause, so
 // that the phase reports the more urgent condition.
 //
@@ -67,6 +68,26 @@
 //
 // A session created during a rollout has no Deployment to move. It starts on
 // the new revision once the rollout is past its canary and not stopped; in the
-// canary phase, paused or halted, it starts on the revision most of the
-// unmoved sessions run ([Plan.Stable]), so that it does not bypass the gate.
+// canary phase, paused or halted, it starts on the stable content
+// ([Plan.StableHash]): the one whose rollout last completed, as the
+// controller remembers it ([Memory]), or else the one most of the unmoved
+// sessions run. So it does not bypass the gate.
+//
+// # Memory
+//
+// A plan is a function of what the caches show and of [Memory], which the
+// controller keeps in the API (a ProfileRollout per profile): whether the
+// brake halted the rollout towards the current target, and the stable
+// content. A halt holds until the target changes, so that deleting or
+// scaling the failed sessions cannot release it.
+//
+// # Blocked members
+//
+// A member that cannot progress ([Member.Blocked]: its Deployment paused by
+// a user, or refusing the controller's writes) is never admitted past the
+// canary, so it takes no slot from those that can move. One that holds a
+// slot anyway (a canary, or a member that moved and then was paused or
+// failed within what the brake tolerates) is listed in [Plan.Blocked], and
+// [Plan.Stuck] says when nothing else can move: the controller reports both,
+// so that a rollout never waits silently.
 package rollout

@@ -2,9 +2,11 @@ package rollout
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -19,9 +21,10 @@ func TestDecideProperties(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
 		policy := randomPolicy(rng)
 		members := randomMembers(rng)
-		plan, err := checkDecide(rng, policy, members)
+		memory := randomMemory(rng)
+		plan, err := checkDecide(rng, policy, members, memory)
 		if err != nil {
-			t.Fatalf("seed %d: %v\npolicy: %#v (%v)\nmembers: %+v", seed, err, policy, policy, members)
+			t.Fatalf("seed %d: %v\npolicy: %#v (%v)\nmembers: %+v\nmemory: %+v", seed, err, policy, policy, members, memory)
 		}
 		phases[plan.Phase]++
 	}
@@ -66,6 +69,16 @@ func randomIntOrPercent(rng *rand.Rand, maxInt int32, maxPercent int) intstr.Int
 	return intstr.FromString(fmt.Sprintf("%d%%", rng.IntN(maxPercent)))
 }
 
+// randomMemory returns a memory that is mostly empty, now and then halted,
+// and half the time with a stable content.
+func randomMemory(rng *rand.Rand) Memory {
+	m := Memory{Halted: rng.IntN(8) == 0}
+	if rng.IntN(2) == 0 {
+		m.StableHash = []string{"r1", "r2", "r9"}[rng.IntN(3)]
+	}
+	return m
+}
+
 // randomMembers returns up to 60 members with unique random names, in random
 // order. How many moved, are Ready or failed varies from profile to profile,
 // so that every phase comes up. Failed is meaningful only on the target, but
@@ -82,11 +95,14 @@ func randomMembers(rng *rand.Rand) []Member {
 		}
 		seen[name] = true
 		m := Member{Name: name, Ready: rng.Float64() < ready, Failed: rng.Float64() < failed}
+		if rng.IntN(8) == 0 {
+			m.Blocked = []string{"DeploymentPaused", "ContainerConflict"}[rng.IntN(2)]
+		}
 		if m.OnTarget = rng.Float64() < moved; m.OnTarget {
-			m.Revision = "target"
+			m.Hash = "target"
 			m.Failed = m.Failed && !m.Ready // a failed Deployment is not Ready
 		} else {
-			m.Revision = []string{"", "r1", "r2", "r3"}[rng.IntN(4)]
+			m.Hash = []string{"", "r1", "r2", "r3"}[rng.IntN(4)]
 		}
 		members = append(members, m)
 	}
@@ -95,23 +111,23 @@ func randomMembers(rng *rand.Rand) []Member {
 
 // checkDecide returns an error describing the first invariant that Decide
 // breaks for this policy and these members.
-func checkDecide(rng *rand.Rand, policy Policy, members []Member) (Plan, error) {
+func checkDecide(rng *rand.Rand, policy Policy, members []Member, memory Memory) (Plan, error) {
 	before := slices.Clone(members)
-	plan := Decide(policy, members)
+	plan := Decide(policy, members, memory)
 	if !slices.Equal(members, before) {
 		return plan, fmt.Errorf("Decide modified its input")
 	}
 
 	shuffled := slices.Clone(members)
 	rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
-	if again := Decide(policy, shuffled); !reflect.DeepEqual(again, plan) {
+	if again := Decide(policy, shuffled, memory); !reflect.DeepEqual(again, plan) {
 		return plan, fmt.Errorf("Decide depends on input order:\n  %+v\nthen\n  %+v", plan, again)
 	}
 
-	for _, check := range []func(Policy, []Member, Plan) error{
-		checkCounts, checkResolved, checkAdmitted, checkBudget, checkPhase, checkAdmits, checkStable,
+	for _, check := range []func(Policy, []Member, Memory, Plan) error{
+		checkCounts, checkResolved, checkAdmitted, checkBudget, checkPhase, checkAdmits, checkStable, checkBlocked,
 	} {
-		if err := check(policy, members, plan); err != nil {
+		if err := check(policy, members, memory, plan); err != nil {
 			return plan, fmt.Errorf("%w\nplan: %+v", err, plan)
 		}
 	}
@@ -119,7 +135,7 @@ func checkDecide(rng *rand.Rand, policy Policy, members []Member) (Plan, error) 
 }
 
 // checkCounts checks the counts against a direct count of the members.
-func checkCounts(_ Policy, members []Member, plan Plan) error {
+func checkCounts(_ Policy, members []Member, _ Memory, plan Plan) error {
 	var want [5]int // Total, Moved, Ready, Rolling, Failed
 	want[0] = len(members)
 	for _, m := range members {
@@ -144,7 +160,7 @@ func checkCounts(_ Policy, members []Member, plan Plan) error {
 
 // checkResolved checks the policy resolved against the profile, using
 // apimachinery's float rounding as an independent reference.
-func checkResolved(policy Policy, _ []Member, plan Plan) error {
+func checkResolved(policy Policy, _ []Member, _ Memory, plan Plan) error {
 	n := plan.Total
 	maxRolling := min(scaled(policy.MaxRolling, n, false), n)
 	if n > 0 {
@@ -178,7 +194,7 @@ func scaled(v intstr.IntOrString, total int, roundUp bool) int {
 
 // checkAdmitted checks that the admitted names are distinct members not on
 // the target, in name order.
-func checkAdmitted(_ Policy, members []Member, plan Plan) error {
+func checkAdmitted(_ Policy, members []Member, _ Memory, plan Plan) error {
 	offTarget := make(map[string]bool)
 	for _, m := range members {
 		if !m.OnTarget {
@@ -201,7 +217,7 @@ func checkAdmitted(_ Policy, members []Member, plan Plan) error {
 
 // checkBudget checks that admitting never makes more sessions roll than the
 // budget allows, unless they already did.
-func checkBudget(_ Policy, _ []Member, plan Plan) error {
+func checkBudget(_ Policy, _ []Member, _ Memory, plan Plan) error {
 	if len(plan.Admitted)+plan.Rolling > max(plan.MaxRolling, plan.Rolling) {
 		return fmt.Errorf("admitted %d with %d rolling, over the budget of %d",
 			len(plan.Admitted), plan.Rolling, plan.MaxRolling)
@@ -211,20 +227,20 @@ func checkBudget(_ Policy, _ []Member, plan Plan) error {
 
 // checkPhase checks that the phase follows from the policy and the members,
 // and that each phase admits what it should.
-func checkPhase(policy Policy, members []Member, plan Plan) error {
+func checkPhase(policy Policy, members []Member, memory Memory, plan Plan) error {
 	sorted := slices.SortedFunc(slices.Values(members), compareMembers)
 	canaries := sorted[:plan.Canary]
 	slots := max(0, plan.MaxRolling-plan.Rolling)
 	complete := plan.Moved == plan.Total
-	halted := policy.MaxFailed != nil && plan.Failed > plan.MaxFailed
+	halted := memory.Halted || policy.MaxFailed != nil && plan.Failed > plan.MaxFailed
 	paused := policy.Paused || malformed(policy)
 
 	var want Phase
 	switch {
-	case complete:
-		want = PhaseComplete
 	case halted:
 		want = PhaseHalted
+	case complete:
+		want = PhaseComplete
 	case paused:
 		want = PhasePaused
 	case allOnTargetAndReady(canaries):
@@ -259,12 +275,16 @@ func checkPhase(policy Policy, members []Member, plan Plan) error {
 		}
 	case PhaseRolling:
 		var rest []string
+		left := 0
 		for _, m := range sorted[plan.Canary:] {
 			if !m.OnTarget {
-				rest = append(rest, m.Name)
+				left++
+				if m.Blocked == "" {
+					rest = append(rest, m.Name)
+				}
 			}
 		}
-		if len(rest) == 0 {
+		if left == 0 {
 			return fmt.Errorf("Rolling with nothing left to move")
 		}
 		if want := rest[:min(slots, len(rest))]; !slices.Equal(plan.Admitted, want) {
@@ -298,7 +318,7 @@ func allOnTargetAndReady(members []Member) bool {
 }
 
 // checkAdmits checks that Admits agrees with Admitted for every member.
-func checkAdmits(_ Policy, members []Member, plan Plan) error {
+func checkAdmits(_ Policy, members []Member, _ Memory, plan Plan) error {
 	for _, m := range members {
 		if got, want := plan.Admits(m.Name), slices.Contains(plan.Admitted, m.Name); got != want {
 			return fmt.Errorf("Admits(%q) = %v, but Admitted is %q", m.Name, got, plan.Admitted)
@@ -307,26 +327,83 @@ func checkAdmits(_ Policy, members []Member, plan Plan) error {
 	return nil
 }
 
-// checkStable checks that no revision off the target is more common than
-// Stable, nor as common and smaller.
-func checkStable(_ Policy, members []Member, plan Plan) error {
+// checkStable checks that the remembered stable content wins, and without
+// one, that no content off the target is more common than StableHash, nor as
+// common and smaller.
+func checkStable(_ Policy, members []Member, memory Memory, plan Plan) error {
+	if memory.StableHash != "" {
+		if plan.StableHash != memory.StableHash {
+			return fmt.Errorf("StableHash is %q, but the memory says %q", plan.StableHash, memory.StableHash)
+		}
+		return nil
+	}
 	counts := make(map[string]int)
 	for _, m := range members {
-		if !m.OnTarget && m.Revision != "" {
-			counts[m.Revision]++
+		if !m.OnTarget && m.Hash != "" {
+			counts[m.Hash]++
 		}
 	}
-	if plan.Stable == "" {
+	if plan.StableHash == "" {
 		if len(counts) > 0 {
 			return fmt.Errorf("Stable is empty, but members off the target run %v", counts)
 		}
 		return nil
 	}
-	best := counts[plan.Stable]
+	best := counts[plan.StableHash]
 	for rev, n := range counts {
-		if best == 0 || n > best || n == best && rev < plan.Stable {
-			return fmt.Errorf("Stable is %q, but members off the target run %v", plan.Stable, counts)
+		if best == 0 || n > best || n == best && rev < plan.StableHash {
+			return fmt.Errorf("Stable is %q, but members off the target run %v", plan.StableHash, counts)
 		}
+	}
+	return nil
+}
+
+// checkBlocked checks that every blocked member listed holds a slot and
+// cannot progress, that every such member is listed, and that Stuck means
+// nothing else can move.
+func checkBlocked(_ Policy, members []Member, _ Memory, plan Plan) error {
+	if !slices.IsSortedFunc(plan.Blocked, func(a, b BlockedMember) int { return strings.Compare(a.Name, b.Name) }) {
+		return fmt.Errorf("Blocked not in name order: %v", plan.Blocked)
+	}
+	moving := plan.Phase == PhaseCanary || plan.Phase == PhaseRolling
+	if !moving && (len(plan.Blocked) > 0 || plan.Stuck) {
+		return fmt.Errorf("%s reports blocked members %v (stuck %v)", plan.Phase, plan.Blocked, plan.Stuck)
+	}
+	if !moving {
+		return nil
+	}
+	sorted := slices.SortedFunc(slices.Values(members), compareMembers)
+	canaries := map[string]bool{}
+	for _, m := range sorted[:plan.Canary] {
+		canaries[m.Name] = true
+	}
+	want := map[string]bool{}
+	unblockedMoving := false
+	for _, m := range sorted {
+		holding := m.OnTarget && !m.Ready
+		wanted := !m.OnTarget && canaries[m.Name] == (plan.Phase == PhaseCanary)
+		switch {
+		case holding && (m.Blocked != "" || m.Failed):
+			want[m.Name] = true
+		case holding:
+			unblockedMoving = true
+		case wanted && m.Blocked != "":
+			want[m.Name] = true
+		}
+	}
+	got := map[string]bool{}
+	for _, b := range plan.Blocked {
+		got[b.Name] = true
+	}
+	if !maps.Equal(got, want) {
+		return fmt.Errorf("Blocked %v, want the members %v", plan.Blocked, slices.Sorted(maps.Keys(want)))
+	}
+	unblockedAdmitted := slices.ContainsFunc(plan.Admitted, func(name string) bool {
+		i := slices.IndexFunc(members, func(m Member) bool { return m.Name == name })
+		return members[i].Blocked == ""
+	})
+	if wantStuck := len(want) > 0 && !unblockedMoving && !unblockedAdmitted; plan.Stuck != wantStuck {
+		return fmt.Errorf("Stuck %v, want %v", plan.Stuck, wantStuck)
 	}
 	return nil
 }

@@ -107,7 +107,7 @@ func (e *env) startControlPlane(ctx context.Context) error {
 	if e.games, err = clientset.NewForConfig(e.adminCfg); err != nil {
 		return err
 	}
-	if err := manifests.InstallCRDs(ctx, e.adminCfg, filepath.Join(e.root, "artifacts/crd/games.example.com_gamesessions.yaml")); err != nil {
+	if err := manifests.InstallCRDs(ctx, e.adminCfg, manifests.CRDPaths(e.root)...); err != nil {
 		return err
 	}
 	applier, err := manifests.NewApplier(e.adminCfg)

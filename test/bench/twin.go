@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -30,7 +29,7 @@ const twinGroup = "bench.example.com"
 var twinResource = schema.GroupVersionResource{Group: twinGroup, Version: "v1", Resource: "benchsessions"}
 
 func (e *env) installTwinCRD(ctx context.Context) error {
-	objs, err := manifests.DecodeFiles(filepath.Join(e.root, "artifacts/crd/games.example.com_gamesessions.yaml"))
+	objs, err := manifests.DecodeFiles(manifests.CRDPaths(e.root)[0])
 	if err != nil {
 		return err
 	}

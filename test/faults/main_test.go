@@ -74,7 +74,6 @@ func sizes() size {
 }
 
 const (
-	crdPath = "../../artifacts/crd/games.example.com_gamesessions.yaml"
 	profile = "arena"
 	// podEvery: one session in podEvery has a replica, whose pod kwok runs;
 	// the others have none. A fan-out is the controller against the API
@@ -144,7 +143,7 @@ func newEnv(t *testing.T) *env {
 	installCRD.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		crdErr = manifests.InstallCRDs(ctx, adminConfig(), crdPath)
+		crdErr = manifests.InstallCRDs(ctx, adminConfig(), manifests.CRDPaths("../..")...)
 	})
 	if crdErr != nil {
 		t.Fatalf("installing the GameSession CRD: %v", crdErr)

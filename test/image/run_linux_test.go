@@ -75,8 +75,7 @@ func TestEntrypointHelp(t *testing.T) {
 func TestEntrypointRunsController(t *testing.T) {
 	rootfs := unpackHostImage(t)
 	ctx := t.Context()
-	crd := filepath.Join(repoRoot(), "artifacts", "crd", "games.example.com_gamesessions.yaml")
-	if err := manifests.InstallCRDs(ctx, cp.RESTConfig(), crd); err != nil {
+	if err := manifests.InstallCRDs(ctx, cp.RESTConfig(), manifests.CRDPaths(repoRoot())...); err != nil {
 		t.Fatalf("installing the GameSession CRD: %v", err)
 	}
 	kube := kubernetes.NewForConfigOrDie(cp.RESTConfig())

@@ -34,7 +34,6 @@ import (
 	clientset "github.com/example/gamesession-controller/pkg/generated/clientset/versioned"
 )
 
-const crdPath = "../../artifacts/crd/games.example.com_gamesessions.yaml"
 
 // waitTimeout bounds every wait on the cluster; kwok runs pods in about a
 // second, so this only matters when something is broken.
@@ -66,7 +65,7 @@ func newEnv(t *testing.T) *env {
 	installCRD.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		crdErr = manifests.InstallCRDs(ctx, adminConfig(), crdPath)
+		crdErr = manifests.InstallCRDs(ctx, adminConfig(), manifests.CRDPaths("../..")...)
 	})
 	if crdErr != nil {
 		t.Fatalf("installing the GameSession CRD: %v", crdErr)

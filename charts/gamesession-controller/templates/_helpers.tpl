@@ -43,6 +43,14 @@ says why each is needed.
 - apiGroups: ["games.example.com"]
   resources: ["gamesessions/status"]
   verbs: ["update"]
+# Rollout state, one ProfileRollout per profile: created, its status
+# written; the garbage collector removes it with its profile.
+- apiGroups: ["games.example.com"]
+  resources: ["profilerollouts"]
+  verbs: ["list", "watch", "create"]
+- apiGroups: ["games.example.com"]
+  resources: ["profilerollouts/status"]
+  verbs: ["update"]
 # RBAC cannot grant by label: the controller itself lists only profiles
 # (--profile-selector) and its revisions.
 - apiGroups: [""]
@@ -61,6 +69,10 @@ says why each is needed.
 - apiGroups: ["apps"]
   resources: ["deployments"]
   verbs: ["get"]
+# ReplicaSets, read only: which revisions the pods of old ReplicaSets mount.
+- apiGroups: ["apps"]
+  resources: ["replicasets"]
+  verbs: ["list", "watch"]
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]

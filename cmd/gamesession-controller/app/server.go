@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -99,7 +100,8 @@ func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interf
 
 	// One factory per filter: a factory applies its list options to every
 	// informer it makes, so the profile, revision and Deployment filters
-	// cannot share one.
+	// cannot share one. GameSessions and ProfileRollouts share the
+	// unfiltered one; Deployments and their ReplicaSets the managed-by one.
 	sessionFactory := gameinformers.NewSharedInformerFactoryWithOptions(gameClient, o.ResyncPeriod,
 		gameinformers.WithNamespace(o.Namespace),
 		gameinformers.WithTransform(dropManagedFields))
@@ -114,7 +116,7 @@ func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interf
 	deploymentFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kubeClient, o.ResyncPeriod,
 		kubeinformers.WithNamespace(o.Namespace),
 		kubeinformers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = controller.ManagedDeploymentSelector() }),
-		kubeinformers.WithTransform(dropManagedFields))
+		kubeinformers.WithTransform(slimManaged))
 
 	rolloutDefaults, err := o.RolloutDefaults()
 	if err != nil {
@@ -122,10 +124,14 @@ func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interf
 	}
 	sessionInformer := sessionFactory.Games().V1().GameSessions()
 	c, err := controller.NewController(ctx, kubeClient, gameClient,
-		sessionInformer,
-		profileFactory.Core().V1().ConfigMaps(),
-		revisionFactory.Core().V1().ConfigMaps(),
-		deploymentFactory.Apps().V1().Deployments(),
+		controller.Informers{
+			Sessions:    sessionInformer,
+			Rollouts:    sessionFactory.Games().V1().ProfileRollouts(),
+			Profiles:    profileFactory.Core().V1().ConfigMaps(),
+			Revisions:   revisionFactory.Core().V1().ConfigMaps(),
+			Deployments: deploymentFactory.Apps().V1().Deployments(),
+			ReplicaSets: deploymentFactory.Apps().V1().ReplicaSets(),
+		},
 		controller.Options{
 			ProfileSelector:      o.ProfileSelector,
 			ProfileChangeDelay:   o.ProfileChangeDelay,
@@ -198,6 +204,17 @@ func dropManagedFields(obj interface{}) (interface{}, error) {
 func dropRevisionData(obj interface{}) (interface{}, error) {
 	if cm, ok := obj.(*corev1.ConfigMap); ok {
 		cm.Data, cm.BinaryData = nil, nil
+	}
+	return dropManagedFields(obj)
+}
+
+// slimManaged is the transform of the managed-object factory: its
+// ReplicaSets (which carry the Deployments' pod-template labels, and so the
+// managed-by label) are slimmed to what says which revision their pods
+// mount; its Deployments lose their managedFields.
+func slimManaged(obj interface{}) (interface{}, error) {
+	if _, ok := obj.(*appsv1.ReplicaSet); ok {
+		return controller.SlimReplicaSet(obj)
 	}
 	return dropManagedFields(obj)
 }

@@ -112,7 +112,7 @@ func TestRunStandbyServesAndStops(t *testing.T) {
 		"go_goroutines ",
 		`leader_election_master_status{name="gamesession-controller"} 0`,
 		`rest_client_requests_total{code="503"`, // the failed lease reads
-		`gamesession_controller_syncs_total{result="success"}`,
+		`gamesession_controller_syncs_total{queue="gamesessions",result="success"}`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)

@@ -61,8 +61,12 @@ func run(root, out, version, imageRepo, imageArchive string) error {
 	// The image tag is the version as given: `make image` tags it so.
 	image := imageRepo + ":" + version
 
-	crd := filepath.Join(root, "artifacts", "crd", "games.example.com_gamesessions.yaml")
-	if err := copyFile(crd, filepath.Join(out, "gamesession-crd.yaml")); err != nil {
+	// Every CRD of the project in one file: GameSession and ProfileRollout.
+	crds, err := filepath.Glob(filepath.Join(root, "artifacts", "crd", "*.yaml"))
+	if err != nil {
+		return err
+	}
+	if err := concatFiles(crds, filepath.Join(out, "gamesession-crd.yaml")); err != nil {
 		return err
 	}
 	install, err := installManifest(filepath.Join(root, "artifacts"), imageRepo, version)
@@ -180,6 +184,22 @@ func setImageRepository(c *chart.Chart, imageRepo string) error {
 		}
 	}
 	return fmt.Errorf("no image.repository line in the chart's values.yaml")
+}
+
+// concatFiles writes the YAML files srcs into dst, one document after another.
+func concatFiles(srcs []string, dst string) error {
+	var all []byte
+	for i, src := range srcs {
+		data, err := os.ReadFile(src)
+		if err != nil {
+			return err
+		}
+		if i > 0 {
+			all = append(all, []byte("---\n")...)
+		}
+		all = append(all, data...)
+	}
+	return os.WriteFile(dst, all, 0o644)
 }
 
 func copyFile(src, dst string) error {

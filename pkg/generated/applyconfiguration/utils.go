@@ -32,6 +32,8 @@ import (
 func ForKind(kind schema.GroupVersionKind) interface{} {
 	switch kind {
 	// Group=games.example.com, Version=v1
+	case v1.SchemeGroupVersion.WithKind("BlockedSession"):
+		return &gamesv1.BlockedSessionApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("GameServerPort"):
 		return &gamesv1.GameServerPortApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("GameServerResources"):
@@ -42,6 +44,10 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &gamesv1.GameSessionSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("GameSessionStatus"):
 		return &gamesv1.GameSessionStatusApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("ProfileRollout"):
+		return &gamesv1.ProfileRolloutApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("ProfileRolloutStatus"):
+		return &gamesv1.ProfileRolloutStatusApplyConfiguration{}
 
 	}
 	return nil

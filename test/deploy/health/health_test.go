@@ -40,7 +40,6 @@ import (
 )
 
 const (
-	crdPath       = "../../../artifacts/crd/games.example.com_gamesessions.yaml"
 	argoHealthLua = "../../../charts/gamesession-controller/files/argocd-health.lua"
 	// waitTimeout bounds each wait for a state. The slowest, a halted
 	// rollout, needs kwok pods, a 5 s progress deadline and the Deployment
@@ -64,7 +63,7 @@ func TestMain(m *testing.M) {
 func TestHealth(t *testing.T) {
 	ctx := t.Context()
 	cfg := cp.RESTConfig()
-	if err := manifests.InstallCRDs(ctx, cfg, crdPath); err != nil {
+	if err := manifests.InstallCRDs(ctx, cfg, manifests.CRDPaths("../../..")...); err != nil {
 		t.Fatalf("installing the CRD: %v", err)
 	}
 	kube := kubernetes.NewForConfigOrDie(cfg)

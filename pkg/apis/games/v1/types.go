@@ -83,8 +83,17 @@ const (
 	// failed, so the rollout stopped until the profile is changed.
 	ReasonRolloutHalted = "RolloutHalted"
 	// ReasonRolloutBlocked: the Deployment cannot be moved to the current
-	// revision until the problem its Ready condition names is solved.
+	// revision until the problem its Ready condition names is solved; or the
+	// session waits on a rollout held up by sessions that cannot progress,
+	// which the message names.
 	ReasonRolloutBlocked = "RolloutBlocked"
+	// ReasonRevisionPending: the revision of the profile's current content
+	// is being created; the session keeps the revision it runs.
+	ReasonRevisionPending = "RevisionPending"
+	// ReasonRevisionUnavailable: the revision of the profile's current
+	// content cannot be created (the message quotes the API server); the
+	// session keeps the revision it runs.
+	ReasonRevisionUnavailable = "RevisionUnavailable"
 )
 
 // GameSession runs one game-server Deployment whose pods mount a shared

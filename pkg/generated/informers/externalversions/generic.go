@@ -55,6 +55,8 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 	// Group=games.example.com, Version=v1
 	case v1.SchemeGroupVersion.WithResource("gamesessions"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Games().V1().GameSessions().Informer()}, nil
+	case v1.SchemeGroupVersion.WithResource("profilerollouts"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Games().V1().ProfileRollouts().Informer()}, nil
 
 	}
 

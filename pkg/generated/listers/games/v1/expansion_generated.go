@@ -25,3 +25,11 @@ type GameSessionListerExpansion interface{}
 // GameSessionNamespaceListerExpansion allows custom methods to be added to
 // GameSessionNamespaceLister.
 type GameSessionNamespaceListerExpansion interface{}
+
+// ProfileRolloutListerExpansion allows custom methods to be added to
+// ProfileRolloutLister.
+type ProfileRolloutListerExpansion interface{}
+
+// ProfileRolloutNamespaceListerExpansion allows custom methods to be added to
+// ProfileRolloutNamespaceLister.
+type ProfileRolloutNamespaceListerExpansion interface{}

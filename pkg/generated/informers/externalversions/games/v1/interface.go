@@ -26,6 +26,8 @@ import (
 type Interface interface {
 	// GameSessions returns a GameSessionInformer.
 	GameSessions() TypedGameSessionInformer
+	// ProfileRollouts returns a ProfileRolloutInformer.
+	ProfileRollouts() TypedProfileRolloutInformer
 }
 
 type version struct {
@@ -42,4 +44,9 @@ func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakList
 // GameSessions returns a TypedGameSessionInformer.
 func (v *version) GameSessions() TypedGameSessionInformer {
 	return &gameSessionInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
+}
+
+// ProfileRollouts returns a TypedProfileRolloutInformer.
+func (v *version) ProfileRollouts() TypedProfileRolloutInformer {
+	return &profileRolloutInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }

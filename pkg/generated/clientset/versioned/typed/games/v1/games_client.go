@@ -29,6 +29,7 @@ import (
 type GamesV1Interface interface {
 	RESTClient() rest.Interface
 	GameSessionsGetter
+	ProfileRolloutsGetter
 }
 
 // GamesV1Client is used to interact with features provided by the games.example.com group.
@@ -38,6 +39,10 @@ type GamesV1Client struct {
 
 func (c *GamesV1Client) GameSessions(namespace string) GameSessionInterface {
 	return newGameSessions(c, namespace)
+}
+
+func (c *GamesV1Client) ProfileRollouts(namespace string) ProfileRolloutInterface {
+	return newProfileRollouts(c, namespace)
 }
 
 // NewForConfig creates a new GamesV1Client for the given config.

@@ -32,6 +32,10 @@ func (c *FakeGamesV1) GameSessions(namespace string) v1.GameSessionInterface {
 	return newFakeGameSessions(c, namespace)
 }
 
+func (c *FakeGamesV1) ProfileRollouts(namespace string) v1.ProfileRolloutInterface {
+	return newFakeProfileRollouts(c, namespace)
+}
+
 // RESTClient returns a RESTClient that is used to communicate
 // with API server by this client implementation.
 func (c *FakeGamesV1) RESTClient() rest.Interface {

@@ -1,0 +1,181 @@
+package v1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Condition types of ProfileRolloutStatus.Conditions.
+const (
+	// ConditionComplete is True once every session of the profile runs the
+	// target revision and is Ready: `kubectl wait --for=condition=Complete
+	// profilerollout/NAME` waits for a rollout to finish.
+	ConditionComplete = "Complete"
+	// ConditionRevisionAvailable is False while the revision of the profile's
+	// current content cannot be created; its message quotes the API server.
+	ConditionRevisionAvailable = "RevisionAvailable"
+)
+
+// Reasons of a ProfileRollout's conditions, beyond the GameSession ones it
+// shares (RolloutPaused, RolloutHalted).
+const (
+	ReasonRolloutComplete    = "RolloutComplete"
+	ReasonRolloutProgressing = "RolloutProgressing"
+	// ReasonSessionsBlocked: sessions the rollout moved, or wants to move,
+	// cannot progress (a paused, refused or conflicting Deployment), and hold
+	// the canary or the whole budget. status.blocked names them.
+	ReasonSessionsBlocked = "SessionsBlocked"
+	// ReasonRevisionCreated and ReasonRevisionCreateFailed are the reasons of
+	// RevisionAvailable. RevisionNameTaken (a ConfigMap of the revision's name
+	// that is not a revision) is the third.
+	ReasonRevisionCreated      = "RevisionCreated"
+	ReasonRevisionCreateFailed = "RevisionCreateFailed"
+	ReasonRevisionNameTaken    = "RevisionNameTaken"
+)
+
+// RolloutPhase is where a profile's rollout stands.
+type RolloutPhase string
+
+// The phases of a profile's rollout.
+const (
+	RolloutPhaseComplete RolloutPhase = "Complete"
+	RolloutPhaseCanary   RolloutPhase = "Canary"
+	RolloutPhaseRolling  RolloutPhase = "Rolling"
+	RolloutPhasePaused   RolloutPhase = "Paused"
+	RolloutPhaseHalted   RolloutPhase = "Halted"
+)
+
+// ProfileRollout is the rollout state of one profile ConfigMap: which
+// revision its sessions move to, which one last completed, how far the move
+// is, and whether the brake halted it. The controller creates one per
+// profile, named like the profile, in the profile's namespace, owned by it
+// (so it goes with the profile), and is its only writer. It exists so that
+// what a rollout must remember survives restarts and failovers: a halt holds
+// until the profile's content changes, and sessions created during a canary,
+// a halt or a rollback start on the stable revision. Its status is written
+// once per rollout step (a phase change, each tenth of the sessions), never
+// once per session.
+//
+// +genclient
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:shortName=pro,categories=games
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.status.targetRevision`
+// +kubebuilder:printcolumn:name="Stable",type=string,JSONPath=`.status.stableRevision`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Moved",type=integer,JSONPath=`.status.movedSessions`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readySessions`
+// +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.failedSessions`
+// +kubebuilder:printcolumn:name="Total",type=integer,JSONPath=`.status.totalSessions`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.message`,priority=1
+type ProfileRollout struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// status is the rollout's state. Written only by the controller.
+	// +optional
+	Status ProfileRolloutStatus `json:"status,omitempty"`
+}
+
+// ProfileRolloutStatus is the state of a profile's rollout.
+type ProfileRolloutStatus struct {
+	// targetHash is the content hash of the profile now, and targetRevision
+	// the revision (a ConfigMap named after the profile and the hash) its
+	// sessions move to.
+	// +optional
+	TargetHash string `json:"targetHash,omitempty"`
+	// +optional
+	TargetRevision string `json:"targetRevision,omitempty"`
+
+	// stableHash and stableRevision are the revision whose rollout last
+	// completed. Sessions created while a rollout is in its canary, halted
+	// or paused start on it. Empty until a rollout completes.
+	// +optional
+	StableHash string `json:"stableHash,omitempty"`
+	// +optional
+	StableRevision string `json:"stableRevision,omitempty"`
+
+	// haltedHash is the content hash whose rollout the brake halted. The halt
+	// holds while the profile has that content: no scaling, deleting or
+	// recreating of sessions or Deployments, no restart and no failover of
+	// the controller releases it. Changing the profile's content does.
+	// +optional
+	HaltedHash string `json:"haltedHash,omitempty"`
+
+	// phase is Canary, Rolling, Paused, Halted or Complete.
+	// +optional
+	Phase RolloutPhase `json:"phase,omitempty"`
+
+	// totalSessions is the number of the profile's sessions with a
+	// Deployment; movedSessions those whose Deployment runs the target,
+	// readySessions those of them that are Ready, failedSessions those of
+	// them whose Deployment exceeded its progress deadline. Between two
+	// rollout steps the counts may lag by up to a tenth of totalSessions.
+	// +optional
+	TotalSessions int32 `json:"totalSessions"`
+	// +optional
+	MovedSessions int32 `json:"movedSessions"`
+	// +optional
+	ReadySessions int32 `json:"readySessions"`
+	// +optional
+	FailedSessions int32 `json:"failedSessions"`
+
+	// blocked names sessions that hold a canary or budget slot and cannot
+	// progress, with why (at most 10 of them).
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=10
+	Blocked []BlockedSession `json:"blocked,omitempty"`
+
+	// policy is the rollout policy in force, as the profile's annotations
+	// and the controller's flags make it, e.g. "max-rolling 10%, canary 1,
+	// max-failed 0".
+	// +optional
+	Policy string `json:"policy,omitempty"`
+
+	// message says in a sentence where the rollout stands and what to do.
+	// +optional
+	Message string `json:"message,omitempty"`
+
+	// startTime is when the rollout to the target began; completionTime when
+	// it completed, unset while it is in progress.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+
+	// conditions: Complete (every session on the target and Ready),
+	// RevisionAvailable (the target revision exists), and Reconciling and
+	// Stalled in the kstatus convention (present only while True).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// BlockedSession is a session that holds up a rollout.
+type BlockedSession struct {
+	// name of the GameSession.
+	Name string `json:"name"`
+	// reason it cannot progress: DeploymentPaused, ContainerConflict,
+	// DeploymentInvalid, or another Ready reason of the session.
+	Reason string `json:"reason"`
+}
+
+// ProfileRolloutList is a list of ProfileRollouts.
+//
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:object:root=true
+type ProfileRolloutList struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	// items are the ProfileRollouts.
+	Items []ProfileRollout `json:"items"`
+}

@@ -1,0 +1,639 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
+	"github.com/example/gamesession-controller/pkg/metrics"
+	"github.com/example/gamesession-controller/pkg/rollout"
+)
+
+// The profile sync runs per profile, on a queue of its own, and does what
+// concerns a profile as a whole. Its steps fail independently: each runs
+// whatever the others did, and their errors are returned together.
+//
+//  1. It creates the revision of the profile's current content, if missing
+//     (ensureRevision, revision.go).
+//  2. It deletes the revisions no pod can mount any more (deleteStaleRevisions).
+//  3. It plans the rollout (pkg/rollout): from the caches, which sessions run
+//     the new revision, which are Ready, failed or blocked; from the
+//     profile's ProfileRollout, what the rollout remembers (a halt, the
+//     stable revision); which sessions may move next.
+//  4. It writes the ProfileRollout's status, once per rollout step.
+//
+// The plan is kept in memory for the session syncs to read. A restarted
+// controller, or a new leader, computes the same plan from the same caches
+// and the same ProfileRollout, and so goes on with the same rollout, within
+// the same budget, moving no session twice and releasing no halt.
+//
+// Session syncs ask for a new plan (at most one per planInterval per
+// profile, however many Deployments change) while a rollout is in progress;
+// the plan queues the sessions it admits. A rollout that has not settled is
+// planned again every replanInterval even without events, so that a missed
+// event never wedges it.
+
+// planInterval bounds how often a profile with a rollout in progress is
+// planned again: its sessions' Deployments change many times a second during
+// a rollout, and one plan looks at every session of the profile.
+const planInterval = 250 * time.Millisecond
+
+// replanInterval is how often a profile whose rollout has not settled, or
+// whose revision is not available, is planned again without an event.
+const replanInterval = 30 * time.Second
+
+// profilePlans holds the latest rollout plan of each profile, and the
+// ProfileRollout the controller last wrote for it.
+type profilePlans struct {
+	mu      sync.Mutex
+	plans   map[string]*profilePlan
+	written map[string]*gamesv1.ProfileRollout
+}
+
+// profilePlan is a profile's rollout plan towards one content under one
+// policy: a session may go by it only while both are the profile's.
+type profilePlan struct {
+	hash     string // content hash of the target revision
+	policy   string // rollout.Policy.String() of the policy it was made with
+	plan     rollout.Plan
+	memory   rollout.Memory // what the rollout remembers after this plan
+	revision revisionState
+}
+
+func newProfilePlans() *profilePlans {
+	return &profilePlans{plans: map[string]*profilePlan{}, written: map[string]*gamesv1.ProfileRollout{}}
+}
+
+// get returns the plan of profileKey towards hash under policy, or nil if
+// none was made for them yet.
+func (p *profilePlans) get(profileKey, hash, policy string) *profilePlan {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pp := p.plans[profileKey]; pp != nil && pp.hash == hash && pp.policy == policy {
+		return pp
+	}
+	return nil
+}
+
+// latest returns the latest plan of profileKey, whatever its target.
+func (p *profilePlans) latest(profileKey string) *profilePlan {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.plans[profileKey]
+}
+
+func (p *profilePlans) set(profileKey string, pp *profilePlan) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.plans[profileKey] = pp
+}
+
+func (p *profilePlans) forget(profileKey string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.plans, profileKey)
+	delete(p.written, profileKey)
+}
+
+// lastWritten returns the ProfileRollout the controller last wrote for the
+// profile, if the cache may not show it yet.
+func (p *profilePlans) lastWritten(profileKey string) *gamesv1.ProfileRollout {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.written[profileKey]
+}
+
+func (p *profilePlans) setWritten(profileKey string, r *gamesv1.ProfileRollout) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r == nil {
+		delete(p.written, profileKey)
+		return
+	}
+	p.written[profileKey] = r
+}
+
+func (c *Controller) enqueueProfile(profileKey string) {
+	c.profileQueue.Add(profileKey)
+}
+
+// syncProfile creates the revision of a profile's current content, deletes
+// stale revisions, plans the rollout and records it. A deleted profile (or
+// one that lost its label) keeps every revision a pod may mount: its
+// sessions go on running them.
+func (c *Controller) syncProfile(ctx context.Context, key string) error {
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return fmt.Errorf("invalid profile key %q: %w", key, err)
+	}
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "profile", klog.KRef(namespace, name))
+	ctx = klog.NewContext(ctx, logger)
+
+	profile, err := c.cachedProfile(namespace, name)
+	if err != nil {
+		return err
+	}
+	if profile == nil {
+		c.forgetRollout(namespace, name)
+		// Without a profile there is nothing to roll back to: only the
+		// revisions a pod may mount stay. Its ProfileRollout goes with the
+		// profile (an owner reference); one of a profile that only lost its
+		// label stays as it was.
+		return c.deleteStaleRevisions(ctx, namespace, key, "", 0)
+	}
+	hash := c.profileHashes.hash(profile)
+	revision, createErr := c.ensureRevision(ctx, profile, hash)
+	deleteErr := c.deleteStaleRevisions(ctx, namespace, key, RevisionName(name, hash), c.revisionHistoryLimit)
+	pp := c.planRollout(ctx, profile, hash, revision)
+	var writeErr error
+	if revision.available || revision.reason != "" {
+		// While its revision is on its way, a rollout has nothing to record
+		// yet: the revision's arrival queues the profile again.
+		writeErr = c.recordRollout(ctx, profile, pp)
+	}
+	if !pp.plan.Settled || !revision.available {
+		c.profileQueue.AddAfter(key, replanInterval)
+	}
+	return errors.Join(createErr, deleteErr, writeErr)
+}
+
+// cachedProfile returns the profile from the cache, nil if it is not there.
+// A revision is never a profile, whatever the profile selector says.
+func (c *Controller) cachedProfile(namespace, name string) (*corev1.ConfigMap, error) {
+	profile, err := c.profileLister.ConfigMaps(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if profile.Labels[RevisionLabel] == RevisionLabelValue {
+		return nil, nil
+	}
+	return profile, nil
+}
+
+// policyOf returns a profile's rollout policy; an annotation that does not
+// parse pauses the rollout (see rollout.PolicyFor).
+func (c *Controller) policyOf(profile *corev1.ConfigMap) (rollout.Policy, error) {
+	return rollout.PolicyFor(profile.Annotations, c.rolloutDefaults)
+}
+
+// storedRollout returns the profile's ProfileRollout as the controller last
+// knew it (its own last write, or the cache), nil if there is none of this
+// profile.
+func (c *Controller) storedRollout(profile *corev1.ConfigMap) *gamesv1.ProfileRollout {
+	key := profileKey(profile.Namespace, profile.Name)
+	cached, err := c.rolloutLister.ProfileRollouts(profile.Namespace).Get(profile.Name)
+	if err != nil {
+		cached = nil
+	}
+	written := c.plans.lastWritten(key)
+	switch {
+	case written != nil && cached != nil && cached.ResourceVersion == written.ResourceVersion:
+		c.plans.setWritten(key, nil) // the cache caught up
+	case written != nil && (cached == nil || cached.UID == written.UID):
+		cached = written
+	}
+	if cached == nil || !metav1.IsControlledBy(cached, profile) {
+		return nil // none, or one of an earlier profile of that name, which the garbage collector removes
+	}
+	return cached
+}
+
+// memoryOf returns what the rollout of profile towards hash remembers.
+func memoryOf(stored *gamesv1.ProfileRollout, hash string) rollout.Memory {
+	if stored == nil {
+		return rollout.Memory{}
+	}
+	return rollout.Memory{Halted: stored.Status.HaltedHash == hash, StableHash: stored.Status.StableHash}
+}
+
+// planRollout plans the rollout of a profile's current revision, stores the
+// plan, queues the sessions whose turn came, and reports progress.
+func (c *Controller) planRollout(ctx context.Context, profile *corev1.ConfigMap, hash string, revision revisionState) *profilePlan {
+	key := profileKey(profile.Namespace, profile.Name)
+	policy, policyErr := c.policyOf(profile)
+	memory := memoryOf(c.storedRollout(profile), hash)
+	prev := c.plans.latest(key)
+	if prev != nil && prev.hash == hash {
+		// This process's own plan is never older than the cache: a halt it
+		// found holds even before its write shows.
+		memory.Halted = memory.Halted || prev.memory.Halted
+		if prev.memory.StableHash != "" {
+			memory.StableHash = prev.memory.StableHash
+		}
+	}
+	members := c.rolloutMembers(profile, hash)
+	plan := rollout.Decide(policy, members, memory)
+	next := &profilePlan{hash: hash, policy: policy.String(), plan: plan, revision: revision,
+		memory: rollout.Memory{Halted: plan.Phase == rollout.PhaseHalted, StableHash: memory.StableHash}}
+	if plan.Settled {
+		next.memory.StableHash = hash
+	}
+	c.plans.set(key, next)
+	if prev != nil && prev.hash != hash {
+		prev = nil // another rollout
+	}
+
+	// Wake the sessions the plan changed for: those it admits now, and, when
+	// the rollout pauses, halts, gets stuck or goes on, those waiting, whose
+	// status says why they wait. Sessions of an unpaced profile do not wait
+	// for plans: the fan-out has queued them all; but those that waited
+	// under a policy just removed must hear of it.
+	if !policy.Unpaced() || (prev != nil && prev.policy != next.policy) {
+		c.wakeSessions(key, members, prev, next)
+	}
+	c.announce(profile, policyErr, prev, next)
+	if plan.Settled {
+		c.metrics.ForgetRollout(profile.Namespace, profile.Name)
+	} else {
+		c.metrics.ObserveRollout(profile.Namespace, profile.Name, metrics.RolloutProgress{
+			Total: plan.Total, Moved: plan.Moved, Ready: plan.Ready, Failed: plan.Failed,
+			Halted: plan.Phase == rollout.PhaseHalted, Paused: plan.Phase == rollout.PhasePaused,
+		})
+	}
+	klog.FromContext(ctx).V(4).Info("Planned rollout", "revision", RevisionName(profile.Name, hash),
+		"phase", plan.Phase, "moved", plan.Moved, "ready", plan.Ready, "failed", plan.Failed, "total", plan.Total,
+		"admitted", len(plan.Admitted), "blocked", len(plan.Blocked), "stuck", plan.Stuck)
+	return next
+}
+
+// wakeSessions queues the sessions whose turn the plan changed. The first
+// plan of a rollout (or under a new policy) wakes all the profile's
+// sessions: those without a Deployment yet (not members of the plan) that
+// synced before it waited for it too.
+func (c *Controller) wakeSessions(profileKey string, members []rollout.Member, prev, next *profilePlan) {
+	namespace, _, _ := cache.SplitMetaNamespaceKey(profileKey)
+	if prev == nil || prev.policy != next.policy {
+		for _, key := range c.sessionKeysOf(profileKey) {
+			c.queue.Add(key)
+		}
+		return
+	}
+	for _, name := range next.plan.Admitted {
+		if !prev.plan.Admits(name) {
+			c.queue.Add(namespace + "/" + name)
+		}
+	}
+	if prev.plan.Phase == next.plan.Phase && prev.plan.Stuck == next.plan.Stuck &&
+		prev.revision.reason == next.revision.reason {
+		return
+	}
+	for _, m := range members {
+		if !m.OnTarget {
+			c.queue.Add(namespace + "/" + m.Name)
+		}
+	}
+}
+
+// rolloutMembers returns the profile's sessions that have a Deployment of
+// their own, as the rollout policy sees them. The sessions come from the
+// profileRef index and their Deployments from the cache: no request.
+// Sessions without a Deployment they may write (none yet, being deleted,
+// blocked by a foreign one) are not part of the rollout.
+func (c *Controller) rolloutMembers(profile *corev1.ConfigMap, hash string) []rollout.Member {
+	keys := c.sessionKeysOf(profileKey(profile.Namespace, profile.Name))
+	members := make([]rollout.Member, 0, len(keys))
+	for _, key := range keys {
+		_, name, _ := cache.SplitMetaNamespaceKey(key)
+		session, err := c.sessionLister.GameSessions(profile.Namespace).Get(name)
+		if err != nil || session.DeletionTimestamp != nil {
+			continue
+		}
+		d, err := c.deploymentLister.Deployments(profile.Namespace).Get(name)
+		if err != nil || blocks(d, session) {
+			continue
+		}
+		rolled := rolledProfileHash(d, profile.Name)
+		onTarget := rolled == hash
+		members = append(members, rollout.Member{
+			Name:     name,
+			Hash:     rolled,
+			OnTarget: onTarget,
+			Ready:    deploymentComplete(d),
+			Failed:   onTarget && progressDeadlineExceeded(d),
+			Blocked:  memberBlocked(session, d),
+		})
+	}
+	return members
+}
+
+// Reason a rollout member cannot progress, beyond the session's Ready
+// reasons: its Deployment is paused (spec.paused), by a user, and the
+// Deployment controller rolls nothing out until it is resumed.
+const ReasonDeploymentPaused = "DeploymentPaused"
+
+// memberBlocked says why a session cannot take a move or complete one, ""
+// if it can: its Deployment is paused, or the session's last sync of its
+// current spec found the Deployment refusing the controller's writes.
+func memberBlocked(session *gamesv1.GameSession, d *appsv1.Deployment) string {
+	if d.Spec.Paused {
+		return ReasonDeploymentPaused
+	}
+	ready := meta.FindStatusCondition(session.Status.Conditions, gamesv1.ConditionReady)
+	if ready != nil && ready.ObservedGeneration == session.Generation && needsUser(ready.Reason) {
+		return ready.Reason
+	}
+	return ""
+}
+
+// progressDeadlineExceeded reports whether the Deployment controller gave up
+// waiting for the rollout of the Deployment's current generation. A
+// condition left from an earlier generation (a fix-forward the Deployment
+// controller has not seen yet) does not count.
+func progressDeadlineExceeded(d *appsv1.Deployment) bool {
+	if d.Status.ObservedGeneration < d.Generation {
+		return false
+	}
+	for _, cond := range d.Status.Conditions {
+		if cond.Type == appsv1.DeploymentProgressing {
+			return cond.Status == corev1.ConditionFalse && cond.Reason == "ProgressDeadlineExceeded"
+		}
+	}
+	return false
+}
+
+// forgetRollout drops what the controller keeps of a deleted profile's rollout.
+func (c *Controller) forgetRollout(namespace, name string) {
+	c.plans.forget(profileKey(namespace, name))
+	c.metrics.ForgetRollout(namespace, name)
+}
+
+// recordRollout writes the profile's ProfileRollout when the plan changed it
+// by a rollout step: a phase, the target or stable revision, the halt, the
+// blocked sessions, the revision's availability, a failure, or a tenth of
+// the sessions moved or Ready. Never once per session.
+func (c *Controller) recordRollout(ctx context.Context, profile *corev1.ConfigMap, pp *profilePlan) error {
+	key := profileKey(profile.Namespace, profile.Name)
+	stored := c.storedRollout(profile)
+	var prev *gamesv1.ProfileRolloutStatus
+	if stored != nil {
+		prev = &stored.Status
+	}
+	status := rolloutStatus(profile, pp, prev, metav1.NewTime(c.clock.Now()))
+	if prev != nil && !rolloutStepped(prev, status) {
+		return nil
+	}
+
+	client := c.gameClient.GamesV1().ProfileRollouts(profile.Namespace)
+	if stored == nil {
+		created, err := client.Create(ctx, newProfileRollout(profile), metav1.CreateOptions{FieldManager: Name})
+		if apierrors.IsAlreadyExists(err) {
+			// One of an earlier profile of that name, which the garbage
+			// collector deletes: its delete event queues the profile again.
+			klog.FromContext(ctx).V(2).Info("Waiting for the garbage collector to remove the ProfileRollout of an earlier profile")
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("creating the ProfileRollout: %w", err)
+		}
+		stored = created
+	}
+	next := stored.DeepCopy()
+	next.Status = *status
+	written, err := client.UpdateStatus(ctx, next, metav1.UpdateOptions{FieldManager: Name})
+	if err != nil {
+		c.plans.setWritten(key, nil) // go by the cache again
+		return fmt.Errorf("writing the ProfileRollout status: %w", err)
+	}
+	klog.FromContext(ctx).V(2).Info("Recorded rollout", "phase", status.Phase, "target", status.TargetRevision,
+		"moved", status.MovedSessions, "ready", status.ReadySessions, "total", status.TotalSessions)
+	c.plans.setWritten(key, written)
+	return nil
+}
+
+// newProfileRollout returns the ProfileRollout of a profile, without status.
+// The profile owns it, so it goes with the profile. Not blockOwnerDeletion:
+// nothing needs to wait for it, and that would need a permission on the
+// profile's finalizers.
+func newProfileRollout(profile *corev1.ConfigMap) *gamesv1.ProfileRollout {
+	return &gamesv1.ProfileRollout{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: profile.Namespace,
+			Name:      profile.Name,
+			Labels:    map[string]string{LabelManagedBy: ManagedByValue},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "v1", Kind: "ConfigMap", Name: profile.Name, UID: profile.UID, Controller: ptr.To(true),
+			}},
+		},
+	}
+}
+
+// rolloutStatus returns the ProfileRollout status of the plan; prev is the
+// stored one (nil if none), whose times and revision condition carry over.
+func rolloutStatus(profile *corev1.ConfigMap, pp *profilePlan, prev *gamesv1.ProfileRolloutStatus, now metav1.Time) *gamesv1.ProfileRolloutStatus {
+	p := pp.plan
+	s := &gamesv1.ProfileRolloutStatus{
+		TargetHash:     pp.hash,
+		TargetRevision: RevisionName(profile.Name, pp.hash),
+		Phase:          gamesv1.RolloutPhase(p.Phase),
+		TotalSessions:  int32(p.Total),
+		MovedSessions:  int32(p.Moved),
+		ReadySessions:  int32(p.Ready),
+		FailedSessions: int32(p.Failed),
+		Policy:         pp.policy,
+	}
+	if pp.memory.StableHash != "" {
+		s.StableHash, s.StableRevision = pp.memory.StableHash, RevisionName(profile.Name, pp.memory.StableHash)
+	}
+	if pp.memory.Halted {
+		s.HaltedHash = pp.hash
+	}
+	for _, b := range p.Blocked[:min(len(p.Blocked), 10)] {
+		s.Blocked = append(s.Blocked, gamesv1.BlockedSession{Name: b.Name, Reason: b.Reason})
+	}
+	if prev != nil {
+		s.Conditions = slices.Clone(prev.Conditions)
+		s.StartTime, s.CompletionTime = prev.StartTime, prev.CompletionTime
+	}
+	if prev == nil || prev.TargetHash != pp.hash {
+		s.StartTime, s.CompletionTime = &now, nil
+	}
+	if p.Settled && s.CompletionTime == nil {
+		s.CompletionTime = &now
+	}
+	if !p.Settled {
+		s.CompletionTime = nil
+	}
+	s.Message = rolloutMessage(s, pp)
+
+	set := func(conditionType string, status metav1.ConditionStatus, reason string) {
+		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: conditionType, Status: status,
+			Reason: reason, Message: s.Message, LastTransitionTime: now})
+	}
+	if pp.revision.reason != "" {
+		status := metav1.ConditionFalse
+		if pp.revision.available {
+			status = metav1.ConditionTrue
+		}
+		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: gamesv1.ConditionRevisionAvailable,
+			Status: status, Reason: pp.revision.reason, Message: pp.revision.message, LastTransitionTime: now})
+	}
+	reason := phaseReason(p)
+	if p.Settled {
+		set(gamesv1.ConditionComplete, metav1.ConditionTrue, gamesv1.ReasonRolloutComplete)
+	} else {
+		set(gamesv1.ConditionComplete, metav1.ConditionFalse, reason)
+	}
+	// The kstatus summary: each present only while True, as on sessions.
+	stalled, reconciling := "", ""
+	switch {
+	case pp.revision.reason != "" && !pp.revision.available:
+		stalled = pp.revision.reason
+	case p.Phase == rollout.PhaseHalted || p.Stuck:
+		stalled = reason
+	case !p.Settled:
+		reconciling = reason
+	}
+	for conditionType, reason := range map[string]string{gamesv1.ConditionStalled: stalled, gamesv1.ConditionReconciling: reconciling} {
+		if reason == "" {
+			meta.RemoveStatusCondition(&s.Conditions, conditionType)
+		} else {
+			set(conditionType, metav1.ConditionTrue, reason)
+		}
+	}
+	return s
+}
+
+// phaseReason is the condition reason of a plan that has not settled.
+func phaseReason(p rollout.Plan) string {
+	switch {
+	case p.Phase == rollout.PhaseHalted:
+		return gamesv1.ReasonRolloutHalted
+	case p.Phase == rollout.PhasePaused:
+		return gamesv1.ReasonRolloutPaused
+	case p.Stuck:
+		return gamesv1.ReasonSessionsBlocked
+	}
+	return gamesv1.ReasonRolloutProgressing
+}
+
+// rolloutMessage says in a sentence where the rollout stands. It names no
+// counts, so that it changes only with a rollout step.
+func rolloutMessage(s *gamesv1.ProfileRolloutStatus, pp *profilePlan) string {
+	p := pp.plan
+	switch {
+	case pp.revision.reason != "" && !pp.revision.available:
+		return pp.revision.message
+	case p.Phase == rollout.PhaseHalted:
+		return fmt.Sprintf(MessageRolloutStatusHalted, s.TargetRevision)
+	case p.Phase == rollout.PhasePaused:
+		return fmt.Sprintf(MessageRolloutStatusPaused, s.TargetRevision, pp.policy)
+	case p.Stuck:
+		return fmt.Sprintf(MessageRolloutStatusBlocked, s.TargetRevision, blockedList(p.Blocked))
+	case p.Settled:
+		return fmt.Sprintf(MessageRolloutStatusComplete, s.TargetRevision)
+	case p.Phase == rollout.PhaseCanary:
+		return fmt.Sprintf(MessageRolloutStatusCanary, s.TargetRevision, p.Canary)
+	}
+	return fmt.Sprintf(MessageRolloutStatusRolling, s.TargetRevision, pp.policy)
+}
+
+// blockedList names blocked members for a message: the first three, and how
+// many more.
+func blockedList(blocked []rollout.BlockedMember) string {
+	parts := make([]string, 0, 4)
+	for _, b := range blocked[:min(len(blocked), 3)] {
+		parts = append(parts, fmt.Sprintf("%s (%s)", b.Name, b.Reason))
+	}
+	if len(blocked) > 3 {
+		parts = append(parts, fmt.Sprintf("and %d more", len(blocked)-3))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// rolloutStepped reports whether next differs from the stored status by a
+// rollout step. Counts alone change it only when a tenth of the sessions
+// moved, became Ready or joined, or a session failed.
+func rolloutStepped(prev, next *gamesv1.ProfileRolloutStatus) bool {
+	tenth := func(n, total int32) int32 {
+		if total == 0 {
+			return 0
+		}
+		return n * 10 / total
+	}
+	if prev.FailedSessions != next.FailedSessions ||
+		tenth(prev.MovedSessions, next.TotalSessions) != tenth(next.MovedSessions, next.TotalSessions) ||
+		tenth(prev.ReadySessions, next.TotalSessions) != tenth(next.ReadySessions, next.TotalSessions) ||
+		tenth(prev.TotalSessions, max(prev.TotalSessions, next.TotalSessions)) != tenth(next.TotalSessions, max(prev.TotalSessions, next.TotalSessions)) {
+		return true
+	}
+	a, b := *prev, *next
+	a.TotalSessions, a.MovedSessions, a.ReadySessions = 0, 0, 0
+	b.TotalSessions, b.MovedSessions, b.ReadySessions = 0, 0, 0
+	return !equality.Semantic.DeepEqual(a, b)
+}
+
+// announce emits the Events of a rollout on its profile: a policy that does
+// not parse, the start, each tenth, a pause, a resume, a halt, a session that
+// holds it up, the end. prev is the previous plan of the same rollout, nil
+// for a new one. Events are for people: a restarted controller may announce
+// a rollout again.
+func (c *Controller) announce(profile *corev1.ConfigMap, policyErr error, prev, next *profilePlan) {
+	if policyErr != nil && (prev == nil || prev.policy != next.policy || prev.plan.Phase != next.plan.Phase) {
+		c.recorder.Eventf(profile, corev1.EventTypeWarning, EventReasonRolloutPolicyInvalid, MessageRolloutPolicyInvalid, policyErr)
+	}
+	if r := next.revision; r.reason != "" && !r.available && (prev == nil || prev.revision.message != r.message) {
+		c.recorder.Event(profile, corev1.EventTypeWarning, r.reason, r.message)
+	}
+	p := next.plan
+	revision := RevisionName(profile.Name, next.hash)
+	progress := fmt.Sprintf(MessageRolloutProgress, p.Moved, p.Total, revision, p.Ready, p.Failed)
+	if p.Stuck && (prev == nil || !prev.plan.Stuck) {
+		c.recorder.Eventf(profile, corev1.EventTypeWarning, EventReasonRolloutBlocked, MessageRolloutHeldUp, progress, blockedList(p.Blocked))
+	}
+	var prevPhase rollout.Phase
+	if prev == nil {
+		if p.Phase == rollout.PhaseComplete {
+			return // nothing to roll, or a restarted controller finding it done
+		}
+		c.recorder.Eventf(profile, corev1.EventTypeNormal, EventReasonRolloutStarted, MessageRolloutStarted,
+			revision, p.Total, next.policy, progress)
+	} else {
+		prevPhase = prev.plan.Phase
+	}
+	switch {
+	case p.Phase == prevPhase && p.Phase == rollout.PhaseComplete:
+		// Completed was announced; Deployments becoming Ready afterwards,
+		// or an edit of the profile's labels, are no rollout news.
+	case p.Phase == prevPhase:
+		// One Event per tenth of the sessions Ready: the recorder allows an
+		// object 25 Events in a burst, which a rollout of thousands in small
+		// waves would otherwise spend before it completes.
+		if tenths(p.Ready, p.Total) > tenths(prev.plan.Ready, prev.plan.Total) {
+			c.recorder.Eventf(profile, corev1.EventTypeNormal, EventReasonRolloutAdvanced, MessageRolloutAdvanced, progress)
+		}
+	case p.Phase == rollout.PhaseComplete:
+		c.recorder.Eventf(profile, corev1.EventTypeNormal, EventReasonRolloutCompleted, MessageRolloutCompleted, revision, p.Total, p.Failed)
+	case p.Phase == rollout.PhaseHalted:
+		c.recorder.Eventf(profile, corev1.EventTypeWarning, EventReasonRolloutHalted, MessageRolloutHalted, progress, p.MaxFailed)
+	case p.Phase == rollout.PhasePaused:
+		c.recorder.Eventf(profile, corev1.EventTypeNormal, EventReasonRolloutPaused, MessageRolloutPaused, progress)
+	case prevPhase == rollout.PhasePaused:
+		c.recorder.Eventf(profile, corev1.EventTypeNormal, EventReasonRolloutResumed, MessageRolloutResumed, progress)
+	}
+}
+
+// tenths is how many tenths of total n is, rounded down.
+func tenths(n, total int) int {
+	if total == 0 {
+		return 0
+	}
+	return n * 10 / total
+}
