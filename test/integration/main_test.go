@@ -34,7 +34,6 @@ import (
 	clientset "github.com/example/gamesession-controller/pkg/generated/clientset/versioned"
 )
 
-
 // waitTimeout bounds every wait on the cluster; kwok runs pods in about a
 // second, so this only matters when something is broken.
 const waitTimeout = 90 * time.Second
