@@ -188,6 +188,10 @@ type apiServerCheck struct {
 	err       error         // the last result
 	inFlight  chan struct{} // closed when the check under way ends; nil if none
 	lostAt    time.Time     // when the API server became unavailable; zero while it is available
+	// resyncBound, if set, returns when the API server is back how long
+	// the informers may take to be in sync again, for the log (see
+	// apiServerRecovery). Set before serving, never changed.
+	resyncBound func(now time.Time) time.Duration
 }
 
 // newAPIServerCheck returns a check of the API server cfg points at. It uses
@@ -288,7 +292,11 @@ func (c *apiServerCheck) refresh(done chan struct{}) {
 		c.lostAt = now
 		c.logger.Error(err, "The API server is unavailable; not ready until it is back")
 	case err == nil && !c.lostAt.IsZero():
-		c.logger.Info("The API server is available again", "unavailableFor", now.Sub(c.lostAt).Round(time.Millisecond))
+		kv := []any{"unavailableFor", now.Sub(c.lostAt).Round(time.Millisecond)}
+		if c.resyncBound != nil {
+			kv = append(kv, "informersInSyncWithin", c.resyncBound(now).Round(time.Millisecond))
+		}
+		c.logger.Info("The API server is available again", kv...)
 		c.lostAt = time.Time{}
 	}
 }

@@ -58,6 +58,19 @@ func Run(ctx context.Context, o *Options) error {
 	if health.apiServer, err = newAPIServerCheck(klog.FromContext(ctx), cfg); err != nil {
 		return err
 	}
+	// The informers' own clients, whose requests wait out an API server
+	// outage rather than make the reflectors back off through it (see
+	// apiServerRecovery). The workers' writes keep failing fast.
+	recovery := newAPIServerRecovery(health.apiServer, ctx.Done())
+	informerKubeClient, err := kubernetes.NewForConfig(recovery.config(protobufConfig(cfg)))
+	if err != nil {
+		return fmt.Errorf("building the Kubernetes client: %w", err)
+	}
+	informerGameClient, err := clientset.NewForConfig(recovery.config(cfg))
+	if err != nil {
+		return fmt.Errorf("building the GameSession client: %w", err)
+	}
+	informerClients := informerClients{kube: informerKubeClient, game: informerGameClient}
 	sessions := metrics.NewSessionCollector()
 	controllerMetrics := metrics.NewControllerMetrics()
 	registry, err := metrics.NewRegistry(append(controllerMetrics.Collectors(), sessions)...)
@@ -82,7 +95,7 @@ func Run(ctx context.Context, o *Options) error {
 	defer stopHealth()
 
 	run := func(ctx context.Context) error {
-		return runController(ctx, o, kubeClient, gameClient, health, sessions, controllerMetrics)
+		return runController(ctx, o, kubeClient, gameClient, informerClients, health, sessions, controllerMetrics)
 	}
 	if !o.LeaderElect {
 		return run(ctx)
@@ -94,7 +107,7 @@ func Run(ctx context.Context, o *Options) error {
 // is cancelled, and waits for them to stop. With leader election it runs for
 // the one term this process leads: losing the lease ends the process rather
 // than reusing caches and a queue built for the old term.
-func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interface, gameClient clientset.Interface,
+func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interface, gameClient clientset.Interface, informers informerClients,
 	health *healthChecker, sessions *metrics.SessionCollector, controllerMetrics *metrics.ControllerMetrics) error {
 	logger := klog.FromContext(ctx)
 
@@ -102,18 +115,18 @@ func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interf
 	// informer it makes, so the profile, revision and Deployment filters
 	// cannot share one. GameSessions and ProfileRollouts share the
 	// unfiltered one; Deployments and their ReplicaSets the managed-by one.
-	sessionFactory := gameinformers.NewSharedInformerFactoryWithOptions(gameClient, o.ResyncPeriod,
+	sessionFactory := gameinformers.NewSharedInformerFactoryWithOptions(informers.game, o.ResyncPeriod,
 		gameinformers.WithNamespace(o.Namespace),
 		gameinformers.WithTransform(dropManagedFields))
-	profileFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kubeClient, o.ResyncPeriod,
+	profileFactory := kubeinformers.NewSharedInformerFactoryWithOptions(informers.kube, o.ResyncPeriod,
 		kubeinformers.WithNamespace(o.Namespace),
 		kubeinformers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = o.ProfileSelector }),
 		kubeinformers.WithTransform(dropManagedFields))
-	revisionFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kubeClient, o.ResyncPeriod,
+	revisionFactory := kubeinformers.NewSharedInformerFactoryWithOptions(informers.kube, o.ResyncPeriod,
 		kubeinformers.WithNamespace(o.Namespace),
 		kubeinformers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = controller.RevisionSelector() }),
 		kubeinformers.WithTransform(dropRevisionData))
-	deploymentFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kubeClient, o.ResyncPeriod,
+	deploymentFactory := kubeinformers.NewSharedInformerFactoryWithOptions(informers.kube, o.ResyncPeriod,
 		kubeinformers.WithNamespace(o.Namespace),
 		kubeinformers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = controller.ManagedDeploymentSelector() }),
 		kubeinformers.WithTransform(slimManaged))
@@ -167,6 +180,12 @@ func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interf
 		return err
 	}
 	return nil
+}
+
+// informerClients are the clients the informers list and watch with.
+type informerClients struct {
+	kube kubernetes.Interface
+	game clientset.Interface
 }
 
 func (o *Options) restConfig() (*rest.Config, error) {
