@@ -93,13 +93,22 @@ test-faults: controlplane ## Fault injection at full size: 1,000 sessions, a 30s
 # Controller flags for `make run`, e.g. make run ARGS='-v=2 --workers=4'.
 ARGS ?=
 
+# A cluster is used only when named on the command line (make run
+# KUBECONFIG=path): a KUBECONFIG merely exported in the shell may point at a
+# production cluster, and make run must never go there by accident.
+RUN_KUBECONFIG := $(if $(filter command line,$(origin KUBECONFIG)),$(KUBECONFIG))
+
 .PHONY: run
-run: build ## Run the controller (its flags in ARGS='-v=2 ...'): on the cluster in KUBECONFIG if set, else on a local control plane with the examples applied.
-	@if [[ -n "$${KUBECONFIG:-}" ]]; then \
-	  $(BIN_DIR)/gamesession-controller --kubeconfig "$$KUBECONFIG" $(ARGS); \
+run: build ## Run the controller (its flags in ARGS='-v=2 ...'): on a local control plane with the examples applied, or on the cluster of `make run KUBECONFIG=path`.
+	@if [[ -n "$(RUN_KUBECONFIG)" ]]; then \
+	  echo "make run: the cluster of KUBECONFIG=$(RUN_KUBECONFIG)"; \
+	  $(BIN_DIR)/gamesession-controller --kubeconfig "$(RUN_KUBECONFIG)" $(ARGS); \
 	else \
+	  if [[ -n "$${KUBECONFIG:-}" ]]; then \
+	    echo "make run: ignoring the KUBECONFIG exported in this shell; to run against that cluster: make run KUBECONFIG=\$$KUBECONFIG"; \
+	  fi; \
 	  hack/build-controlplane.sh && $(GO) build -o $(BIN_DIR)/run-local ./hack/run-local && \
-	  exec $(BIN_DIR)/run-local $(ARGS); \
+	  KUBECONFIG= exec $(BIN_DIR)/run-local $(ARGS); \
 	fi
 
 .PHONY: bench
