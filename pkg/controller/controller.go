@@ -287,11 +287,17 @@ func (c *Controller) eventHandlers() eventHandlers {
 			AddFunc: func(obj interface{}) { c.enqueueSession(obj) },
 			// Resyncs land here too (same object twice); a resync is the
 			// safety net that re-checks every session, so it is not filtered.
-			UpdateFunc: func(_, newObj interface{}) { c.enqueueSession(newObj) },
+			UpdateFunc: func(oldObj, newObj interface{}) {
+				c.enqueueSession(newObj)
+				c.replanLeftProfile(oldObj, newObj)
+			},
 			// Nothing to clean up (the garbage collector removes the
 			// Deployment), but the sync of a deleted key ends any
 			// per-session state.
-			DeleteFunc: func(obj interface{}) { c.enqueueSession(obj) },
+			DeleteFunc: func(obj interface{}) {
+				c.enqueueSession(obj)
+				c.replanLeftProfile(obj, nil)
+			},
 		},
 		// The profile sync is the ProfileRollout's only writer and reads it
 		// from the cache; a change by anyone else (a delete, say) needs a
@@ -478,8 +484,9 @@ func (c *Controller) addRevision(obj interface{}) {
 	}
 	key := profileKey(revision.Namespace, revision.Annotations[RevisionOfAnnotation])
 	c.enqueueProfile(key)
+	c.enqueueSessionsMounting(revision)
 	profile, err := c.cachedProfile(revision.Namespace, revision.Annotations[RevisionOfAnnotation])
-	if err == nil && profile != nil && revision.Labels[labelProfileHash] == c.profileHashes.hash(profile) {
+	if err == nil && profile != nil && revision.Labels[revisionHashLabel] == c.profileHashes.hash(profile) {
 		c.fanOut.revisionCreated(key)
 	}
 }
@@ -505,7 +512,34 @@ func (c *Controller) deleteRevision(obj interface{}) {
 	c.revisions.gone(revision)
 	if isRevision(revision) {
 		c.enqueueProfile(profileKey(revision.Namespace, revision.Annotations[RevisionOfAnnotation]))
+		c.enqueueSessionsMounting(revision)
 	}
+}
+
+// enqueueSessionsMounting queues the sessions whose Deployment mounts the
+// revision: while their profile is missing, whether its revision exists
+// decides whether their spec can be applied. The index gives Deployment
+// keys, which are the sessions' keys; a stale revision has no users, so the
+// common case costs one lookup.
+func (c *Controller) enqueueSessionsMounting(revision *corev1.ConfigMap) {
+	keys, _ := c.deploymentIndexer.IndexKeys(mountedRevisionIndex, revision.Namespace+"/"+revision.Name)
+	for _, key := range keys {
+		c.queue.Add(key)
+	}
+}
+
+// replanLeftProfile queues the profile a session left (it was deleted, or
+// its profileRef changed; newObj is nil for a delete): its rollout lost a
+// member, and a settled rollout is planned again only on an event.
+func (c *Controller) replanLeftProfile(oldObj, newObj interface{}) {
+	old, ok := unwrap[*gamesv1.GameSession](c.logger, oldObj, "session")
+	if !ok {
+		return
+	}
+	if s, isSession := newObj.(*gamesv1.GameSession); isSession && s.Spec.ProfileRef == old.Spec.ProfileRef {
+		return
+	}
+	c.profileQueue.AddAfter(profileKey(old.Namespace, old.Spec.ProfileRef), planInterval)
 }
 
 // enqueueProfileOfRollout queues the profile of a ProfileRollout, which is
@@ -564,7 +598,6 @@ func (c *Controller) deleteDeployment(obj interface{}) {
 	if !ok {
 		return
 	}
-	c.revisions.deploymentGone(deployment)
 	c.enqueueOwner(deployment)
 	c.enqueueProfileOfRevision(deployment.Namespace, mountedRevision(&deployment.Spec.Template))
 }

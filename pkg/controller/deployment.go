@@ -164,6 +164,12 @@ type deploymentDiff struct {
 	labels, replicas, templateLabels, templateAnnotations, automount, container, volume bool
 }
 
+// template reports whether the diff changes the pod template, which gives
+// the Deployment a new generation.
+func (d deploymentDiff) template() bool {
+	return d.templateLabels || d.templateAnnotations || d.automount || d.container || d.volume
+}
+
 func deploymentChanges(observed, desired *appsv1.Deployment) deploymentDiff {
 	ot, dt := &observed.Spec.Template, &desired.Spec.Template
 	return deploymentDiff{

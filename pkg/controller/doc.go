@@ -3,16 +3,35 @@
 // [NewController] and [Controller.Run], in controller.go, are the entry
 // points; cmd/gamesession-controller/app builds the informers and calls them.
 //
-// Four informers feed two work queues. GameSession, profile and Deployment
-// events queue GameSession keys, which the workers sync (syncGameSession in
-// sync.go). Profile and revision events, and session syncs while a rollout
-// is in progress, queue profile keys, which one profile worker syncs
-// (syncProfile in rollout.go). Every ConfigMap and Deployment
-// informer comes from a factory filtered by a label (the profile label,
-// [RevisionLabel], [LabelManagedBy]), so the cluster's other ConfigMaps and
-// Deployments are never listed, watched or cached. The controller relies on
-// those filters, not on checks of its own: NewController says which each
-// informer needs.
+// Six informers feed two work queues (see [Informers]). GameSession,
+// profile and Deployment events queue GameSession keys, which the workers
+// sync (syncGameSession in sync.go). Profile, revision, ReplicaSet and
+// ProfileRollout events, and session syncs while a rollout is in progress,
+// queue profile keys, which one profile worker syncs (syncProfile in
+// profilesync.go). Both queues run on one worker type (worker.go). Every
+// ConfigMap, Deployment and ReplicaSet informer comes from a factory
+// filtered by a label (the profile label, [RevisionLabel], [LabelManagedBy]),
+// so the cluster's other objects are never listed, watched or cached. The
+// controller relies on those filters, not on checks of its own.
+//
+// # State beside the informers
+//
+// Each piece the controller keeps in memory, why, and what a restart loses
+// (the [Controller] type lists where each lives):
+//   - profile hashes, so a fan-out hashes a profile once: nothing is lost;
+//   - the fan-out's delay and Deployments-first order (fanout.go): a
+//     restart loses the delay of a fan-out in flight, never a write;
+//   - write expectations by Deployment UID and generation (expectations.go):
+//     a restart costs at most one idle patch per session;
+//   - revision expectations by UID (revision.go): revisions created and
+//     deleted, and Deployment writes that mount one, until the caches show
+//     them; a restarted controller's caches start in sync and need none;
+//   - the latest rollout plan of each profile (profilesync.go): recomputed
+//     from the caches and the profile's ProfileRollout.
+//
+// What a rollout must remember across restarts and failovers (a halt, the
+// stable revision) is not kept in memory but in the API, in the profile's
+// ProfileRollout, which the profile sync writes once per rollout step.
 //
 // # Fan-out
 //
@@ -45,9 +64,10 @@
 // rewrite in running pods ahead of their rollout, but an immutable copy of
 // one content of it, a revision named after the profile and the content hash
 // ([RevisionName], revision.go). The profile sync creates the revision of
-// each new content, deletes those that are neither current, mounted, nor
-// among the newest [Options.RevisionHistoryLimit], and plans paced rollouts
-// with pkg/rollout. It keeps nothing a restart would need: a new leader
-// computes the same plans from the same caches and carries on the rollout.
-// status.go turns what a sync saw into conditions and Events.
+// each new content, deletes those that no pod can mount and that are
+// neither current, stable, nor among the newest
+// [Options.RevisionHistoryLimit], plans paced rollouts with pkg/rollout and
+// records them in the profile's ProfileRollout. A new leader computes the
+// same plans from the same caches and ProfileRollouts and carries on the
+// rollout. status.go turns what a sync saw into conditions and Events.
 package controller

@@ -154,18 +154,20 @@ func (c *Controller) syncProfile(ctx context.Context, key string) error {
 		// revisions a pod may mount stay. Its ProfileRollout goes with the
 		// profile (an owner reference); one of a profile that only lost its
 		// label stays as it was.
-		return c.deleteStaleRevisions(ctx, namespace, key, "", 0)
+		return c.deleteStaleRevisions(ctx, namespace, key, nil, 0)
 	}
 	hash := c.profileHashes.hash(profile)
 	revision, createErr := c.ensureRevision(ctx, profile, hash)
-	deleteErr := c.deleteStaleRevisions(ctx, namespace, key, RevisionName(name, hash), c.revisionHistoryLimit)
-	pp := c.planRollout(ctx, profile, hash, revision)
-	var writeErr error
-	if revision.available || revision.reason != "" {
-		// While its revision is on its way, a rollout has nothing to record
-		// yet: the revision's arrival queues the profile again.
-		writeErr = c.recordRollout(ctx, profile, pp)
+	kept := []string{RevisionName(name, hash)}
+	if stable := c.stableHash(profile, hash); stable != "" {
+		kept = append(kept, RevisionName(name, stable))
 	}
+	deleteErr := c.deleteStaleRevisions(ctx, namespace, key, kept, c.revisionHistoryLimit)
+	pp := c.planRollout(ctx, profile, hash, revision)
+	// Recorded at once, the revision on its way or not: a GitOps tool that
+	// waits on the ProfileRollout must never read the previous content's
+	// Complete as this one's.
+	writeErr := c.recordRollout(ctx, profile, pp)
 	if !pp.plan.Settled || !revision.available {
 		c.profileQueue.AddAfter(key, replanInterval)
 	}
@@ -216,6 +218,16 @@ func (c *Controller) storedRollout(profile *corev1.ConfigMap) *gamesv1.ProfileRo
 	return cached
 }
 
+// stableHash returns the stable content of the profile's rollout towards
+// hash, as its memory holds it ("" if none).
+func (c *Controller) stableHash(profile *corev1.ConfigMap, hash string) string {
+	stable := memoryOf(c.storedRollout(profile), hash).StableHash
+	if prev := c.plans.latest(profileKey(profile.Namespace, profile.Name)); prev != nil && prev.memory.StableHash != "" {
+		stable = prev.memory.StableHash
+	}
+	return stable
+}
+
 // memoryOf returns what the rollout of profile towards hash remembers.
 func memoryOf(stored *gamesv1.ProfileRollout, hash string) rollout.Memory {
 	if stored == nil {
@@ -229,17 +241,29 @@ func memoryOf(stored *gamesv1.ProfileRollout, hash string) rollout.Memory {
 func (c *Controller) planRollout(ctx context.Context, profile *corev1.ConfigMap, hash string, revision revisionState) *profilePlan {
 	key := profileKey(profile.Namespace, profile.Name)
 	policy, policyErr := c.policyOf(profile)
-	memory := memoryOf(c.storedRollout(profile), hash)
+	stored := c.storedRollout(profile)
+	memory := memoryOf(stored, hash)
 	prev := c.plans.latest(key)
+	// This process's own plan is never older than the cache: a halt it found
+	// holds, and a stable content it recorded counts, before its write shows.
+	if prev != nil && prev.memory.StableHash != "" {
+		memory.StableHash = prev.memory.StableHash
+	}
 	if prev != nil && prev.hash == hash {
-		// This process's own plan is never older than the cache: a halt it
-		// found holds even before its write shows.
 		memory.Halted = memory.Halted || prev.memory.Halted
-		if prev.memory.StableHash != "" {
-			memory.StableHash = prev.memory.StableHash
-		}
 	}
 	members := c.rolloutMembers(profile, hash)
+	previousTarget := ""
+	if prev != nil {
+		previousTarget = prev.hash
+	} else if stored != nil {
+		previousTarget = stored.Status.TargetHash
+	}
+	if previousTarget != hash && allReadyOn(members, previousTarget) {
+		// The rollout before this one completed, though no plan saw it
+		// settle before the profile changed again: its content is stable.
+		memory.StableHash = previousTarget
+	}
 	plan := rollout.Decide(policy, members, memory)
 	next := &profilePlan{hash: hash, policy: policy.String(), plan: plan, revision: revision,
 		memory: rollout.Memory{Halted: plan.Phase == rollout.PhaseHalted, StableHash: memory.StableHash}}
@@ -258,6 +282,9 @@ func (c *Controller) planRollout(ctx context.Context, profile *corev1.ConfigMap,
 	// under a policy just removed must hear of it.
 	if !policy.Unpaced() || (prev != nil && prev.policy != next.policy) {
 		c.wakeSessions(key, members, prev, next)
+	} else if revisionNews(prev, next) {
+		// Sessions waiting for the revision say why: it cannot be created.
+		c.enqueueSessionsOf(key)
 	}
 	c.announce(profile, policyErr, prev, next)
 	if plan.Settled {
@@ -272,6 +299,16 @@ func (c *Controller) planRollout(ctx context.Context, profile *corev1.ConfigMap,
 		"phase", plan.Phase, "moved", plan.Moved, "ready", plan.Ready, "failed", plan.Failed, "total", plan.Total,
 		"admitted", len(plan.Admitted), "blocked", len(plan.Blocked), "stuck", plan.Stuck)
 	return next
+}
+
+// allReadyOn reports whether every member runs content hash and is Ready.
+func allReadyOn(members []rollout.Member, hash string) bool {
+	for _, m := range members {
+		if m.Hash != hash || !m.Ready {
+			return false
+		}
+	}
+	return hash != "" && len(members) > 0
 }
 
 // wakeSessions queues the sessions whose turn the plan changed. The first
@@ -291,6 +328,11 @@ func (c *Controller) wakeSessions(profileKey string, members []rollout.Member, p
 			c.queue.Add(namespace + "/" + name)
 		}
 	}
+	if revisionNews(prev, next) {
+		// Sessions without a Deployment wait for the revision too.
+		c.enqueueSessionsOf(profileKey)
+		return
+	}
 	if prev.plan.Phase == next.plan.Phase && prev.plan.Stuck == next.plan.Stuck &&
 		prev.revision.reason == next.revision.reason {
 		return
@@ -300,6 +342,20 @@ func (c *Controller) wakeSessions(profileKey string, members []rollout.Member, p
 			c.queue.Add(namespace + "/" + m.Name)
 		}
 	}
+}
+
+// revisionUnavailable reports whether the plan found its revision not to
+// be had (a create refused, a name taken); false for no plan.
+func revisionUnavailable(pp *profilePlan) bool {
+	return pp != nil && pp.revision.reason != "" && !pp.revision.available
+}
+
+// revisionNews reports whether the revision became unavailable, available
+// again, or unavailable for another reason (the sessions quote the API
+// server's message).
+func revisionNews(prev, next *profilePlan) bool {
+	return revisionUnavailable(prev) != revisionUnavailable(next) ||
+		revisionUnavailable(next) && prev.revision.message != next.revision.message
 }
 
 // rolloutMembers returns the profile's sessions that have a Deployment of
@@ -334,17 +390,12 @@ func (c *Controller) rolloutMembers(profile *corev1.ConfigMap, hash string) []ro
 	return members
 }
 
-// Reason a rollout member cannot progress, beyond the session's Ready
-// reasons: its Deployment is paused (spec.paused), by a user, and the
-// Deployment controller rolls nothing out until it is resumed.
-const ReasonDeploymentPaused = "DeploymentPaused"
-
 // memberBlocked says why a session cannot take a move or complete one, ""
 // if it can: its Deployment is paused, or the session's last sync of its
 // current spec found the Deployment refusing the controller's writes.
 func memberBlocked(session *gamesv1.GameSession, d *appsv1.Deployment) string {
 	if d.Spec.Paused {
-		return ReasonDeploymentPaused
+		return gamesv1.ReasonDeploymentPaused
 	}
 	ready := meta.FindStatusCondition(session.Status.Conditions, gamesv1.ConditionReady)
 	if ready != nil && ready.ObservedGeneration == session.Generation && needsUser(ready.Reason) {
@@ -477,13 +528,18 @@ func rolloutStatus(profile *corev1.ConfigMap, pp *profilePlan, prev *gamesv1.Pro
 		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: conditionType, Status: status,
 			Reason: reason, Message: s.Message, LastTransitionTime: now})
 	}
-	if pp.revision.reason != "" {
+	switch {
+	case pp.revision.reason != "":
 		status := metav1.ConditionFalse
 		if pp.revision.available {
 			status = metav1.ConditionTrue
 		}
 		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: gamesv1.ConditionRevisionAvailable,
 			Status: status, Reason: pp.revision.reason, Message: pp.revision.message, LastTransitionTime: now})
+	case prev != nil && prev.TargetHash != pp.hash:
+		// The new revision is on its way: what was said of the previous
+		// one's no longer holds.
+		meta.RemoveStatusCondition(&s.Conditions, gamesv1.ConditionRevisionAvailable)
 	}
 	reason := phaseReason(p)
 	if p.Settled {
@@ -568,16 +624,25 @@ func rolloutStepped(prev, next *gamesv1.ProfileRolloutStatus) bool {
 		}
 		return n * 10 / total
 	}
-	if prev.FailedSessions != next.FailedSessions ||
+	// The number of sessions changes by a tenth, or to or from none.
+	joined := prev.TotalSessions != next.TotalSessions && (prev.TotalSessions == 0 || next.TotalSessions == 0 ||
+		10*abs(prev.TotalSessions-next.TotalSessions) >= min(prev.TotalSessions, next.TotalSessions))
+	if joined || prev.FailedSessions != next.FailedSessions ||
 		tenth(prev.MovedSessions, next.TotalSessions) != tenth(next.MovedSessions, next.TotalSessions) ||
-		tenth(prev.ReadySessions, next.TotalSessions) != tenth(next.ReadySessions, next.TotalSessions) ||
-		tenth(prev.TotalSessions, max(prev.TotalSessions, next.TotalSessions)) != tenth(next.TotalSessions, max(prev.TotalSessions, next.TotalSessions)) {
+		tenth(prev.ReadySessions, next.TotalSessions) != tenth(next.ReadySessions, next.TotalSessions) {
 		return true
 	}
 	a, b := *prev, *next
 	a.TotalSessions, a.MovedSessions, a.ReadySessions = 0, 0, 0
 	b.TotalSessions, b.MovedSessions, b.ReadySessions = 0, 0, 0
 	return !equality.Semantic.DeepEqual(a, b)
+}
+
+func abs(n int32) int32 {
+	if n < 0 {
+		return -n
+	}
+	return n
 }
 
 // announce emits the Events of a rollout on its profile: a policy that does

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -55,6 +56,11 @@ const (
 	// annotation, not a label: profile names may be longer than a label
 	// value may be.
 	RevisionOfAnnotation = "games.example.com/revision-of"
+	// RevisionNumberAnnotation numbers a profile's revisions in the order
+	// they were made, 1, 2, 3 ..., as a Deployment's revision annotation
+	// numbers its ReplicaSets: creation timestamps have a resolution of a
+	// second, too coarse to tell which of two quick edits came last.
+	RevisionNumberAnnotation = "games.example.com/revision-number"
 )
 
 // revisionOfIndex maps a profile ("namespace/name") to its revisions in the
@@ -65,38 +71,44 @@ const (
 	mountedRevisionIndex = "mountedRevision"
 )
 
-// revisionExpectations hold what the controller did to revisions and to the
-// revisions its Deployments mount that its caches do not show yet, the way
+// revisionExpectations hold what the controller did to revisions, and to the
+// revisions its Deployments mount, that its caches do not show yet, the way
 // the ReplicaSet controller's expectations hold its own pod creations: each
-// entry is keyed by the object's UID (and a Deployment's generation) and
-// ends when the cache shows the write, so no wall clock decides what the
-// caches mean. Without them:
+// entry is keyed by the object's UID (and a Deployment's generation) and ends
+// when the cache shows the write, so no wall clock decides what the caches
+// mean. Without them:
 //   - a revision that stopped being current a moment after a session was
 //     moved to it could be deleted before the Deployment cache shows the
-//     Deployment that mounts it (pendingMounts);
+//     Deployment that mounts it (mounts);
 //   - a revision just deleted is still in the revision cache for a moment,
-//     and a session could be moved to it (deleted);
-//   - a create answered AlreadyExists could not tell the controller's own
-//     revision, not yet in the cache, from someone else's ConfigMap of that
-//     name (created).
+//     and a session could be moved to it (deleted).
 //
-// Either of the first two could leave pods mounting a revision that is gone.
-// A restarted controller, whose caches start in sync, needs none of it.
-// expectationTimeout bounds each entry, for the event that never comes (an
-// object created and deleted by others before the cache saw it): past it,
-// the controller goes by its caches again.
+// Either could leave pods mounting a revision that is gone. A restarted
+// controller, whose caches start in sync, needs none of it.
+// expectationTimeout bounds each entry, for the event that never comes (a
+// Deployment deleted by others before the cache saw the write): past it, the
+// controller goes by its caches again.
+//
+// Revisions created are not tracked: a create answered AlreadyExists for a
+// revision the cache does not hold yet is told from a foreign ConfigMap of
+// that name by a live read (ensureRevision). An expectation could not be
+// ended for a revision created and deleted before the cache saw either,
+// which a relist of the cache never reports.
 type revisionExpectations struct {
 	clock clock.PassiveClock
 
 	mu      sync.Mutex
-	created map[string]pendingRevision // "namespace/revision" → the revision created
 	deleted map[string]pendingRevision // "namespace/revision" → the revision deleted
-	mounts  map[string]pendingMount    // session key → the Deployment written to mount a revision
+	mounts  map[string][]pendingMount  // session key → the Deployment writes that mount a revision, oldest first
 }
 
 type pendingRevision struct {
 	uid types.UID
 	at  time.Time
+	// done is set once the API server answered the delete (deleted, or
+	// gone already): asking again before the cache shows it is a wasted
+	// request.
+	done bool
 }
 
 type pendingMount struct {
@@ -107,24 +119,44 @@ type pendingMount struct {
 }
 
 func newRevisionExpectations(clk clock.PassiveClock) *revisionExpectations {
-	return &revisionExpectations{clock: clk, created: map[string]pendingRevision{},
-		deleted: map[string]pendingRevision{}, mounts: map[string]pendingMount{}}
+	return &revisionExpectations{clock: clk, deleted: map[string]pendingRevision{}, mounts: map[string][]pendingMount{}}
 }
 
-// createdRevision records a revision the controller created.
-func (e *revisionExpectations) createdRevision(r *corev1.ConfigMap) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	key := r.Namespace + "/" + r.Name
-	delete(e.deleted, key)
-	e.created[key] = pendingRevision{uid: r.UID, at: e.clock.Now()}
-}
-
-// deletedRevision records a revision the controller deleted (or found gone).
+// deletedRevision records a revision the controller deletes, before the
+// request.
 func (e *revisionExpectations) deletedRevision(r *corev1.ConfigMap) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.deleted[r.Namespace+"/"+r.Name] = pendingRevision{uid: r.UID, at: e.clock.Now()}
+}
+
+// deleteDone records that the API server answered r's delete: deleted, or
+// gone already.
+func (e *revisionExpectations) deleteDone(r *corev1.ConfigMap) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if d, ok := e.deleted[r.Namespace+"/"+r.Name]; ok && d.uid == r.UID {
+		d.done = true
+		e.deleted[r.Namespace+"/"+r.Name] = d
+	}
+}
+
+// deletedAlready reports whether the API server answered r's delete and the cache
+// still shows r.
+func (e *revisionExpectations) deletedAlready(r *corev1.ConfigMap) bool {
+	e.mu.Lock()
+	d, ok := e.deleted[r.Namespace+"/"+r.Name]
+	e.mu.Unlock()
+	return ok && d.done && d.uid == r.UID && e.deleting(r)
+}
+
+// notDeleted takes back deletedRevision: the API server refused the delete.
+func (e *revisionExpectations) notDeleted(r *corev1.ConfigMap) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if d, ok := e.deleted[r.Namespace+"/"+r.Name]; ok && d.uid == r.UID {
+		delete(e.deleted, r.Namespace+"/"+r.Name)
+	}
 }
 
 // observed hears that the revision cache shows r.
@@ -132,7 +164,6 @@ func (e *revisionExpectations) observed(r *corev1.ConfigMap) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	key := r.Namespace + "/" + r.Name
-	delete(e.created, key)
 	if d, ok := e.deleted[key]; ok && d.uid != r.UID {
 		delete(e.deleted, key) // another revision of that name: not the one deleted
 	}
@@ -148,78 +179,108 @@ func (e *revisionExpectations) gone(r *corev1.ConfigMap) {
 	}
 }
 
-// creating reports whether the controller created the revision and its cache
-// does not show it yet.
-func (e *revisionExpectations) creating(namespace, name string) bool {
-	return e.pending(e.created, namespace+"/"+name, "")
-}
-
 // deleting reports whether the controller deleted the revision of that UID
 // and its cache still shows it.
 func (e *revisionExpectations) deleting(r *corev1.ConfigMap) bool {
-	return e.pending(e.deleted, r.Namespace+"/"+r.Name, r.UID)
-}
-
-func (e *revisionExpectations) pending(entries map[string]pendingRevision, key string, uid types.UID) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	p, ok := entries[key]
-	switch {
-	case !ok:
-		return false
-	case e.clock.Since(p.at) >= expectationTimeout:
-		delete(entries, key)
+	key := r.Namespace + "/" + r.Name
+	d, ok := e.deleted[key]
+	if ok && e.clock.Since(d.at) >= expectationTimeout {
+		delete(e.deleted, key)
 		return false
 	}
-	return uid == "" || p.uid == uid
+	return ok && d.uid == r.UID
 }
 
-// mounting records that the session's Deployment was written, as written, to
-// mount a revision.
-func (e *revisionExpectations) mounting(sessionKey string, written *appsv1.Deployment) {
+// mounting records, before the request, that the session's Deployment is
+// being written to mount desired's revision: the Deployment of that UID ("" for
+// a create) at that generation or later will mount it. Earlier writes not yet
+// shown stay recorded: a later write refused (a create answered
+// AlreadyExists) says nothing of them.
+func (e *revisionExpectations) mounting(sessionKey string, uid types.UID, generation int64, desired *appsv1.Deployment) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.mounts[sessionKey] = pendingMount{uid: written.UID, generation: written.Generation,
-		revision: written.Namespace + "/" + mountedRevision(&written.Spec.Template), at: e.clock.Now()}
+	e.mounts[sessionKey] = append(e.mounts[sessionKey], pendingMount{uid: uid, generation: generation,
+		revision: desired.Namespace + "/" + mountedRevision(&desired.Spec.Template), at: e.clock.Now()})
 }
 
-// deploymentObserved hears that the Deployment cache shows d: a mount it
-// shows, or a Deployment that replaced the one written, ends the wait.
+// wrote hears how the write that mounting announced last went. A write the
+// API server refused made nothing to wait for; one it answered is waited for
+// by the UID and generation it produced; one whose answer was lost (a
+// timeout, a 500) may have been made, so it is waited for as announced.
+func (e *revisionExpectations) wrote(sessionKey string, written *appsv1.Deployment, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	pending := e.mounts[sessionKey]
+	if len(pending) == 0 {
+		return
+	}
+	last := &pending[len(pending)-1]
+	switch {
+	case err == nil && written != nil:
+		last.uid, last.generation = written.UID, written.Generation
+	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsInvalid(err) ||
+		apierrors.IsNotFound(err) || apierrors.IsForbidden(err):
+		e.setMounts(sessionKey, pending[:len(pending)-1])
+	}
+}
+
+// deploymentObserved hears that the Deployment cache shows d: a write it
+// shows (its UID, "" for a create whose answer was lost, at that generation
+// or later) ends. A Deployment of another UID ends nothing: the cache may
+// show an older one, deleted since, that the write replaced.
 func (e *revisionExpectations) deploymentObserved(d *appsv1.Deployment) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	key := d.Namespace + "/" + d.Name
-	if m, ok := e.mounts[key]; ok && (m.uid != d.UID || d.Generation >= m.generation) {
-		delete(e.mounts, key)
-	}
+	e.setMounts(key, slices.DeleteFunc(e.mounts[key], func(m pendingMount) bool {
+		return (m.uid == "" || m.uid == d.UID) && d.Generation >= m.generation &&
+			mountedRevision(&d.Spec.Template) == strings.TrimPrefix(m.revision, d.Namespace+"/")
+	}))
 }
 
-// deploymentGone hears that the Deployment cache no longer shows d.
-func (e *revisionExpectations) deploymentGone(d *appsv1.Deployment) {
+// forgetSession drops the writes of a deleted session's Deployment. The
+// Deployment cache protects their revisions for as long as it shows the
+// Deployment; a Deployment leaving the cache ends nothing else: it may have
+// left it only for a label a user removed, and that the controller's write
+// has put back.
+//
+// It returns the revisions ("namespace/name") those writes held, which may
+// be stale now.
+func (e *revisionExpectations) forgetSession(sessionKey string) []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	key := d.Namespace + "/" + d.Name
-	if m, ok := e.mounts[key]; ok && m.uid == d.UID {
-		delete(e.mounts, key)
+	var revisions []string
+	for _, m := range e.mounts[sessionKey] {
+		revisions = append(revisions, m.revision)
 	}
+	delete(e.mounts, sessionKey)
+	return revisions
 }
 
-// mountPending reports whether a Deployment written to mount the revision
-// is not in the Deployment cache with that mount yet.
+func (e *revisionExpectations) setMounts(key string, pending []pendingMount) {
+	if len(pending) == 0 {
+		delete(e.mounts, key)
+		return
+	}
+	e.mounts[key] = pending
+}
+
+// mountPending reports whether a Deployment write that mounts the revision
+// is not in the Deployment cache yet.
 func (e *revisionExpectations) mountPending(namespace, name string) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	revision := namespace + "/" + name
-	for key, m := range e.mounts {
-		if e.clock.Since(m.at) >= expectationTimeout {
-			delete(e.mounts, key)
-			continue
-		}
-		if m.revision == revision {
-			return true
-		}
+	found := false
+	for key, pending := range e.mounts {
+		e.setMounts(key, slices.DeleteFunc(pending, func(m pendingMount) bool {
+			return e.clock.Since(m.at) >= expectationTimeout
+		}))
+		found = found || slices.ContainsFunc(e.mounts[key], func(m pendingMount) bool { return m.revision == revision })
 	}
-	return false
+	return found
 }
 
 // maxNameLength is the longest ConfigMap name (a DNS subdomain).
@@ -251,7 +312,7 @@ func newRevision(profile *corev1.ConfigMap, hash string) *corev1.ConfigMap {
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace:   profile.Namespace,
 			Name:        RevisionName(profile.Name, hash),
-			Labels:      map[string]string{RevisionLabel: RevisionLabelValue, labelProfileHash: hash},
+			Labels:      map[string]string{RevisionLabel: RevisionLabelValue, revisionHashLabel: hash},
 			Annotations: map[string]string{RevisionOfAnnotation: profile.Name},
 		},
 		Immutable:  ptr.To(true),
@@ -260,14 +321,15 @@ func newRevision(profile *corev1.ConfigMap, hash string) *corev1.ConfigMap {
 	}
 }
 
-// labelProfileHash on a revision holds its content hash.
-const labelProfileHash = gamesv1.ProfileHashAnnotation
+// revisionHashLabel on a revision holds its content hash. The key is the one
+// the pod template's hash annotation has, so both name a content alike.
+const revisionHashLabel = gamesv1.ProfileHashAnnotation
 
 // isRevision reports whether a ConfigMap is one of the controller's
 // revisions: labelled as one, and named as the revision of the profile and
 // hash it claims. Only those are ever deleted.
 func isRevision(cm *corev1.ConfigMap) bool {
-	profile, hash := cm.Annotations[RevisionOfAnnotation], cm.Labels[labelProfileHash]
+	profile, hash := cm.Annotations[RevisionOfAnnotation], cm.Labels[revisionHashLabel]
 	return cm.Labels[RevisionLabel] == RevisionLabelValue && profile != "" && hash != "" &&
 		cm.Name == RevisionName(profile, hash)
 }
@@ -281,22 +343,24 @@ func revisionOfIndexFunc(obj interface{}) ([]string, error) {
 	return []string{profileKey(cm.Namespace, cm.Annotations[RevisionOfAnnotation])}, nil
 }
 
-// staleRevisions returns the revisions of a profile that may be deleted. The
-// revision of its current content (currentName, "" if the profile is gone)
-// and those a pod may mount (inUse) always stay; of the others, the keep
-// newest (by creation time, then name) stay for rollback.
-func staleRevisions(revisions []*corev1.ConfigMap, currentName string, inUse func(*corev1.ConfigMap) bool, keep int) []*corev1.ConfigMap {
+// staleRevisions returns the revisions of a profile that may be deleted.
+// Those named in kept (the revision of its current content, and the stable
+// one that new sessions start on during a rollout) and those a pod may mount
+// (inUse) always stay; of the others, the keep newest (by revision number,
+// then creation time, then name) stay for rollback.
+func staleRevisions(revisions []*corev1.ConfigMap, kept []string, inUse func(*corev1.ConfigMap) bool, keep int) []*corev1.ConfigMap {
 	revisions = slices.Clone(revisions)
 	slices.SortFunc(revisions, func(a, b *corev1.ConfigMap) int {
-		if c := b.CreationTimestamp.Compare(a.CreationTimestamp.Time); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.Name, b.Name)
+		return cmp.Or(
+			cmp.Compare(revisionNumber(b), revisionNumber(a)),
+			b.CreationTimestamp.Compare(a.CreationTimestamp.Time),
+			cmp.Compare(a.Name, b.Name),
+		)
 	})
 	var stale []*corev1.ConfigMap
 	for _, r := range revisions {
 		switch {
-		case r.Name == currentName || inUse(r):
+		case slices.Contains(kept, r.Name) || inUse(r):
 		case keep > 0:
 			keep--
 		default:
@@ -385,6 +449,30 @@ func (c *Controller) revisionAvailable(namespace, profile, hash string) bool {
 	return err == nil && isRevision(r) && !c.revisions.deleting(r)
 }
 
+// lastRevisionNumber is the highest number among the profile's cached
+// revisions, 0 if none. Only the profile sync creates revisions, one profile
+// at a time, so numbers are not handed out twice by one controller; the
+// cache may lag by a create, which makes two revisions share a number, and
+// then creation time and name order them.
+func (c *Controller) lastRevisionNumber(profile *corev1.ConfigMap) int {
+	objs, _ := c.revisionIndexer.ByIndex(revisionOfIndex, profileKey(profile.Namespace, profile.Name))
+	last := 0
+	for _, obj := range objs {
+		last = max(last, revisionNumber(obj.(*corev1.ConfigMap)))
+	}
+	return last
+}
+
+// revisionNumber is a revision's RevisionNumberAnnotation, 0 if it has none
+// (it predates them) or it does not parse.
+func revisionNumber(r *corev1.ConfigMap) int {
+	n, err := strconv.Atoi(r.Annotations[RevisionNumberAnnotation])
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
 // revisionState is what the profile sync knows of the revision of a
 // profile's current content: available to mount, on its way (created or
 // deleted moments ago, reason ""), or not to be had, and why (reason and
@@ -404,24 +492,46 @@ func (c *Controller) ensureRevision(ctx context.Context, profile *corev1.ConfigM
 		return revisionState{available: true, reason: gamesv1.ReasonRevisionCreated,
 			message: fmt.Sprintf(MessageRevisionAvailable, name)}, nil
 	}
-	if c.revisions.creating(profile.Namespace, name) {
-		return revisionState{}, nil // its add event queues the profile again
-	}
 	if r, err := c.revisionLister.ConfigMaps(profile.Namespace).Get(name); err == nil && isRevision(r) {
-		return revisionState{}, nil // just deleted: its delete event queues the profile, and then it is created again
+		// Cached, but the controller sent its delete. Whether that was made
+		// (an answer lost, a 500) only a live read can tell: if it was, the
+		// delete event queues the profile and the revision is made again.
+		live, err := c.kubeClient.CoreV1().ConfigMaps(profile.Namespace).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return revisionState{}, nil
+		case err != nil:
+			return revisionState{}, err
+		case live.UID != r.UID:
+			return revisionState{}, nil // deleted and made again: the cache catches up
+		}
+		c.revisions.notDeleted(r)
+		return revisionState{available: true, reason: gamesv1.ReasonRevisionCreated,
+			message: fmt.Sprintf(MessageRevisionAvailable, name)}, nil
 	}
 	revision := newRevision(profile, hash)
-	created, err := c.kubeClient.CoreV1().ConfigMaps(profile.Namespace).Create(ctx, revision, metav1.CreateOptions{FieldManager: Name})
+	revision.Annotations[RevisionNumberAnnotation] = strconv.Itoa(c.lastRevisionNumber(profile) + 1)
+	_, err := c.kubeClient.CoreV1().ConfigMaps(profile.Namespace).Create(ctx, revision, metav1.CreateOptions{FieldManager: Name})
 	switch {
 	case err == nil:
 		klog.FromContext(ctx).V(2).Info("Created profile revision", "revision", klog.KObj(revision))
-		c.revisions.createdRevision(created)
-		return revisionState{}, nil
+		return revisionState{}, nil // its add event queues the profile again
 	case apierrors.IsAlreadyExists(err):
-		// Not in the revision cache, not created by the controller moments
-		// ago: a ConfigMap of that name without the revision label, which
-		// the sessions must not mount. Retrying cannot help; the periodic
-		// plan looks again.
+		// The cache does not hold a revision of that name: either it is the
+		// controller's own, created moments ago and not in the cache yet, or
+		// a ConfigMap of someone else's without the revision label, which
+		// the sessions must not mount. Only a live read can tell.
+		existing, getErr := c.kubeClient.CoreV1().ConfigMaps(profile.Namespace).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(getErr):
+			return revisionState{}, fmt.Errorf("revision %s: gone right after a create found it: %w", name, err) // retry
+		case getErr != nil:
+			return revisionState{}, getErr
+		case isRevision(existing) && existing.Labels[revisionHashLabel] == hash:
+			return revisionState{}, nil // the controller's own: its add event is on its way
+		}
+		// Retrying cannot help until it is deleted or renamed, which no
+		// event reports: the periodic plan looks again.
 		return revisionState{reason: gamesv1.ReasonRevisionNameTaken,
 			message: fmt.Sprintf(MessageRevisionConflict, name, RevisionLabel)}, nil
 	default:
@@ -432,10 +542,11 @@ func (c *Controller) ensureRevision(ctx context.Context, profile *corev1.ConfigM
 }
 
 // deleteStaleRevisions deletes the revisions of a profile that no pod can
-// mount, other than the current one (current, "" if the profile is gone)
-// and the newest keep. Each step of it is independent: a failed delete does
-// not stop the others, and the errors are returned together.
-func (c *Controller) deleteStaleRevisions(ctx context.Context, namespace, profileKey, current string, keep int) error {
+// mount, other than those named in kept (the current and the stable one,
+// while the profile exists) and the newest keep. Each step of it is
+// independent: a failed delete does not stop the others, and the errors are
+// returned together.
+func (c *Controller) deleteStaleRevisions(ctx context.Context, namespace, profileKey string, kept []string, keep int) error {
 	objs, err := c.revisionIndexer.ByIndex(revisionOfIndex, profileKey)
 	if err != nil {
 		return err
@@ -445,18 +556,28 @@ func (c *Controller) deleteStaleRevisions(ctx context.Context, namespace, profil
 		revisions = append(revisions, obj.(*corev1.ConfigMap))
 	}
 	var errs []error
-	for _, r := range staleRevisions(revisions, current, c.revisionInUse, keep) {
+	for _, r := range staleRevisions(revisions, kept, c.revisionInUse, keep) {
+		if c.revisions.deletedAlready(r) {
+			continue // its delete event is on its way
+		}
+		// Recorded before the request: a delete whose answer is lost may
+		// have been made, and a session must not be moved to it meanwhile.
+		c.revisions.deletedRevision(r)
 		// The preconditions make sure it is the revision the cache showed.
 		err := c.kubeClient.CoreV1().ConfigMaps(namespace).Delete(ctx, r.Name, metav1.DeleteOptions{
 			Preconditions: &metav1.Preconditions{UID: &r.UID, ResourceVersion: &r.ResourceVersion},
 		})
 		switch {
 		case err == nil || apierrors.IsNotFound(err):
-			c.revisions.deletedRevision(r)
+			c.revisions.deleteDone(r)
 			klog.FromContext(ctx).V(2).Info("Deleted stale profile revision", "revision", klog.KObj(r))
-		case apierrors.IsConflict(err):
-			// It changed since the cache showed it: not deleted, and its
-			// update event queues the profile again.
+		case apierrors.IsConflict(err) || apierrors.IsForbidden(err):
+			// Refused: not deleted. A Conflict means it changed since the
+			// cache showed it, and its update event queues the profile again.
+			c.revisions.notDeleted(r)
+			if apierrors.IsForbidden(err) {
+				errs = append(errs, fmt.Errorf("deleting revision %s: %w", r.Name, err))
+			}
 		default:
 			errs = append(errs, fmt.Errorf("deleting revision %s: %w", r.Name, err))
 		}
@@ -473,5 +594,5 @@ func (c *Controller) revisionInUse(r *corev1.ConfigMap) bool {
 			return true
 		}
 	}
-	return c.revisions.mountPending(r.Namespace, r.Name) || c.revisions.creating(r.Namespace, r.Name)
+	return c.revisions.mountPending(r.Namespace, r.Name)
 }

@@ -99,7 +99,7 @@ func TestStaleRevisions(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			shuffled := slices.Clone(revisions)
 			slices.Reverse(shuffled)
-			got := names(staleRevisions(shuffled, tc.current, inUse(tc.used...), tc.keep))
+			got := names(staleRevisions(shuffled, []string{tc.current}, inUse(tc.used...), tc.keep))
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("stale: got %v, want %v", got, tc.want)
 			}

@@ -110,8 +110,10 @@ func TestSessionWaitsForItsRevision(t *testing.T) {
 	if n := f.c.profileQueue.Len(); n != 1 {
 		t.Fatalf("profile queue holds %d keys, want the profile", n)
 	}
-	// While the revision is on its way, the rollout has nothing to record.
+	// While the revision is on its way, the rollout is recorded with its
+	// new target.
 	f.expectKube(createConfigMap(testNamespace, revision.Name))
+	f.expectRolloutWrite(testNamespace, "classic")
 	kube := f.runProfile(ctx, "arena/classic")
 	created := objectOf[*corev1.ConfigMap](t, kube[0])
 	if created.Immutable == nil || !*created.Immutable || ProfileHash(created) != ProfileHash(profile) {

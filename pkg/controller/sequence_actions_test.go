@@ -61,7 +61,7 @@ func (w *world) stepActions() []action {
 		{4, w.editSession},
 		{2, w.deleteSession},
 		{2, w.createProfile},
-		{3, w.editProfile},
+		{3 + 5*b2i(w.paced), w.editProfile},
 		{1, w.relabelProfile},
 		{1, w.deleteProfile},
 		{3, w.editOwnedDeploymentField},
@@ -69,15 +69,26 @@ func (w *world) stepActions() []action {
 		{1, w.deleteDeployment},
 		{1, w.createForeignDeployment},
 		{1, w.deleteRevisionByUser},
+		{3, w.editProfilePolicy},
+		{1, w.pauseDeployment},
+		{1, w.toggleRevisionQuota},
 		// The rest of the control plane.
 		{4, w.collectGarbage},
 		{6, w.writeDeploymentStatus},
 		// Trouble.
 		{2, w.armFault},
 		{1, w.restartController},
+		{1, w.failover},
 		{1, w.relistCache},
 		{1, w.resyncCache},
 	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // act takes one step.
@@ -244,9 +255,13 @@ func (w *world) createProfile() bool {
 	if w.rng.IntN(5) > 0 {
 		p.Labels = map[string]string{gamesv1.ProfileLabel: gamesv1.ProfileLabelValue}
 	}
+	if w.paced {
+		p.Annotations = w.randomPolicy()
+	}
 	created, err := w.server.create(byUser, profilesResource, p)
 	must(err)
-	w.logf("user: create configmap %s (%s), labelled %t, hash %s", name, created.GetUID(), p.Labels != nil, ProfileHash(p))
+	w.logf("user: create configmap %s (%s), labelled %t, hash %s, rollout policy %s", name, created.GetUID(), p.Labels != nil,
+		ProfileHash(p), describePolicy(p.Annotations))
 	return true
 }
 
@@ -451,7 +466,7 @@ func (w *world) collectGarbage() bool {
 }
 
 func (w *world) writeDeploymentStatus() bool {
-	return w.doWork(w.kcmWork(false))
+	return w.doWork(w.kcmWork())
 }
 
 func (w *world) doWork(items []work) bool {
@@ -468,8 +483,15 @@ func (w *world) doWork(items []work) bool {
 
 func (w *world) armFault() bool {
 	f := fault{
-		request: pick(w, []string{"create", "patch", "updateStatus", "delete"}),
+		request: pick(w, []string{"create", "patch", "updateStatus", "delete", "createRevision"}),
 		kind:    pick(w, []faultKind{faultServerError, faultConflict, faultLostResponse}),
+	}
+	switch {
+	case f.request == "createRevision":
+		// A quota or an admission webhook refusing one revision.
+		f.kind = pick(w, []faultKind{faultForbidden, faultInvalid})
+	case f.request == "delete" && w.rng.IntN(3) == 0:
+		f.kind = faultForbidden
 	}
 	if f.request == "delete" && f.kind == faultConflict {
 		// A delete answers Conflict only when its preconditions fail, which
@@ -524,10 +546,65 @@ func describeResources(requests, limits corev1.ResourceList) string {
 
 // populate creates the world the first controller finds.
 func (w *world) populate() {
-	for range w.rng.IntN(3) {
+	profiles, sessions := w.rng.IntN(3), w.rng.IntN(4)
+	if w.paced {
+		// A paced sequence starts with a rollout to pace: sessions running
+		// a profile, which the steps edit.
+		profiles, sessions = 1+w.rng.IntN(2), 2+w.rng.IntN(2)
+	}
+	for range profiles {
 		w.createProfile()
 	}
-	for range w.rng.IntN(4) {
+	for range sessions {
 		w.createSession()
 	}
+	if w.paced {
+		// Both profiles exist and are labelled, so each session has one.
+		for range 10 {
+			w.createProfile()
+			if len(w.server.sessions()) < sessions {
+				w.createSession()
+			}
+		}
+		for _, p := range listAs[*corev1.ConfigMap](w.server.list(profilesResource)) {
+			if p.Labels[gamesv1.ProfileLabel] != gamesv1.ProfileLabelValue {
+				p.Labels = map[string]string{gamesv1.ProfileLabel: gamesv1.ProfileLabelValue}
+				_, err := w.server.update(byUser, profilesResource, p, true)
+				must(err)
+			}
+		}
+	}
+	if w.paced {
+		w.populateRunning()
+	}
+}
+
+// populateRunning gives each session of a labelled profile what an earlier
+// controller would have left it: the revision of its profile's content, its
+// Deployment mounting it, rolled out and Ready, so that the steps' edits
+// move sessions rather than create their Deployments.
+func (w *world) populateRunning() {
+	for _, s := range w.server.sessions() {
+		p := w.server.profile(s.Spec.ProfileRef)
+		if p == nil || p.Labels[gamesv1.ProfileLabel] != gamesv1.ProfileLabelValue || w.server.deployment(s.Name) != nil {
+			continue
+		}
+		hash := ProfileHash(p)
+		if w.server.revision(worldRevisionName(p.Name, hash)) == nil {
+			_, err := w.server.create(byController, revisionsResource, newRevision(p, hash))
+			must(err)
+		}
+		_, err := w.server.create(byController, deploymentsResource, NewDeployment(s, hash))
+		must(err)
+	}
+	for range 100 {
+		items := w.kcmWork()
+		if len(items) == 0 {
+			break
+		}
+		for _, item := range items {
+			item.do()
+		}
+	}
+	w.logf("populated: %d deployment(s) running, %d replicaset(s)", len(w.server.deployments()), len(w.server.replicaSets()))
 }

@@ -103,6 +103,7 @@ func (w *world) noteControllerWrite(before, after *appsv1.Deployment) {
 		w.violate("mounts-uncached-revision", "Deployment %s written to mount %q, which the controller's revision cache does not hold (it mounted %q)",
 			after.Name, name, mountedConfigMap(before))
 	}
+	w.checkMove(before, after)
 	w.spendCredits(after)
 }
 
@@ -128,6 +129,7 @@ func (w *world) checkAtRest() {
 		}
 	}
 	w.checkRevisionsAtRest()
+	w.checkRolloutsAtRest()
 	for _, c := range w.caches {
 		if keys := c.mutated(); len(keys) > 0 {
 			w.violate("cache-mutated", "the controller modified objects in its %s cache: %v", c.resource, keys)
@@ -158,6 +160,9 @@ func (w *world) checkSessionAtRest(s *gamesv1.GameSession, profile *corev1.Confi
 		// one outside its label-filtered cache.
 		unseen := d.Labels[worldManagedByLabel] != worldManagedByValue
 		waiting := profile == nil && unseen && conditionIs(ready, metav1.ConditionFalse, gamesv1.ReasonWaitingForProfile)
+		// Nor with a profile whose revision it waits for.
+		waiting = waiting || profile != nil && unseen && (conditionIs(ready, metav1.ConditionFalse, gamesv1.ReasonRevisionUnavailable) ||
+			conditionIs(ready, metav1.ConditionFalse, gamesv1.ReasonRevisionPending))
 		if !waiting && !conditionIs(ready, metav1.ConditionFalse, gamesv1.ReasonDeploymentNotControlled) {
 			w.violate("condition-lie", "GameSession %s: Deployment %s is not controlled by it (controller %s), but Ready is %s",
 				s.Name, d.Name, describeController(d), describeCondition(ready))
@@ -168,7 +173,7 @@ func (w *world) checkSessionAtRest(s *gamesv1.GameSession, profile *corev1.Confi
 		// in docs/reliability.md: another container (a renamed game server)
 		// declares the game server's ports, so the controller adds no second
 		// container on them, leaves the Deployment as it is, and says so.
-		if !conditionIs(ready, metav1.ConditionFalse, gamesv1.ReasonContainerConflict) {
+		if !conditionIs(ready, metav1.ConditionFalse, gamesv1.ReasonContainerConflict) && !w.noRevisionToMount(s, profile, d) {
 			w.violate("condition-lie", "GameSession %s: container %s of Deployment %s declares the game server's ports, but Ready is %s",
 				s.Name, displacingContainer(s, d), d.Name, describeCondition(ready))
 		}
@@ -180,6 +185,43 @@ func (w *world) checkSessionAtRest(s *gamesv1.GameSession, profile *corev1.Confi
 		mismatches := deploymentMismatches(s, "", d)
 		if conditionIs(ready, metav1.ConditionTrue, "") && (d == nil || len(mismatches) > 0 || !rolledOutAndReady(d)) {
 			w.violate("condition-lie", "GameSession %s: Ready=True, but its Deployment %s", s.Name, describeDeployment(d, mismatches))
+		}
+
+	case w.heldAtRest(s, profile, d):
+		// Its profile's rollout keeps it on the revision it runs, or, with
+		// none yet, without a Deployment; everything else is as for any.
+		w.checkUpToDateClaim(s, profile, d)
+		if d == nil {
+			return
+		}
+		if w.noRevisionToMount(s, profile, d) {
+			// Its Deployment mounts no revision of the profile that exists
+			// (or is outside the cache), and the current one cannot be
+			// created: the controller has nothing to write it with, and
+			// leaves it as it is.
+			if mismatches := deploymentMismatches(s, "", d); conditionIs(ready, metav1.ConditionTrue, "") && (len(mismatches) > 0 || !rolledOutAndReady(d)) {
+				w.violate("condition-lie", "GameSession %s: Ready is %s, but its Deployment, waiting for a revision to mount, %s",
+					s.Name, describeCondition(ready), describeDeployment(d, mismatches))
+			}
+			return
+		}
+		mismatches := deploymentMismatches(s, "", d)
+		if len(mismatches) > 0 {
+			w.violate("deployment-mismatch", "GameSession %s (%s, generation %d), held by the rollout of profile %s: Deployment %s",
+				s.Name, s.UID, s.Generation, profile.Name, describeDeployment(d, mismatches))
+		}
+		if isTrue := conditionIs(ready, metav1.ConditionTrue, ""); isTrue != (len(mismatches) == 0 && rolledOutAndReady(d)) {
+			w.violate("condition-lie", "GameSession %s: Ready is %s, but the Deployment %s (status %s)",
+				s.Name, describeCondition(ready), describeDeployment(d, mismatches), replicaCounts(d))
+		}
+		w.checkStatusDescribes(s, d, resolved)
+
+	case d != nil && d.Labels[worldManagedByLabel] != worldManagedByValue && w.noRevisionToMount(s, profile, d):
+		// Its Deployment is outside the controller's cache, and it has no
+		// revision to create one with, which is what would find it: it can
+		// only say what it waits for.
+		if conditionIs(ready, metav1.ConditionTrue, "") {
+			w.violate("condition-lie", "GameSession %s: Ready is %s, but it waits for a revision to mount", s.Name, describeCondition(ready))
 		}
 
 	default:
@@ -204,6 +246,20 @@ func (w *world) checkSessionAtRest(s *gamesv1.GameSession, profile *corev1.Confi
 		w.checkStatusDescribes(s, d, resolved)
 		w.checkSessionRevision(s, profile)
 	}
+}
+
+// noRevisionToMount reports whether a session held at rest waits for its
+// profile's current revision with nothing else to mount: its Deployment is
+// outside the controller's cache, or mounts no existing revision of the
+// profile that its annotation names.
+func (w *world) noRevisionToMount(s *gamesv1.GameSession, profile *corev1.ConfigMap, d *appsv1.Deployment) bool {
+	upToDate := meta.FindStatusCondition(s.Status.Conditions, gamesv1.ConditionProfileUpToDate)
+	if !conditionIs(upToDate, metav1.ConditionFalse, gamesv1.ReasonRevisionUnavailable) &&
+		!conditionIs(upToDate, metav1.ConditionFalse, gamesv1.ReasonRevisionPending) {
+		return false
+	}
+	hash := d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]
+	return d.Labels[worldManagedByLabel] != worldManagedByValue || w.server.revision(worldRevisionName(profile.Name, hash)) == nil
 }
 
 // checkUpToDateClaim checks that a session whose Deployment the controller
@@ -350,12 +406,13 @@ func controlledBy(d *appsv1.Deployment, uid types.UID) bool {
 type nonOwnedFields struct {
 	note            string
 	minReadySeconds int32
+	paused          bool
 }
 
 const worldNoteAnnotation = "world.example.com/note"
 
 func nonOwnedOf(d *appsv1.Deployment) nonOwnedFields {
-	return nonOwnedFields{note: d.Annotations[worldNoteAnnotation], minReadySeconds: d.Spec.MinReadySeconds}
+	return nonOwnedFields{note: d.Annotations[worldNoteAnnotation], minReadySeconds: d.Spec.MinReadySeconds, paused: d.Spec.Paused}
 }
 
 // checkIdle runs an informer resync of the settled world: every session
@@ -395,6 +452,9 @@ func (w *world) checkIdle() {
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(w.requestsBy)) {
+		if w.quotaRefused[name] && w.revisionQuota {
+			continue // the profile sync retries the create the quota refuses
+		}
 		if w.everRevision[name] {
 			w.violate("idle-requests", "the profile syncs after an idle resync made %d request(s) of revision %s", w.requestsBy[name], name)
 			continue

@@ -80,7 +80,24 @@ func (w *world) spendCredits(after *appsv1.Deployment) {
 	w.credits[name] = 0
 	if move {
 		w.moves[name] = 0
+	} else if w.pacedInCache(name) {
+		// Written elsewhere than its profile's current content by a paced
+		// rollout: it owes the move its turn will bring.
+		w.moves[name] = max(w.moves[name], 1)
 	}
+}
+
+// pacedInCache reports whether the session's profile, as the controller's
+// cache shows it, has a policy that paces its rollout, and the session's
+// Deployment, as the cache shows it, is not on the current content: its
+// move waits for its turn, not for a change.
+func (w *world) pacedInCache(name string) bool {
+	s := w.caches[sessionsResource].session(name)
+	if s == nil {
+		return false
+	}
+	p := w.caches[profilesResource].profile(s.Spec.ProfileRef)
+	return p != nil && !worldPolicy(p).Unpaced()
 }
 
 // isMove reports whether a controller write left the Deployment mounting
@@ -136,7 +153,9 @@ func (w *world) lapseCredits(name string) {
 		}
 	}
 	w.credits[name] = 0
-	w.moves[name] = 0
+	if d := w.caches[deploymentsResource].deployment(name); d == nil || !w.pacedInCache(name) || w.isMove(d) {
+		w.moves[name] = 0
+	}
 	// What a live read showed is gone with the sync that made it: the
 	// controller learns it again when its cache receives it.
 	for i := range pending {
@@ -154,8 +173,20 @@ func (w *world) noteDelivered(r apiResource, ev watchEvent, prev object) {
 		if ev.kind != watch.Deleted && (prev == nil || prev.GetUID() != ev.obj.GetUID() || prev.GetGeneration() != ev.obj.GetGeneration()) {
 			w.credit(ev.obj.GetName())
 		}
+		// A session that changes profiles moves to the new profile's
+		// revision, which may take a second write once that revision is in
+		// the cache, as a profile appearing does.
+		if ev.kind != watch.Deleted && prev != nil && prev.GetUID() == ev.obj.GetUID() &&
+			prev.(*gamesv1.GameSession).Spec.ProfileRef != ev.obj.(*gamesv1.GameSession).Spec.ProfileRef {
+			w.creditMove(ev.obj.GetName())
+		}
 	case profilesResource:
 		name := ev.obj.GetName()
+		if ev.kind == watch.Deleted {
+			w.noteProfileSeen(name, nil)
+		} else {
+			w.noteProfileSeen(name, ev.obj.(*corev1.ConfigMap))
+		}
 		switch {
 		case ev.kind == watch.Deleted:
 			// The controller forgets a deleted profile's delay: whatever it
@@ -175,6 +206,18 @@ func (w *world) noteDelivered(r apiResource, ev watchEvent, prev object) {
 	case deploymentsResource:
 		if !ev.known && ev.change.author != byController && ownedFieldsChanged(ev.change) {
 			w.credit(ev.obj.GetName())
+		}
+	case revisionsResource:
+		// A session whose profile is missing applies its spec only while
+		// the revision its Deployment mounts exists: the revision's
+		// arrival lets a spec change that waited through.
+		if ev.kind == watch.Added {
+			for _, s := range w.server.sessions() {
+				d := w.caches[deploymentsResource].deployment(s.Name)
+				if d != nil && w.caches[profilesResource].profile(s.Spec.ProfileRef) == nil && mountedConfigMap(d) == ev.obj.GetName() {
+					w.credit(s.Name)
+				}
+			}
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	goruntime "runtime"
 	"runtime/debug"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -81,8 +83,13 @@ func TestSequences(t *testing.T) {
 		count = max(count/10, 1)
 	}
 	start := time.Now()
-	failed, raced := runSequences(*sequenceFirst, count)
+	failed, raced, covered := runSequences(*sequenceFirst, count)
 	t.Logf("%d sequences (seeds %d to %d) in %v", count, *sequenceFirst, *sequenceFirst+uint64(count)-1, time.Since(start).Round(time.Millisecond))
+	var coverage []string
+	for _, what := range slices.Sorted(maps.Keys(covered)) {
+		coverage = append(coverage, fmt.Sprintf("%s %d", what, covered[what]))
+	}
+	t.Logf("sequences that exercised: %s", strings.Join(coverage, ", "))
 	if len(raced) > 0 {
 		// Not a violation by itself: see checkRevisionDeleted.
 		t.Logf("%d sequences saw the controller delete a revision that a Deployment its cache did not show mounted (seeds %v)",
@@ -156,7 +163,8 @@ func lineOr(lines []string, i int) string {
 // runSequences runs count sequences from seed first on every CPU and returns
 // those that broke an invariant, by seed, and the seeds of those in which
 // the controller deleted a revision in the race checkRevisionDeleted logs.
-func runSequences(first uint64, count int) (failed []*world, raced []uint64) {
+func runSequences(first uint64, count int) (failed []*world, raced []uint64, covered map[string]int) {
+	covered = map[string]int{}
 	seeds := make(chan uint64)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -171,6 +179,9 @@ func runSequences(first uint64, count int) (failed []*world, raced []uint64) {
 				if w.races > 0 {
 					raced = append(raced, seed)
 				}
+				for what := range w.covered {
+					covered[what]++
+				}
 				mu.Unlock()
 			}
 		})
@@ -182,7 +193,7 @@ func runSequences(first uint64, count int) (failed []*world, raced []uint64) {
 	wg.Wait()
 	slices.SortFunc(failed, func(a, b *world) int { return cmp.Compare(a.seed, b.seed) })
 	slices.Sort(raced)
-	return failed, raced
+	return failed, raced, covered
 }
 
 func runSequence(seed uint64) *world {
@@ -226,8 +237,11 @@ type world struct {
 	// Requests: faults armed for them, and what the current sync did.
 	faults     []fault
 	lastCreate lastCreate
-	syncKey    string
-	syncWrote  bool
+	// lastRevisionCreate is the revision whose create last answered
+	// AlreadyExists: a GET of it may follow (see getConfigMap).
+	lastRevisionCreate string
+	syncKey            string
+	syncWrote          bool
 	// syncHeld is set when the current session sync finds its profile's
 	// current revision missing from the revision cache (see heldForRevision).
 	syncHeld       bool
@@ -255,6 +269,29 @@ type world struct {
 	// controller must keep.
 	nonOwned map[types.UID]nonOwnedFields
 
+	// Paced rollouts (see world_rollout_test.go): whether the sequence's
+	// profiles carry rollout policies, the content whose pods never become
+	// Ready, whether a quota refuses revision creates (and the revisions it
+	// refused), and what the rollout invariants remember.
+	paced         bool
+	broken        map[string]bool
+	revisionQuota bool
+	quotaRefused  map[string]bool
+	profileEpoch  map[string]int
+	seenProfile   map[string]string
+	refEpoch      map[string]int
+	disturbed     map[string]int
+	halts         map[string]haltRecord
+	moving        map[string]map[string]types.UID
+	moveCount     map[moveKey]int
+	// covered counts what the sequence exercised, for TestSequences to
+	// report: paced moves checked against a budget, halts recorded,
+	// progress deadlines exceeded, ...
+	covered map[string]int
+	// templateHashes remembers the Deployment controller stand-in's
+	// pod-template hashes, by Deployment UID and generation.
+	templateHashes map[string]string
+
 	alive      bool // false once the controller panicked
 	settling   bool
 	failStreak map[string]int
@@ -281,12 +318,30 @@ func newWorld(seed uint64) *world {
 		lastWriter:        map[string]author{},
 		deletedLately:     map[string]types.UID{},
 
-		bursts:     map[string]*profileBurst{},
-		nonOwned:   map[types.UID]nonOwnedFields{},
+		bursts:   map[string]*profileBurst{},
+		nonOwned: map[types.UID]nonOwnedFields{},
+
+		broken:       map[string]bool{},
+		quotaRefused: map[string]bool{},
+		profileEpoch: map[string]int{},
+		seenProfile:  map[string]string{},
+		refEpoch:     map[string]int{},
+		disturbed:    map[string]int{},
+		halts:        map[string]haltRecord{},
+		moving:       map[string]map[string]types.UID{},
+		moveCount:    map[moveKey]int{},
+		covered:      map[string]int{},
+
+		templateHashes: map[string]string{},
+
 		alive:      true,
 		failStreak: map[string]int{},
 	}
 	w.profileChangeDelay = []time.Duration{0, 500 * time.Millisecond, 2 * time.Second}[w.rng.IntN(3)]
+	w.paced = w.rng.IntN(3) == 0
+	if w.rng.IntN(2) == 0 {
+		w.broken[ProfileHash(&corev1.ConfigMap{Data: pick(w, worldProfileData)})] = true
+	}
 	w.actions = w.stepActions()
 	w.server = newAPIServer(w.clock, w.observe)
 	// Bare fakes: the reactors answer every request, so the fakes' object
@@ -295,13 +350,14 @@ func newWorld(seed uint64) *world {
 	w.kubeClient = &k8sfake.Clientset{}
 	w.gameClient = &gamesfake.Clientset{}
 	w.installReactors()
-	w.logf("sequence %d, profile-change delay %v", seed, w.profileChangeDelay)
+	w.logf("sequence %d, profile-change delay %v, paced %t, broken content %v", seed, w.profileChangeDelay, w.paced, slices.Sorted(maps.Keys(w.broken)))
 	return w
 }
 
 // observe hears of every write the server makes.
 func (w *world) observe(ch change) {
 	w.lastChange = w.clock.Now()
+	w.noteRolloutChange(ch)
 	switch ch.resource {
 	case revisionsResource:
 		w.noteRevisionChange(ch)
@@ -386,6 +442,9 @@ func (w *world) startController() {
 		}
 		ic.fill(w.server.list(apiResource(r)))
 	}
+	for _, name := range worldProfileNames {
+		w.noteProfileSeen(name, w.caches[profilesResource].profile(name))
+	}
 	w.call(func() {
 		for _, ic := range w.caches {
 			ic.announce()
@@ -445,7 +504,7 @@ func (w *world) sync() bool {
 		return true
 	}
 	w.failStreak[key] = 0
-	if !w.syncWrote && !w.syncHeld {
+	if !w.syncWrote && !w.syncHeld && !w.waitsForRollout(name) {
 		w.lapseCredits(name)
 	}
 	return true
@@ -472,7 +531,8 @@ func (w *world) syncProfile() bool {
 	key := w.profileSyncKey
 	streak := "profile " + key
 	if slices.Contains(rateLimited, key) {
-		if w.settling && !w.cachesLag() {
+		// A quota refusing its revision fails the profile's syncs, rightly.
+		if w.settling && !w.cachesLag() && !w.revisionQuota {
 			if w.failStreak[streak]++; w.failStreak[streak] == 3 {
 				w.violate("stuck", "profile %s failed 3 syncs in a row in a quiet world, with every cache up to date", key)
 			}
@@ -492,6 +552,9 @@ func (w *world) syncProfile() bool {
 func (w *world) settle() bool {
 	w.settling = true
 	w.faults = nil
+	if w.revisionQuota && w.rng.IntN(2) == 0 {
+		w.toggleRevisionQuota() // else the quota stays: its rollouts must say so
+	}
 	clear(w.failStreak)
 	w.step = 0
 	w.logf("settle")
@@ -505,7 +568,7 @@ func (w *world) settle() bool {
 		if items := w.gcWork(); len(items) > 0 {
 			choices = append(choices, func() bool { w.doWork(items); return true })
 		}
-		if items := w.kcmWork(true); len(items) > 0 {
+		if items := w.kcmWork(); len(items) > 0 {
 			choices = append(choices, func() bool { w.doWork(items); return true })
 		}
 		if w.queue.hasReady() {
@@ -522,13 +585,19 @@ func (w *world) settle() bool {
 		}
 		// Only delayed keys are left. Once nothing has changed on the server
 		// for a while, the keys still coming back are periodic rechecks.
+		// A progress deadline to pass counts as a delayed key: the
+		// Deployment controller acts once it has.
 		waiting := w.waitingKeys()
-		if len(waiting) == 0 || w.clock.Since(w.lastChange) >= quietPeriod {
+		deadline, progressing := w.kcmNextDeadline()
+		if (len(waiting) == 0 && !progressing) || w.clock.Since(w.lastChange) >= quietPeriod {
 			w.logf("at rest; looking again now and then: %v", waiting)
 			return true
 		}
-		next, _ := w.nextWaiting()
-		w.advance(next.Sub(w.clock.Now()))
+		next, ok := w.nextWaiting()
+		if progressing && (!ok || deadline.Before(next)) {
+			next = deadline
+		}
+		w.advance(max(next.Sub(w.clock.Now()), time.Millisecond))
 	}
 	w.violate("stuck", "the world did not come to rest within %d steps; delayed keys %v", settleSteps, w.waitingKeys())
 	return false

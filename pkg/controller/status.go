@@ -25,6 +25,7 @@ const (
 	MessageDeploymentRolling        = "%d of %d game servers ready, %d updated"
 	MessageProgressDeadlineExceeded = "Deployment %q made no progress within its deadline, %d of %d game servers ready: its pods do not become ready. Check their logs and Events; fix the profile or the spec"
 	MessageWaitingForDeployment     = "Waiting for the Deployment to be observed"
+	MessageDeploymentPaused         = "Deployment %q is paused, %d of %d game servers ready: nothing rolls out until it is resumed (kubectl rollout resume)"
 	MessageNotControlled            = "Deployment %q already exists and is not controlled by this GameSession: delete or rename it, and the controller will create its own"
 	MessageDeploymentDeleting       = "Waiting for Deployment %q, which is being deleted or belongs to an earlier GameSession of this name, to be removed by the garbage collector"
 	MessageDeploymentInvalid        = "Deployment %q was rejected by the API server: %v"
@@ -218,6 +219,10 @@ func (s *sessionStatus) deployment(d *appsv1.Deployment) {
 	if progressDeadlineExceeded(d) {
 		s.notReady(gamesv1.ReasonProgressDeadlineExceeded,
 			fmt.Sprintf(MessageProgressDeadlineExceeded, d.Name, d.Status.ReadyReplicas, want))
+		return
+	}
+	if d.Spec.Paused {
+		s.notReady(gamesv1.ReasonDeploymentPaused, fmt.Sprintf(MessageDeploymentPaused, d.Name, d.Status.ReadyReplicas, want))
 		return
 	}
 	s.setCondition(gamesv1.ConditionReady, metav1.ConditionFalse, gamesv1.ReasonDeploymentProgressing,

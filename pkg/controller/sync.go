@@ -66,6 +66,11 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 		// its ownerReference, and deleting a session never waits on us.
 		logger.V(4).Info("GameSession deleted")
 		c.expectations.forget(key)
+		for _, revision := range c.revisions.forgetSession(key) {
+			// Nothing else may hold it: its profile sync looks again.
+			revisionNamespace, revisionName, _ := cache.SplitMetaNamespaceKey(revision)
+			c.enqueueProfileOfRevision(revisionNamespace, revisionName)
+		}
 		return nil
 	}
 	if err != nil {
@@ -186,6 +191,12 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 	if result.choice.hash == "" {
 		// Nothing to mount yet: the profile sync is creating the revision,
 		// or planning the rollout, and either queues the session again.
+		status.nothingToMount(observed, result.choice)
+		return result, nil
+	}
+	if result.choice.hold {
+		status.profileResolved(result.choice.hash, target)
+		status.deployment(observed)
 		status.waiting(result.choice.reason, result.choice.message)
 		return result, nil
 	}
@@ -216,7 +227,7 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 			result.planNeeded = result.planNeeded || result.choice.planNeeded
 			result.requeueAfter = uncachedRecheckInterval
 			if result.choice.hash == "" {
-				status.waiting(result.choice.reason, result.choice.message)
+				status.nothingToMount(observed, result.choice)
 				return result, nil
 			}
 		}
@@ -247,6 +258,18 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 		status.waiting(result.choice.reason, result.choice.message)
 	}
 	return result, nil
+}
+
+// nothingToMount reports a session that has no revision to mount yet, and
+// so leaves its Deployment d (nil if none) as it is: Ready says why, not
+// what an earlier sync found, and the counts are d's.
+func (s *sessionStatus) nothingToMount(d *appsv1.Deployment, choice revisionChoice) {
+	s.waiting(choice.reason, choice.message)
+	s.notReady(choice.reason, choice.message)
+	if d != nil {
+		s.status.ProfileHash = d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]
+		s.replicas(d)
+	}
 }
 
 // reconcileWithoutProfile handles a session whose profile is missing. A
@@ -300,6 +323,9 @@ type revisionChoice struct {
 	requeueAfter time.Duration
 	// planNeeded asks for a profile sync.
 	planNeeded bool
+	// hold leaves the Deployment as it is for now, though its spec differs:
+	// the write waits for the revision to come.
+	hold bool
 }
 
 // chooseRevision returns the revision the session's Deployment is to mount:
@@ -322,11 +348,28 @@ func (c *Controller) chooseRevision(session *gamesv1.GameSession, profile *corev
 	}
 	targetRevision := RevisionName(profile.Name, target)
 	if !c.revisionAvailable(profile.Namespace, profile.Name, target) {
+		if rolled == "" && observed != nil {
+			// Its profile volume was edited away from the revision its
+			// annotation names: put that one back meanwhile.
+			if hash := observed.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]; hash != "" &&
+				c.revisionAvailable(profile.Namespace, profile.Name, hash) {
+				rolled = hash
+			}
+		}
 		choice := revisionChoice{hash: rolled, reason: gamesv1.ReasonRevisionPending, planNeeded: true,
 			message: fmt.Sprintf(MessageRevisionPending, targetRevision)}
 		if pp := c.plans.latest(profileKey(profile.Namespace, profile.Name)); pp != nil && pp.hash == target &&
 			pp.revision.reason != "" && !pp.revision.available {
 			choice.reason, choice.message = gamesv1.ReasonRevisionUnavailable, pp.revision.message
+			return choice
+		}
+		// A change of the session's own spec waits for the revision, which
+		// is on its way, when the session moves at once: one write takes
+		// both along, and the game servers restart once, not twice. The
+		// revision's arrival queues the session (profileFanOut.revisionCreated).
+		if policy, err := c.policyOf(profile); err == nil && policy.Unpaced() && rolled != "" &&
+			deploymentNeedsUpdate(observed, NewDeployment(session, rolled)) {
+			choice.hold = true
 		}
 		return choice
 	}
@@ -363,9 +406,13 @@ func (c *Controller) heldBack(session *gamesv1.GameSession, profile *corev1.Conf
 func (c *Controller) createDeployment(ctx context.Context, session *gamesv1.GameSession,
 	desired *appsv1.Deployment) (created, live *appsv1.Deployment, err error) {
 	client := c.kubeClient.AppsV1().Deployments(session.Namespace)
+	key := cache.MetaObjectToName(session).String()
+	// Recorded before the request: a create whose answer is lost may have
+	// been made all the same.
+	c.revisions.mounting(key, "", 1, desired)
 	created, err = client.Create(ctx, desired, metav1.CreateOptions{FieldManager: Name})
+	c.revisions.wrote(key, created, err)
 	if err == nil {
-		c.revisions.mounting(cache.MetaObjectToName(session).String(), created)
 		klog.FromContext(ctx).V(2).Info("Created Deployment", "deployment", klog.KObj(created))
 		c.recorder.Eventf(session, corev1.EventTypeNormal, EventReasonCreated, MessageDeploymentCreated, created.Name)
 		return created, nil, nil
@@ -395,13 +442,21 @@ func (c *Controller) patchDeployment(ctx context.Context, session *gamesv1.GameS
 	}
 	// A Conflict means the Deployment changed since it was read: the sync
 	// runs again, quietly, once the cache has the new version.
+	// Recorded before the request, as for a create: until the cache shows
+	// the write, the revision it mounts is in use. Every write counts, not
+	// only a move: the Deployment may be one the cache does not hold at all
+	// (its managed-by label removed, and put back by this patch).
+	key := cache.MetaObjectToName(session).String()
+	generation := observed.Generation
+	if deploymentChanges(observed, desired).template() {
+		generation++
+	}
+	c.revisions.mounting(key, observed.UID, generation, desired)
 	patched, err := c.kubeClient.AppsV1().Deployments(session.Namespace).Patch(ctx, desired.Name,
 		types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: Name})
+	c.revisions.wrote(key, patched, err)
 	if err != nil {
 		return nil, false, err
-	}
-	if mountedRevision(&observed.Spec.Template) != mountedRevision(&patched.Spec.Template) {
-		c.revisions.mounting(cache.MetaObjectToName(session).String(), patched)
 	}
 	// An unchanged resourceVersion means the server had it already.
 	wrote := patched.ResourceVersion != observed.ResourceVersion

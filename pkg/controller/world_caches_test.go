@@ -25,7 +25,10 @@ type informerCache struct {
 	handler  cache.ResourceEventHandlerFuncs
 	// matches is the watch's label selector.
 	matches func(object) bool
-	pending []watchEvent
+	// transform is the informer's transform, applied to what it stores
+	// (the ReplicaSet informer's SlimReplicaSet); nil for none.
+	transform func(interface{}) (interface{}, error)
+	pending   []watchEvent
 	// onDeliver hears of every event handed to the controller, with the
 	// object the cache held before (nil if none).
 	onDeliver func(ev watchEvent, prev object)
@@ -57,6 +60,9 @@ func newInformerCache(r apiResource, indexer cache.Indexer, handler cache.Resour
 		c.matches = func(obj object) bool { return obj.GetLabels()[gamesv1.ProfileLabel] == gamesv1.ProfileLabelValue }
 	case deploymentsResource, replicaSetsResource:
 		c.matches = func(obj object) bool { return obj.GetLabels()[worldManagedByLabel] == worldManagedByValue }
+		if r == replicaSetsResource {
+			c.transform = SlimReplicaSet
+		}
 	case revisionsResource:
 		c.matches = func(obj object) bool { return obj.GetLabels()[worldRevisionLabel] == worldRevisionLabelValue }
 	}
@@ -92,7 +98,7 @@ func (c *informerCache) deliver() watchEvent {
 	c.pending = c.pending[1:]
 	key := cache.MetaObjectToName(ev.obj).String()
 	prev := c.cached(key)
-	obj := copyOf(ev.obj)
+	obj := c.stored(ev.obj)
 	switch {
 	case ev.kind == watch.Deleted:
 		must(c.indexer.Delete(obj))
@@ -131,7 +137,7 @@ func (c *informerCache) relist(current []object) []watchEvent {
 		if prev != nil && prev.GetResourceVersion() == obj.GetResourceVersion() {
 			continue
 		}
-		obj = copyOf(obj)
+		obj = c.stored(obj)
 		c.delivered[key] = copyOf(obj)
 		ev := watchEvent{kind: watch.Modified, obj: obj, change: change{resource: c.resource, author: byRelist, old: prev, new: obj}}
 		if prev == nil {
@@ -163,11 +169,22 @@ func (c *informerCache) relist(current []object) []watchEvent {
 func (c *informerCache) fill(current []object) {
 	for _, obj := range current {
 		if c.matches(obj) {
-			obj = copyOf(obj)
+			obj = c.stored(obj)
 			c.delivered[cache.MetaObjectToName(obj).String()] = copyOf(obj)
 			must(c.indexer.Add(obj))
 		}
 	}
+}
+
+// stored is a copy of obj as the informer stores it, transformed.
+func (c *informerCache) stored(obj object) object {
+	obj = copyOf(obj)
+	if c.transform == nil {
+		return obj
+	}
+	out, err := c.transform(obj)
+	must(err)
+	return out.(object)
 }
 
 func (c *informerCache) announce() {

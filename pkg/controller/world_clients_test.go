@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	core "k8s.io/client-go/testing"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
@@ -36,10 +37,14 @@ const (
 	// faultLostResponse applies the request, then answers 500, as when a
 	// response times out: the controller cannot tell it from faultServerError.
 	faultLostResponse
+	// faultForbidden answers 403 (a quota, an admission webhook, RBAC) and
+	// faultInvalid 422 (a validating webhook), without applying the request.
+	faultForbidden
+	faultInvalid
 )
 
 func (k faultKind) String() string {
-	return [...]string{"500", "409 Conflict", "500 after applying"}[k]
+	return [...]string{"500", "409 Conflict", "500 after applying", "403 Forbidden", "422 Invalid"}[k]
 }
 
 func (w *world) installReactors() {
@@ -63,13 +68,16 @@ func (w *world) serveKube(action core.Action) (bool, runtime.Object, error) {
 			return w.patchDeployment(action.(core.PatchAction))
 		}
 	case "configmaps":
-		// Revisions: the profile sync creates and deletes them, and never
-		// reads, updates or patches a ConfigMap.
+		// Revisions: the profile sync creates and deletes them, reads one
+		// only right after its create answered AlreadyExists, and never
+		// updates or patches a ConfigMap.
 		switch action.GetVerb() {
 		case "create":
 			return w.createRevision(action.(core.CreateAction))
 		case "delete":
 			return w.deleteRevision(action.(core.DeleteAction))
+		case "get":
+			return w.getConfigMap(action.(core.GetAction))
 		}
 	}
 	return w.unexpected(action)
@@ -123,6 +131,7 @@ func (w *world) updateRolloutStatus(a core.UpdateAction) (bool, runtime.Object, 
 		w.logf("  → UPDATE profilerollout %s/status (rv %s): %v", r.Name, r.ResourceVersion, err)
 		return true, nil, err
 	}
+	w.noteRolloutWritten(updated.(*gamesv1.ProfileRollout))
 	st := updated.(*gamesv1.ProfileRollout).Status
 	w.logf("  → UPDATE profilerollout %s/status (rv %s): rv %s phase %s target %s stable %s halted %q moved %d/%d",
 		r.Name, r.ResourceVersion, updated.GetResourceVersion(), st.Phase, st.TargetHash, st.StableHash, st.HaltedHash,
@@ -273,8 +282,14 @@ func (w *world) takeFault(request string) (faultKind, bool) {
 }
 
 func injectedError(kind faultKind, r apiResource, name string) error {
-	if kind == faultConflict {
+	switch kind {
+	case faultConflict:
 		return apierrors.NewConflict(r.groupResource(), name, errors.New("injected conflict"))
+	case faultForbidden:
+		return apierrors.NewForbidden(r.groupResource(), name, errors.New("exceeded quota: configmaps, requested: count/configmaps=1"))
+	case faultInvalid:
+		return apierrors.NewInvalid(r.groupKind(), name, field.ErrorList{
+			field.Forbidden(field.NewPath("metadata", "labels"), "denied by the label-policy webhook")})
 	}
 	return apierrors.NewInternalError(errors.New("injected server error"))
 }

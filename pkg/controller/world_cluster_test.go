@@ -5,18 +5,16 @@ import (
 	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
-	"k8s.io/utils/ptr"
 )
 
 // The rest of the control plane, as far as the controller's world needs it:
-// a garbage collector and a kube-controller-manager stand-in that writes
-// Deployment status. Both look at the server's current state, not at a cache,
+// a garbage collector, and a kube-controller-manager stand-in
+// (world_kcm_test.go) that keeps ReplicaSets and writes Deployment status. Both look at the server's current state, not at a cache,
 // and each item of their work is one step of a sequence, so they lag behind
 // the changes that cause it by as many steps as the sequence chooses.
 
@@ -29,8 +27,9 @@ type work struct {
 // gcWork returns what the garbage collector would do now.
 func (w *world) gcWork() []work {
 	var items []work
-	deployments := w.server.deployments()
-	for _, s := range w.server.sessions() {
+	// Views, not copies: each item copies what it writes.
+	deployments := listAs[*appsv1.Deployment](w.server.view(deploymentsResource))
+	for _, s := range listAs[*gamesv1.GameSession](w.server.view(sessionsResource)) {
 		if s.DeletionTimestamp == nil {
 			continue
 		}
@@ -56,6 +55,15 @@ func (w *world) gcWork() []work {
 	}
 	for _, d := range deployments {
 		switch {
+		case d.DeletionTimestamp != nil && slices.Contains(d.Finalizers, finalizerForeground) && len(w.replicaSetsOf(d)) > 0:
+			for _, rs := range w.replicaSetsOf(d) {
+				items = append(items, work{
+					what: fmt.Sprintf("gc: delete replicaset %s and its %d pod(s), its deployment %s is being deleted in the foreground", rs.Name, rs.Status.Replicas, d.Name),
+					do: func() {
+						must(ignoreNotFound(w.server.delete(byGC, replicaSetsResource, rs.Name, metav1.DeletePropagationBackground)))
+					},
+				})
+			}
 		case d.DeletionTimestamp != nil:
 			for _, f := range []string{finalizerForeground, finalizerOrphan} {
 				if slices.Contains(d.Finalizers, f) {
@@ -66,8 +74,9 @@ func (w *world) gcWork() []work {
 			items = append(items, w.gcDelete(d, "its owner is gone"))
 		}
 	}
+	items = append(items, w.gcReplicaSetWork()...)
 	// A ProfileRollout goes with its profile.
-	for _, obj := range w.server.list(rolloutsResource) {
+	for _, obj := range w.server.view(rolloutsResource) {
 		r := obj.(*gamesv1.ProfileRollout)
 		if p := w.server.profile(r.Name); len(r.OwnerReferences) == 1 && (p == nil || p.UID != r.OwnerReferences[0].UID) {
 			items = append(items, work{
@@ -83,7 +92,7 @@ func (w *world) gcWork() []work {
 
 func (w *world) ownersGone(d *appsv1.Deployment) bool {
 	for _, ref := range d.OwnerReferences {
-		if s := w.server.session(ref.Name); s != nil && s.UID == ref.UID {
+		if s, ok := w.server.objects[sessionsResource][ref.Name]; ok && s.GetUID() == ref.UID {
 			return false
 		}
 	}
@@ -107,6 +116,7 @@ func (w *world) gcOrphan(d *appsv1.Deployment, owner types.UID) work {
 	return work{
 		what: fmt.Sprintf("gc: orphan deployment %s, removing its reference to %s", d.Name, owner),
 		do: func() {
+			d := copyOf(d)
 			d.OwnerReferences = slices.DeleteFunc(d.OwnerReferences, func(ref metav1.OwnerReference) bool { return ref.UID == owner })
 			_, err := w.server.update(byGC, deploymentsResource, d, true)
 			must(err)
@@ -118,54 +128,11 @@ func (w *world) gcFinish(r apiResource, obj object, finalizer string) work {
 	return work{
 		what: fmt.Sprintf("gc: remove finalizer %s from %s %s", finalizer, r, obj.GetName()),
 		do: func() {
+			obj := copyOf(obj)
 			obj.SetFinalizers(slices.DeleteFunc(obj.GetFinalizers(), func(f string) bool { return f == finalizer }))
 			_, err := w.server.update(byGC, r, obj, true)
 			must(err)
 		},
-	}
-}
-
-// kcmWork returns the Deployments whose status the Deployment controller
-// would write now: it observes each new generation, and rolls out and readies
-// the replicas, in one step or, unless the world is settling, in two.
-func (w *world) kcmWork(settling bool) []work {
-	var items []work
-	for _, d := range w.server.deployments() {
-		if d.DeletionTimestamp != nil || equality.Semantic.DeepEqual(d.Status, rolledOut(d)) {
-			continue
-		}
-		next := rolledOut(d)
-		if !settling && w.rng.IntN(2) == 0 {
-			want := ptr.Deref(d.Spec.Replicas, 1)
-			next.UpdatedReplicas = w.rng.Int32N(want + 1)
-			next.ReadyReplicas = w.rng.Int32N(want + 1)
-			next.AvailableReplicas = next.ReadyReplicas
-			if equality.Semantic.DeepEqual(next, d.Status) {
-				next = rolledOut(d)
-			}
-		}
-		items = append(items, work{
-			what: fmt.Sprintf("kcm: deployment %s status: generation %d, %d/%d updated, %d ready",
-				d.Name, next.ObservedGeneration, next.UpdatedReplicas, next.Replicas, next.ReadyReplicas),
-			do: func() {
-				d.Status = next
-				_, err := w.server.updateStatus(byKCM, deploymentsResource, d, true)
-				must(err)
-			},
-		})
-	}
-	return items
-}
-
-// rolledOut is the status of a Deployment that is fully rolled out and ready.
-func rolledOut(d *appsv1.Deployment) appsv1.DeploymentStatus {
-	want := ptr.Deref(d.Spec.Replicas, 1)
-	return appsv1.DeploymentStatus{
-		ObservedGeneration: d.Generation,
-		Replicas:           want,
-		UpdatedReplicas:    want,
-		ReadyReplicas:      want,
-		AvailableReplicas:  want,
 	}
 }
 

@@ -86,12 +86,25 @@ func mountsRevision(d *appsv1.Deployment, profile, hash string) bool {
 func (w *world) createRevision(a core.CreateAction) (bool, runtime.Object, error) {
 	cm := a.GetObject().(*corev1.ConfigMap)
 	w.checkRevisionCreate(cm)
+	if w.revisionQuota {
+		w.quotaRefused[cm.Name] = true
+		err := injectedError(faultForbidden, revisionsResource, cm.Name)
+		w.logf("  → CREATE revision %s: quota: %v", cm.Name, err)
+		return true, nil, err
+	}
+	if f, faulty := w.takeFault("createRevision"); faulty {
+		w.logf("  → CREATE revision %s: injected %s", cm.Name, f)
+		return true, nil, injectedError(f, revisionsResource, cm.Name)
+	}
 	f, faulty := w.takeFault("create")
 	if faulty && f != faultLostResponse {
 		w.logf("  → CREATE revision %s: injected %s", cm.Name, f)
 		return true, nil, injectedError(f, revisionsResource, cm.Name)
 	}
 	created, err := w.server.create(byController, revisionsResource, cm)
+	if apierrors.IsAlreadyExists(err) {
+		w.lastRevisionCreate = cm.Name
+	}
 	if err != nil {
 		w.logf("  → CREATE revision %s: %v", cm.Name, err)
 		return true, nil, err
@@ -118,22 +131,28 @@ func (w *world) deleteRevision(a core.DeleteAction) (bool, runtime.Object, error
 	if c := w.caches[revisionsResource].revision(name); c == nil {
 		w.violate("non-revision-deleted", "Delete of ConfigMap %s, which the controller's revision cache does not hold", name)
 	}
-	f, faulty := w.takeFault("delete")
-	if faulty && f != faultLostResponse {
-		w.logf("  → DELETE revision %s: injected %s", name, f)
-		return true, nil, injectedError(f, revisionsResource, name)
-	}
-	cur := w.server.revision(name)
 	var uid *types.UID
 	var rv *string
 	if pre != nil {
 		uid, rv = pre.UID, pre.ResourceVersion
 	}
+	// The controller takes the revision as deleted from the moment it sends
+	// the request, unless the answer is a refusal (a Conflict).
+	w.deletedLately[name] = ptr.Deref(uid, "")
+	f, faulty := w.takeFault("delete")
+	if faulty && f != faultLostResponse {
+		w.logf("  → DELETE revision %s: injected %s", name, f)
+		if f == faultConflict {
+			delete(w.deletedLately, name)
+		}
+		return true, nil, injectedError(f, revisionsResource, name)
+	}
+	cur := w.server.revision(name)
 	conditions := fmt.Sprintf("uid %s, rv %s", ptr.Deref(uid, ""), ptr.Deref(rv, ""))
 	if err := w.server.deleteIf(byController, revisionsResource, name, uid, rv); err != nil {
 		w.logf("  → DELETE revision %s (%s): %v", name, conditions, err)
-		if apierrors.IsNotFound(err) {
-			w.deletedLately[name] = ptr.Deref(uid, "") // the controller takes it as gone
+		if apierrors.IsConflict(err) {
+			delete(w.deletedLately, name)
 		}
 		return true, nil, err
 	}
@@ -143,7 +162,6 @@ func (w *world) deleteRevision(a core.DeleteAction) (bool, runtime.Object, error
 		w.logf("    (answered: injected %s)", f)
 		return true, nil, injectedError(f, revisionsResource, name)
 	}
-	w.deletedLately[name] = ptr.Deref(uid, "")
 	return true, nil, nil
 }
 
@@ -221,6 +239,23 @@ func (w *world) checkRevisionDeleted(rev *corev1.ConfigMap) {
 		deletion.raced = true
 		w.races++
 	}
+	// Pods of ReplicaSets, old ones of a paused or stuck rollout included.
+	for _, rs := range w.server.replicaSets() {
+		if mountedRevision(&rs.Spec.Template) != rev.Name || !replicaSetHasPods(rs) {
+			continue
+		}
+		obj := w.caches[replicaSetsResource].cached(worldNamespace + "/" + rs.Name)
+		if cached, ok := obj.(*appsv1.ReplicaSet); ok && cached.UID == rs.UID && replicaSetHasPods(cached) &&
+			mountedRevision(&cached.Spec.Template) == rev.Name {
+			w.violate("revision-deleted-while-mounted", "Delete of revision %s, which %d pod(s) of ReplicaSet %s mount (it wants %d), as the controller's cache shows (%d, wants %d)",
+				rev.Name, rs.Status.Replicas, rs.Name, ptr.Deref(rs.Spec.Replicas, 1), cached.Status.Replicas, ptr.Deref(cached.Spec.Replicas, 1))
+			continue
+		}
+		w.logf("  race: revision %s deleted while %d pod(s) of ReplicaSet %s (%s) mount it (it wants %d); the controller's cache does not show that",
+			rev.Name, rs.Status.Replicas, rs.Name, rs.UID, ptr.Deref(rs.Spec.Replicas, 1))
+		deletion.raced = true
+		w.races++
+	}
 	w.revisionDeletions[rev.Name] = deletion
 }
 
@@ -264,6 +299,13 @@ func (w *world) checkSessionRevision(s *gamesv1.GameSession, profile *corev1.Con
 	hash := ProfileHash(profile)
 	name := worldRevisionName(profile.Name, hash)
 	switch r := w.server.revision(name); {
+	case r == nil && w.revisionQuota && w.revisionDeletions[name].by == byUser:
+		// A user deleted it, and the quota refuses its re-creation: its
+		// ProfileRollout must say so (checkRolloutsAtRest).
+		if ro := w.rolloutOf(profile); ro == nil || rolloutBlockedReason(ro) != gamesv1.ReasonRevisionUnavailable {
+			w.violate("rollout-silent", "GameSession %s: revision %s of profile %s is gone and cannot be created, but its ProfileRollout does not say so",
+				s.Name, name, profile.Name)
+		}
 	case r == nil:
 		w.violate("revision-missing", "GameSession %s: revision %s of profile %s does not exist%s", s.Name, name, profile.Name, w.describeDeletion(name))
 	case !equality.Semantic.DeepEqual(r.Data, profile.Data) || !equality.Semantic.DeepEqual(r.BinaryData, profile.BinaryData):
@@ -294,10 +336,24 @@ func (w *world) checkRevisionsAtRest() {
 		byProfile[profile] = append(byProfile[profile], r.Name)
 	}
 
-	mounted := map[string][]string{} // revision name → Deployments mounting it
+	mounted := map[string][]string{} // revision name → Deployments and ReplicaSets with pods mounting it
 	for _, d := range w.server.deployments() {
 		if name := mountedConfigMap(d); name != "" {
 			mounted[name] = append(mounted[name], d.Name)
+		}
+	}
+	for _, rs := range w.server.replicaSets() {
+		if name := mountedRevision(&rs.Spec.Template); name != "" && replicaSetHasPods(rs) {
+			mounted[name] = append(mounted[name], "replicaset "+rs.Name)
+			del, deleted := w.revisionDeletions[name]
+			// A deletion in the race checkRevisionDeleted logs (the
+			// ReplicaSet not yet in the controller's cache) is the
+			// documented window; pods of a stuck rollout cannot heal it.
+			if rs.Labels[worldManagedByLabel] == worldManagedByValue && w.everRevision[name] && w.server.revision(name) == nil &&
+				(!deleted || (del.by != byUser && !del.raced)) {
+				w.violate("revision-missing", "%d pod(s) of ReplicaSet %s mount revision %s, which does not exist%s",
+					rs.Status.Replicas, rs.Name, name, w.describeDeletion(name))
+			}
 		}
 	}
 	// A mounted revision exists. Deployments outside the controller's label
@@ -328,6 +384,14 @@ func (w *world) checkRevisionsAtRest() {
 			}
 		}
 		current := 1 // whether or not the profile exists (and has one)
+		// The stable revision, which new sessions start on during a
+		// rollout, stays too.
+		if p := w.server.profile(profile); p != nil {
+			if r := w.rolloutOf(p); r != nil && r.Status.StableHash != "" && r.Status.StableHash != ProfileHash(p) &&
+				len(mounted[worldRevisionName(profile, r.Status.StableHash)]) == 0 {
+				current++
+			}
+		}
 		if limit := inUse + current + worldRevisionHistoryLimit; len(names) > limit {
 			w.violate("revisions-kept", "profile %s has %d revisions %v: %d mounted, %d current, history limit %d",
 				profile, len(names), names, inUse, current, worldRevisionHistoryLimit)

@@ -179,6 +179,21 @@ func (s *apiServer) list(r apiResource) []object {
 	return objs
 }
 
+// view returns the stored objects of r themselves, by name, for a reader
+// that only looks: they must not be modified.
+func (s *apiServer) view(r apiResource) []object {
+	names := make([]string, 0, len(s.objects[r]))
+	for name := range s.objects[r] {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	objs := make([]object, 0, len(names))
+	for _, name := range names {
+		objs = append(objs, s.objects[r][name])
+	}
+	return objs
+}
+
 func (s *apiServer) sessions() []*gamesv1.GameSession {
 	return listAs[*gamesv1.GameSession](s.list(sessionsResource))
 }

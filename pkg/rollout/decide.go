@@ -166,7 +166,9 @@ func Decide(policy Policy, members []Member, memory Memory) Plan {
 // the members the phase wants to move (the canaries not yet moved, or all
 // the others).
 func (p *Plan) blocked(sorted, candidates []Member) {
-	if p.Phase != PhaseCanary && p.Phase != PhaseRolling {
+	// A rollout whose every member moved is Complete, but not over while
+	// members are not Ready yet: one that cannot get there holds its end.
+	if p.Phase != PhaseCanary && p.Phase != PhaseRolling && (p.Phase != PhaseComplete || p.Settled) {
 		return
 	}
 	movingUnblocked := 0

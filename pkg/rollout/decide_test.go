@@ -259,6 +259,16 @@ func TestDecide(t *testing.T) {
 				MaxRolling: 1, MaxFailed: 0},
 		},
 		{
+			name:   "complete but held up: the last moved session is paused",
+			policy: policy(t, "1", "0", "", false),
+			members: []Member{
+				{Name: "a", Hash: "new", OnTarget: true, Ready: true},
+				{Name: "b", Hash: "new", OnTarget: true, Blocked: "DeploymentPaused"},
+			},
+			want: Plan{Phase: PhaseComplete, Total: 2, Moved: 2, Ready: 1, Rolling: 1, MaxRolling: 1, MaxFailed: -1,
+				Blocked: []BlockedMember{{Name: "b", Reason: "DeploymentPaused"}}, Stuck: true},
+		},
+		{
 			name:    "complete beats pause",
 			policy:  policy(t, "1", "0", "", true),
 			members: fleet(10, 10, 10, 0),

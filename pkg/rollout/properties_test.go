@@ -365,7 +365,7 @@ func checkBlocked(_ Policy, members []Member, _ Memory, plan Plan) error {
 	if !slices.IsSortedFunc(plan.Blocked, func(a, b BlockedMember) int { return strings.Compare(a.Name, b.Name) }) {
 		return fmt.Errorf("Blocked not in name order: %v", plan.Blocked)
 	}
-	moving := plan.Phase == PhaseCanary || plan.Phase == PhaseRolling
+	moving := plan.Phase == PhaseCanary || plan.Phase == PhaseRolling || (plan.Phase == PhaseComplete && !plan.Settled)
 	if !moving && (len(plan.Blocked) > 0 || plan.Stuck) {
 		return fmt.Errorf("%s reports blocked members %v (stuck %v)", plan.Phase, plan.Blocked, plan.Stuck)
 	}

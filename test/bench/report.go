@@ -41,9 +41,14 @@ type results struct {
 const (
 	resDeployments = "deployments.apps"
 	resStatus      = "gamesessions/status.games.example.com"
-	resEvents      = "events"
-	resConfigMaps  = "configmaps"
-	saFlowSchema   = "service-accounts"
+	// The profiles' ProfileRollouts: created once each, then their status
+	// written once per rollout step.
+	resRollouts      = "profilerollouts.games.example.com"
+	resRolloutStatus = "profilerollouts/status.games.example.com"
+	resReplicaSets   = "replicasets.apps"
+	resEvents        = "events"
+	resConfigMaps    = "configmaps"
+	saFlowSchema     = "service-accounts"
 )
 
 func (r *results) markdown() string {
@@ -143,12 +148,17 @@ func (r *results) markdown() string {
 	return b.String()
 }
 
+// controllerInformers is the number of informers, and so of watches, the
+// controller runs: GameSessions, ProfileRollouts, profiles, revisions,
+// Deployments and ReplicaSets.
+const controllerInformers = 6
+
 // writeStateRows writes the rows of the measurements the -fanout-only mode
 // skips: watches, idle, memory, cold start and bursts.
 func (r *results) writeStateRows(w func(string, ...any)) {
-	w("| 3 | Watches the controller holds (`apiserver_longrunning_requests{verb=\"WATCH\"}`, with minus without it) | %s / %s | %g / %g (%s) | — | — | constant, one per informer (4) | %s |\n",
+	w("| 3 | Watches the controller holds (`apiserver_longrunning_requests{verb=\"WATCH\"}`, with minus without it) | %s / %s | %g / %g (%s) | — | — | constant, one per informer (%d) | %s |\n",
 		num(r.watchesSmall.sessions), num(r.cold.sessions), r.watchesSmall.watchesTotal, r.cold.watchesTotal, watchList(r.cold.watches),
-		yes(r.watchesSmall.watchesTotal == 4 && r.cold.watchesTotal == 4))
+		controllerInformers, yes(r.watchesSmall.watchesTotal == controllerInformers && r.cold.watchesTotal == controllerInformers))
 	idleWrites := r.idle.req.writesTo(controllerResources)
 	w("| 4 | Writes while idle: %d resyncs of `--resync-period=%s` (%s syncs, all from the caches) | %s | %g writes, %g requests as the controller | — | — | 0 | %s |\n",
 		r.idle.periods, r.idle.period, num(int(r.idle.syncs)), num(r.cold.sessions), idleWrites, r.idle.req.flows[saFlowSchema], yes(idleWrites == 0 && r.idle.req.flows[saFlowSchema] == 0))
@@ -284,7 +294,8 @@ func spread(xs []float64) (lo, med, hi float64) {
 // controllerResources are the resources the controller reads or writes. The
 // API server's own loops (its identity Lease, the Service IP repair LIST
 // every few minutes) touch others, and are not the controller's.
-var controllerResources = []string{resDeployments, "gamesessions.games.example.com", resStatus, resConfigMaps, resEvents}
+var controllerResources = []string{resDeployments, "gamesessions.games.example.com", resStatus, resConfigMaps, resEvents,
+	resRollouts, resRolloutStatus, resReplicaSets}
 
 func readsOf(d requestDelta) float64 {
 	return d.countOn("GET", controllerResources) + d.countOn("LIST", controllerResources)
@@ -298,6 +309,8 @@ func requestSummary(d requestDelta, size int) string {
 		}
 	}
 	parts = append(parts, fmt.Sprintf("PUT gamesessions/status %s", num(int(d.count("PUT", resStatus)))))
+	parts = append(parts, fmt.Sprintf("POST profilerollouts %g, PUT profilerollouts/status %g",
+		d.count("POST", resRollouts), d.count("PUT", resRolloutStatus)))
 	for _, verb := range []string{"POST", "DELETE"} {
 		if n := d.count(verb, resConfigMaps); n > 0 {
 			parts = append(parts, fmt.Sprintf("%s configmaps %g", verb, n))

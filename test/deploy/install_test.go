@@ -43,27 +43,31 @@ const releaseName = "gamesession-controller"
 // token of the chart's ServiceAccount, and `helm uninstall` removes the
 // objects again, all but the CRD, which Helm never deletes.
 //
-// The cluster-wide install runs first and must create the GameSession CRD
-// from crds/ (no other test creates it); the namespace-scoped one then finds
-// it, as a tenant's install finds the CRD an admin installed, and Helm skips
-// it.
+// The cluster-wide install runs first and must create the CRDs (GameSession
+// and ProfileRollout) from crds/ (no other test creates them); the
+// namespace-scoped one then finds them, as a tenant's install finds the CRDs
+// an admin installed, and Helm skips them.
 func TestHelmInstall(t *testing.T) {
-	crd := only(render(t, systemNamespace, clusterValues), "CustomResourceDefinition")
-	if len(crd) != 1 {
-		t.Fatalf("the chart renders CRDs %v, want one", sortedKeys(crd))
+	crds := only(render(t, systemNamespace, clusterValues), "CustomResourceDefinition")
+	if got, want := sortedKeys(crds), projectCRDs(t); !slices.Equal(got, want) {
+		t.Fatalf("the chart renders CRDs %v, want those of artifacts/crd, %v", got, want)
 	}
 	client := newObjectClient(t)
-	if _, err := client.get(t.Context(), crd[0]); !apierrors.IsNotFound(err) {
-		t.Fatalf("the CRD exists before the first install (err %v): the install would not show that Helm creates it", err)
+	for _, crd := range crds {
+		if _, err := client.get(t.Context(), crd); !apierrors.IsNotFound(err) {
+			t.Fatalf("the CRD %s exists before the first install (err %v): the install would not show that Helm creates it", crd.GetName(), err)
+		}
 	}
-	// Helm keeps the CRD: delete it, so that a next run (-count) starts
-	// without it again. The API server itself, not kube-controller-manager,
+	// Helm keeps the CRDs: delete them, so that a next run (-count) starts
+	// without them again. The API server itself, not kube-controller-manager,
 	// removes a deleted CRD's objects and then the CRD.
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 		defer cancel()
-		if err := client.deleteAndWait(ctx, crd[0]); err != nil {
-			t.Errorf("deleting the CRD: %v", err)
+		for _, crd := range crds {
+			if err := client.deleteAndWait(ctx, crd); err != nil {
+				t.Errorf("deleting the CRD %s: %v", crd.GetName(), err)
+			}
 		}
 	})
 

@@ -32,8 +32,8 @@ import (
 // chart's Deployment runs it in a pod: the container's arguments and
 // environment, and the token of the chart's ServiceAccount, so with exactly
 // the chart's RBAC. It must take the Lease, then reconcile a GameSession in
-// sessionNamespace and roll it on a profile edit, and log no
-// "forbidden".
+// sessionNamespace, roll it on a profile edit and record the rollout in the
+// profile's ProfileRollout, and log no "forbidden".
 //
 // kwok pods run no containers, so a pod of the chart reporting Ready would
 // prove nothing about the image or its permissions. This proves the
@@ -106,8 +106,19 @@ func runAsChartServiceAccount(t *testing.T, namespace, sessionNamespace string, 
 		t.Fatal(err)
 	}
 	start = time.Now()
-	waitForProfileHash(t, kube, sessionNamespace, session.Name, first)
+	second := waitForProfileHash(t, kube, sessionNamespace, session.Name, first)
 	t.Logf("the profile edit rolled the Deployment after %s", time.Since(start).Round(time.Millisecond))
+	// The profile's rollout state, which takes a create of its ProfileRollout
+	// and writes of its status. Nothing runs the Deployment here (no
+	// kube-controller-manager), so the rollout is not complete: the test
+	// asks for the edit's target only.
+	eventually(t, "the ProfileRollout to record the edit", func(ctx context.Context) (bool, error) {
+		r, err := games.GamesV1().ProfileRollouts(sessionNamespace).Get(ctx, profile.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return r.Status.TargetHash == second && r.Status.Phase != "", fmt.Errorf("target %q, phase %q", r.Status.TargetHash, r.Status.Phase)
+	})
 
 	// Stopped first, so that the log holds everything, such as the Events
 	// the controller posts asynchronously.

@@ -55,7 +55,7 @@ func TestReleaseBundle(t *testing.T) {
 		listed[name] = true
 	}
 	chartPackage := "gamesession-controller-1.2.3-rc.1.tgz"
-	for _, name := range []string{"gamesession-crd.yaml", "install.yaml", chartPackage, "prometheus-rules.yaml", "argocd-health.lua"} {
+	for _, name := range []string{"gamesession-crd.yaml", "install.yaml", chartPackage, "prometheus-rules.yaml", "argocd-health.lua", "argocd-health-profilerollout.lua"} {
 		if !listed[name] {
 			t.Errorf("the bundle lacks %s (SHA256SUMS lists %v)", name, listed)
 		}

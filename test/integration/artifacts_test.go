@@ -37,7 +37,7 @@ func TestArtifactsApplyWithServerSideDryRun(t *testing.T) {
 	cfg.WarningHandler = warnings
 
 	clusterWide := renderKustomization(t, artifactsDir, "")
-	wantKinds := []string{"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Deployment",
+	wantKinds := []string{"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "CustomResourceDefinition", "Deployment",
 		"Namespace", "Role", "RoleBinding", "Service", "ServiceAccount"}
 	if got := kindsOf(clusterWide); !slices.Equal(got, wantKinds) {
 		t.Fatalf("artifacts/ renders %v, want %v", got, wantKinds)

@@ -385,40 +385,49 @@ func TestOwnershipSpecEditDuringProfileDelay(t *testing.T) {
 }
 
 // TestOwnershipScaleWithoutProfile: a session scaled while its profile is
-// deleted leaves the Deployment as it was, and says it waits for the
-// profile; the profile's return applies the scale.
+// deleted gets the scale applied with the revision its pods mount, which
+// outlives the profile; once that revision is gone too, the Deployment is
+// left as it is, and the session says it waits for the profile.
 func TestOwnershipScaleWithoutProfile(t *testing.T) {
 	e := newEnv(t)
 	_, _, before := e.startReadySession("arena-1")
-	profile := e.profile("arena")
+	revision := mountedRevision(before)
 	if err := e.kube.CoreV1().ConfigMaps(e.ns).Delete(e.ctx, "arena", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// Scale only once the controller knows the profile is gone.
 	e.waitForCondition("arena-1", gamesv1.ConditionProfileResolved, metav1.ConditionFalse, gamesv1.ReasonProfileNotFound)
 
+	// The revision the pods mount still exists, so the scale is applied
+	// with it: the new pods mount what the running ones do.
 	e.scaleSession("arena-1", 3)
-	s := e.waitForCondition("arena-1", gamesv1.ConditionReady, metav1.ConditionFalse, gamesv1.ReasonWaitingForProfile)
-	if s.Status.ObservedGeneration != s.Generation {
-		t.Errorf("status.observedGeneration %d, want the generation %d", s.Status.ObservedGeneration, s.Generation)
-	}
-	d, err := e.deployment("arena-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d.Generation != before.Generation || ptr.Deref(d.Spec.Replicas, 1) != 1 {
-		t.Errorf("the Deployment changed without its profile: generation %d -> %d, replicas %d",
-			before.Generation, d.Generation, ptr.Deref(d.Spec.Replicas, 1))
-	}
-
-	e.createProfile("arena", profile.Data, true)
-	e.waitForDeployment("arena-1", "the scale applied", func(d *appsv1.Deployment) error {
-		if got := ptr.Deref(d.Spec.Replicas, 1); got != 3 {
-			return fmt.Errorf("replicas %d", got)
+	e.waitForDeployment("arena-1", "the scale applied with the revision it runs", func(d *appsv1.Deployment) error {
+		if got := ptr.Deref(d.Spec.Replicas, 1); got != 3 || mountedRevision(d) != revision {
+			return fmt.Errorf("replicas %d, mounting %q; want 3 mounting %q", got, mountedRevision(d), revision)
 		}
 		return nil
 	})
-	e.waitForReadyAtGeneration("arena-1")
+	s := e.waitForCondition("arena-1", gamesv1.ConditionReady, metav1.ConditionTrue, gamesv1.ReasonDeploymentReady)
+	if s.Status.ObservedGeneration != s.Generation {
+		t.Errorf("status.observedGeneration %d, want the generation %d", s.Status.ObservedGeneration, s.Generation)
+	}
+	if c := meta.FindStatusCondition(s.Status.Conditions, gamesv1.ConditionProfileResolved); c == nil || c.Status != metav1.ConditionFalse {
+		t.Errorf("ProfileResolved %+v, want False while the profile is missing", c)
+	}
+	if _, err := e.kube.CoreV1().ConfigMaps(e.ns).Get(e.ctx, revision, metav1.GetOptions{}); err != nil {
+		t.Errorf("revision %s, which the pods mount: %v", revision, err)
+	}
+
+	// Without the revision, nothing is applied: a scale would start pods
+	// that cannot mount their profile.
+	if err := e.kube.CoreV1().ConfigMaps(e.ns).Delete(e.ctx, revision, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.scaleSession("arena-1", 1)
+	e.waitForCondition("arena-1", gamesv1.ConditionReady, metav1.ConditionFalse, gamesv1.ReasonWaitingForProfile)
+	if d, err := e.deployment("arena-1"); err != nil || ptr.Deref(d.Spec.Replicas, 1) != 3 {
+		t.Errorf("the Deployment changed without its profile and revision: %v, %v", err, d)
+	}
 }
 
 // The next three tests need the garbage collector to act on GameSessions. It

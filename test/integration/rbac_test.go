@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -30,8 +31,9 @@ const (
 	// denialTimeout bounds the wait for the API server to refuse the request
 	// a revoked verb was needed for. The controller sends most within a
 	// second or two of the step that needs it; the delete of a stale revision
-	// waits out the controller's mount guard (10s after its last mount, see
-	// recentMounts), which took 9.7s here.
+	// waits until no ReplicaSet mounts it and, for a profile edit, until the
+	// edit's rollout completes (the previous revision is the stable one till
+	// then): about 2s here.
 	denialTimeout = 40 * time.Second
 
 	// blindFor is how long a change must go unseen by the informers whose
@@ -40,6 +42,11 @@ const (
 	// between attempts: after its third LIST the next one is at least 3.2s
 	// away. A watching controller reacts in a fraction of a second.
 	blindFor = 2 * time.Second
+
+	// heldFor is how long a revision that a ReplicaSet mounts must be seen
+	// kept once it is stale otherwise: several profile syncs (one follows
+	// each write of the ProfileRollout, and planInterval is 250ms).
+	heldFor = time.Second
 )
 
 // rbacStep is one part of the controller's job. Every verb in the artifacts'
@@ -61,7 +68,18 @@ type rbacScenario struct {
 	hash     string   // the arena profile's current hash
 	sessions []string // the sessions of the arena profile
 	oldUID   types.UID
+	// vault is a profile without sessions whose first revision a
+	// ReplicaSet of the test's own (holdout) mounts: vaultHashes are its
+	// contents, first to last.
+	vaultHashes []string
+	heldSince   time.Time
 }
+
+// The vault profile and the ReplicaSet that holds its first revision.
+const (
+	vaultProfile = "vault"
+	holdoutName  = "holdout"
+)
 
 var rbacSteps = []rbacStep{
 	{name: "take the lease", done: func(s *rbacScenario) (bool, error) {
@@ -75,6 +93,68 @@ var rbacSteps = []rbacStep{
 	{name: "create Deployments", done: func(s *rbacScenario) (bool, error) {
 		return s.deploymentsCarry(s.sessions, s.hash)
 	}},
+	{name: "record the rollout",
+		// The profile's ProfileRollout, created and its status written for
+		// the profile's content.
+		done: func(s *rbacScenario) (bool, error) { return s.rolloutRecorded("arena", s.hash, "") }},
+	{name: "restore a deleted ProfileRollout", reaction: true,
+		// Only the ProfileRollout informer sees the delete: the controller
+		// creates the profile's ProfileRollout again and writes its status.
+		act: func(s *rbacScenario) {
+			r, err := s.game.GamesV1().ProfileRollouts(s.ns).Get(s.ctx, "arena", metav1.GetOptions{})
+			if err != nil {
+				s.t.Fatal(err)
+			}
+			s.oldUID = r.UID
+			if err := s.game.GamesV1().ProfileRollouts(s.ns).Delete(s.ctx, "arena", metav1.DeleteOptions{}); err != nil {
+				s.t.Fatal(err)
+			}
+		},
+		done: func(s *rbacScenario) (bool, error) { return s.rolloutRecorded("arena", s.hash, s.oldUID) }},
+	{name: "keep a revision a ReplicaSet mounts",
+		// A revision stays while a ReplicaSet with pods mounts it, as the old
+		// ReplicaSet of a paused or stuck rollout does: the holdout
+		// ReplicaSet (see setUpRBACScenario) mounts the vault profile's first
+		// revision, and the profile is edited. The vault has no sessions, so
+		// its rollout completes at once and the first revision is neither
+		// the current one nor the stable one: only the ReplicaSet keeps it,
+		// for as long as the test looks (heldFor).
+		act: func(s *rbacScenario) {
+			edited := s.updateProfile(vaultProfile, func(cm *corev1.ConfigMap) { cm.Data["vault.cfg"] = "v2" })
+			s.vaultHashes = append(s.vaultHashes, controller.ProfileHash(edited))
+		},
+		done: func(s *rbacScenario) (bool, error) {
+			first, second := s.vaultHashes[0], s.vaultHashes[1]
+			r, err := s.game.GamesV1().ProfileRollouts(s.ns).Get(s.ctx, vaultProfile, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			got, want := s.revisions(vaultProfile), revisionNames(vaultProfile, first, second)
+			slices.Sort(want)
+			if r.Status.StableHash != second || !slices.Equal(got, want) {
+				s.heldSince = time.Time{}
+				return false, fmt.Errorf("ProfileRollout %s: stable %q (phase %s), want %q; revisions %q, want %q",
+					vaultProfile, r.Status.StableHash, r.Status.Phase, second, got, want)
+			}
+			if s.heldSince.IsZero() {
+				s.heldSince = time.Now()
+			}
+			held := time.Since(s.heldSince)
+			return held >= heldFor, fmt.Errorf("revision %s kept for %s only", want[0], held)
+		}},
+	{name: "delete a revision no ReplicaSet mounts", reaction: true,
+		// Only the ReplicaSet informer sees the holdout scale to zero: then
+		// nothing mounts the vault's first revision, and it is stale.
+		act: func(s *rbacScenario) {
+			patch := []byte(`{"spec":{"replicas":0}}`)
+			if _, err := s.kube.AppsV1().ReplicaSets(s.ns).Patch(s.ctx, holdoutName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+				s.t.Fatal(err)
+			}
+		},
+		done: func(s *rbacScenario) (bool, error) {
+			got, want := s.revisions(vaultProfile), revisionNames(vaultProfile, s.vaultHashes[1])
+			return slices.Equal(got, want), fmt.Errorf("revisions of %s %q, want only the current one, %q", vaultProfile, got, want)
+		}},
 	{name: "recreate a deleted Deployment", reaction: true,
 		act: func(s *rbacScenario) {
 			d, err := s.deployment("arena-0")
@@ -204,6 +284,72 @@ var rbacSteps = []rbacStep{
 			got, ok := d.Labels[controller.LabelManagedBy]
 			return got == controller.ManagedByValue, fmt.Errorf("deployment arena-1 label %s=%q (present: %v)", controller.LabelManagedBy, got, ok)
 		}},
+	{name: "report a ConfigMap in a revision's way", reaction: true,
+		// A ConfigMap without the revision label holds the name of the next
+		// content's revision: the create answers AlreadyExists, and only a
+		// GET tells it from the controller's own revision not cached yet.
+		// The ProfileRollout then says so. Last: the profile stays stuck.
+		act: func(s *rbacScenario) {
+			next := map[string]string{"server.cfg": "max_players=64"}
+			name := controller.RevisionName("arena", controller.ProfileHash(&corev1.ConfigMap{Data: next}))
+			s.createConfigMap(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"squatter": "yes"}})
+			s.updateProfile("arena", func(cm *corev1.ConfigMap) { cm.Data = next })
+		},
+		done: func(s *rbacScenario) (bool, error) {
+			r, err := s.game.GamesV1().ProfileRollouts(s.ns).Get(s.ctx, "arena", metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			c := meta.FindStatusCondition(r.Status.Conditions, gamesv1.ConditionRevisionAvailable)
+			return c != nil && c.Reason == gamesv1.ReasonRevisionNameTaken, fmt.Errorf("ProfileRollout arena RevisionAvailable %+v", c)
+		}},
+}
+
+// rolloutRecorded reports whether the profile's ProfileRollout exists,
+// other than the one of UID not (if set), with its status written for the
+// content hash.
+func (e *env) rolloutRecorded(profile, hash string, not types.UID) (bool, error) {
+	r, err := e.game.GamesV1().ProfileRollouts(e.ns).Get(e.ctx, profile, metav1.GetOptions{})
+	if err != nil {
+		return false, err
+	}
+	if not != "" && r.UID == not {
+		return false, fmt.Errorf("ProfileRollout %s not recreated", profile)
+	}
+	return r.Status.TargetHash == hash && r.Status.Phase != "",
+		fmt.Errorf("ProfileRollout %s: target %q, phase %q; want target %q", profile, r.Status.TargetHash, r.Status.Phase, hash)
+}
+
+// createHoldout creates a ReplicaSet whose pods mount the revision, as a
+// Deployment's old ReplicaSet does, in the controller's ReplicaSet cache (the
+// managed-by label). Its pods never schedule (no node matches), which is
+// enough: a ReplicaSet mounts its revision while it wants pods or has any.
+func (e *env) createHoldout(revision string) {
+	e.t.Helper()
+	podLabels := map[string]string{controller.LabelManagedBy: controller.ManagedByValue, "rbac-test": holdoutName}
+	rs := &appsv1.ReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{Name: holdoutName, Labels: podLabels},
+		Spec: appsv1.ReplicaSetSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"rbac-test": holdoutName}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: podLabels},
+				Spec: corev1.PodSpec{
+					NodeSelector: map[string]string{"rbac-test": "no-such-node"},
+					Containers: []corev1.Container{{
+						Name: "game-server", Image: "registry.example.com/arena-server:1.0.0",
+						VolumeMounts: []corev1.VolumeMount{{Name: "profile", MountPath: "/etc/game"}},
+					}},
+					Volumes: []corev1.Volume{{Name: "profile", VolumeSource: corev1.VolumeSource{
+						ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: revision}},
+					}}},
+				},
+			},
+		},
+	}
+	if _, err := e.kube.AppsV1().ReplicaSets(e.ns).Create(e.ctx, rs, metav1.CreateOptions{}); err != nil {
+		e.t.Fatalf("create ReplicaSet %s: %v", holdoutName, err)
+	}
 }
 
 // deploymentsCarry reports whether the sessions' Deployments all exist with
@@ -240,8 +386,9 @@ func (e *env) hasEvent(object, reason, messagePart string) bool {
 
 // setUpRBACScenario loads the artifacts' roles, bound to the test's service
 // account and less the revoked verbs, and creates a profile with three
-// sessions and a session whose profile does not exist yet (a Warning from the
-// start). The caller creates the account and applies the roles.
+// sessions, a session whose profile does not exist yet (a Warning from the
+// start), and a profile without sessions whose first revision a ReplicaSet
+// mounts. The caller creates the account and applies the roles.
 func setUpRBACScenario(t *testing.T, revoked ...grantedVerb) (*rbacScenario, *controllerRBAC) {
 	e := newEnv(t)
 	r := loadControllerRBAC(t)
@@ -257,6 +404,12 @@ func setUpRBACScenario(t *testing.T, revoked ...grantedVerb) (*rbacScenario, *co
 		s.sessions = append(s.sessions, name)
 	}
 	e.createSession(newSession("drifter", "late", 1))
+	// The vault and the ReplicaSet that mounts its first revision, before
+	// the controller starts: its ReplicaSet informer lists the holdout
+	// first thing, even when it may not watch.
+	first := controller.ProfileHash(e.createProfile(vaultProfile, map[string]string{"vault.cfg": "v1"}, true))
+	s.vaultHashes = []string{first}
+	e.createHoldout(controller.RevisionName(vaultProfile, first))
 	return s, r
 }
 
@@ -367,8 +520,33 @@ var revocationEffects = map[string]revocationEffect{
 	// Without delete, every profile edit leaves a revision behind for
 	// good. The profile sync fails on the refused delete and is retried
 	// with backoff.
-	"ClusterRole delete configmaps": {failsAt: "delete a stale revision", denied: "delete configmaps",
+	"ClusterRole delete configmaps": {failsAt: "delete a revision no ReplicaSet mounts", denied: "delete configmaps",
 		reported: refusedAgain("delete configmaps")},
+	// Without list, with streaming lists off, the ProfileRollout and
+	// ReplicaSet informers never sync, and the controller waits for all of
+	// its caches.
+	"ClusterRole list profilerollouts": {streamingOff: true},
+	"ClusterRole list replicasets":     {streamingOff: true},
+	// Without watch, a deleted ProfileRollout is not created again before
+	// the informer's next list: nothing else tells the controller it is gone.
+	"ClusterRole watch profilerollouts": {failsAt: "restore a deleted ProfileRollout", denied: "watch profilerollouts", polling: true},
+	// Without create, no rollout is recorded: the profile sync fails on the
+	// refused create and is retried with backoff (sessions roll all the
+	// same: the steps of a profile sync fail independently).
+	"ClusterRole create profilerollouts": {failsAt: "record the rollout", denied: "create profilerollouts",
+		reported: refusedAgain("create profilerollouts")},
+	// Without update of the status subresource, the ProfileRollout is
+	// created but says nothing; the write is retried with backoff.
+	"ClusterRole update profilerollouts/status": {failsAt: "record the rollout", denied: "update profilerollouts/status",
+		reported: refusedAgain("update profilerollouts/status")},
+	// Without get, a ConfigMap in the way of a revision goes unreported:
+	// the profile sync cannot tell it from its own revision not cached
+	// yet, fails and is retried with backoff.
+	"ClusterRole get configmaps": {failsAt: "report a ConfigMap in a revision's way", denied: "get configmaps",
+		reported: refusedAgain("get configmaps")},
+	// Without watch, a ReplicaSet that stops mounting a revision goes
+	// unseen until the informer's next list, and the revision stays.
+	"ClusterRole watch replicasets": {failsAt: "delete a revision no ReplicaSet mounts", denied: "watch replicasets", polling: true},
 }
 
 // refusedAgain checks that the controller treats the refusal of key ("verb

@@ -60,6 +60,11 @@ says why each is needed.
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["create", "delete"]
+# A GET only when a revision's create answers AlreadyExists: the controller's
+# own, not cached yet, or a foreign ConfigMap in the way.
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get"]
 # No delete: the garbage collector removes a session's Deployment.
 - apiGroups: ["apps"]
   resources: ["deployments"]

@@ -1,8 +1,9 @@
 // Command release writes a release bundle of gamesession-controller into one
 // folder: the CRD, an all-in-one install manifest (the kustomize install of
 // artifacts/ with the release image), the Helm chart package (versioned, with
-// the release image), the Prometheus rules, the Argo CD health check and,
-// if given, the image archive, plus SHA256SUMS.
+// the release image), the Prometheus rules, the Argo CD health checks of
+// GameSessions and ProfileRollouts and, if given, the image archive, plus
+// SHA256SUMS.
 //
 // It is a module of its own, with Helm and kustomize pinned, so that neither
 // enters the controller's module graph. `make release` runs it.
@@ -84,8 +85,9 @@ func run(root, out, version, imageRepo, imageArchive string) error {
 		return err
 	}
 	for src, dst := range map[string]string{
-		filepath.Join(chartDir, "files", "prometheus-rules.yaml"): "prometheus-rules.yaml",
-		filepath.Join(chartDir, "files", "argocd-health.lua"):     "argocd-health.lua",
+		filepath.Join(chartDir, "files", "prometheus-rules.yaml"):            "prometheus-rules.yaml",
+		filepath.Join(chartDir, "files", "argocd-health.lua"):                "argocd-health.lua",
+		filepath.Join(chartDir, "files", "argocd-health-profilerollout.lua"): "argocd-health-profilerollout.lua",
 	} {
 		if err := copyFile(src, filepath.Join(out, dst)); err != nil {
 			return err

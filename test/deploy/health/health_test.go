@@ -1,7 +1,7 @@
-// Package health checks that GitOps tools read a GameSession's health right:
-// kstatus's own Compute (what Flux and kstatus-based waiters run) and the
-// Argo CD health script the chart ships, on sessions the real controller put
-// in each state on a real control plane.
+// Package health checks that GitOps tools read the health of GameSessions and
+// ProfileRollouts right: kstatus's own Compute (what Flux and kstatus-based
+// waiters run) and the Argo CD health scripts the chart ships, on objects the
+// real controller put in each state on a real control plane.
 //
 // It lives in the test/deploy module because cli-utils requires
 // controller-runtime, which must stay out of the controller's module graph.
@@ -35,12 +35,15 @@ import (
 	"github.com/example/gamesession-controller/internal/manifests"
 	"github.com/example/gamesession-controller/internal/testutil"
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
+	"github.com/example/gamesession-controller/pkg/controller"
 	clientset "github.com/example/gamesession-controller/pkg/generated/clientset/versioned"
 	"github.com/example/gamesession-controller/pkg/rollout"
 )
 
 const (
 	argoHealthLua = "../../../charts/gamesession-controller/files/argocd-health.lua"
+	// argoRolloutHealthLua is the check of ProfileRollouts.
+	argoRolloutHealthLua = "../../../charts/gamesession-controller/files/argocd-health-profilerollout.lua"
 	// waitTimeout bounds each wait for a state. The slowest, a halted
 	// rollout, needs kwok pods, a 5 s progress deadline and the Deployment
 	// controller's resync: about 20 s here, alone.
@@ -58,8 +61,8 @@ func TestMain(m *testing.M) {
 		func(c *controlplane.ControlPlane) { cp = c })
 }
 
-// TestHealth puts sessions in each state and reads them back as Flux (kstatus)
-// and Argo CD (the chart's Lua script) do.
+// TestHealth puts sessions, and their profiles' rollouts, in each state and
+// reads them back as Flux (kstatus) and Argo CD (the chart's Lua scripts) do.
 func TestHealth(t *testing.T) {
 	ctx := t.Context()
 	cfg := cp.RESTConfig()
@@ -143,9 +146,92 @@ func TestHealth(t *testing.T) {
 		})
 	}
 
+	// The profiles' rollouts, in the states the sessions above are in:
+	// complete (good), in its canary (canary: its canary never gets Ready),
+	// paused, and halted by the brake (halting). Each is checked for the
+	// profile's current content, so that a rollout recorded for the content
+	// before the edit does not pass.
+	rolloutScript, err := os.ReadFile(argoRolloutHealthLua)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rollouts := []struct {
+		profile               string
+		phase                 gamesv1.RolloutPhase
+		conditionType, reason string
+		kstatus               status.Status
+		argo                  string
+	}{
+		{"good", gamesv1.RolloutPhaseComplete, gamesv1.ConditionComplete, gamesv1.ReasonRolloutComplete, status.CurrentStatus, "Healthy"},
+		{"canary", gamesv1.RolloutPhaseCanary, gamesv1.ConditionReconciling, gamesv1.ReasonRolloutProgressing, status.InProgressStatus, "Progressing"},
+		{"paused", gamesv1.RolloutPhasePaused, gamesv1.ConditionReconciling, gamesv1.ReasonRolloutPaused, status.InProgressStatus, "Suspended"},
+		{"halting", gamesv1.RolloutPhaseHalted, gamesv1.ConditionStalled, gamesv1.ReasonRolloutHalted, status.FailedStatus, "Degraded"},
+	}
+	for _, tc := range rollouts {
+		t.Run("ProfileRollout "+tc.profile, func(t *testing.T) {
+			h.t = t
+			h.waitForRollout(tc.profile, tc.phase, tc.conditionType, tc.reason)
+			obj, err := h.dynamic.Resource(gamesv1.SchemeGroupVersion.WithResource("profilerollouts")).Namespace(ns).
+				Get(ctx, tc.profile, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := status.Compute(obj)
+			if err != nil {
+				t.Fatalf("kstatus Compute: %v", err)
+			}
+			if res.Status != tc.kstatus {
+				t.Errorf("kstatus: got %s (%s), want %s", res.Status, res.Message, tc.kstatus)
+			}
+			health, message, err := argoHealth(string(rolloutScript), obj)
+			if err != nil {
+				t.Fatalf("Argo CD health script: %v", err)
+			}
+			if health != tc.argo {
+				t.Errorf("Argo CD health: got %s (%s), want %s", health, message, tc.argo)
+			}
+			t.Logf("kstatus %s %q; Argo CD %s %q", res.Status, res.Message, health, message)
+		})
+	}
+	h.t = t
+
+	// A ProfileRollout the controller created but has not written a status
+	// to yet (it creates, then writes the status) is Progressing for the
+	// script. kstatus cannot tell it from a settled one: an object of an
+	// unknown kind without conditions is Current to it.
+	obj, err := h.dynamic.Resource(gamesv1.SchemeGroupVersion.WithResource("profilerollouts")).Namespace(ns).
+		Get(ctx, "good", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unstructured.RemoveNestedField(obj.Object, "status")
+	if health, _, err := argoHealth(string(rolloutScript), obj); err != nil || health != "Progressing" {
+		t.Errorf("Argo CD health of a ProfileRollout without status: got %s (%v), want Progressing", health, err)
+	}
+	// The other stalls, which need more than this test sets up: sessions
+	// that hold the rollout up, and a revision that cannot be created, which
+	// is Degraded even while the rollout is paused: it needs someone to act.
+	for _, stall := range []struct{ phase, reason string }{
+		{string(gamesv1.RolloutPhaseRolling), gamesv1.ReasonSessionsBlocked},
+		{string(gamesv1.RolloutPhasePaused), gamesv1.ReasonRevisionCreateFailed},
+	} {
+		obj := obj.DeepCopy()
+		obj.Object["status"] = map[string]any{"phase": stall.phase, "conditions": []any{
+			map[string]any{"type": gamesv1.ConditionComplete, "status": "False", "reason": stall.reason, "message": "m"},
+			map[string]any{"type": gamesv1.ConditionStalled, "status": "True", "reason": stall.reason, "message": "m"},
+		}}
+		health, _, err := argoHealth(string(rolloutScript), obj)
+		if err != nil || health != "Degraded" {
+			t.Errorf("Argo CD health of a ProfileRollout %s and Stalled (%s): got %s (%v), want Degraded", stall.phase, stall.reason, health, err)
+		}
+		if res, err := status.Compute(obj); err != nil || res.Status != status.FailedStatus {
+			t.Errorf("kstatus of a ProfileRollout %s and Stalled (%s): got %v (%v), want Failed", stall.phase, stall.reason, res, err)
+		}
+	}
+
 	// A newer generation the controller has not observed yet is in progress
 	// for both, whatever the conditions say: the script's own check.
-	obj, err := h.dynamic.Resource(gamesv1.SchemeGroupVersion.WithResource("gamesessions")).Namespace(ns).
+	obj, err = h.dynamic.Resource(gamesv1.SchemeGroupVersion.WithResource("gamesessions")).Namespace(ns).
 		Get(ctx, "ready", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -355,6 +441,30 @@ func (h *harness) waitFor(name, conditionType, reason string) {
 		}
 		ok := c.Status == metav1.ConditionTrue && c.Reason == reason && s.Status.ObservedGeneration == s.Generation
 		return ok, fmt.Errorf("%s is %s/%s: %s", conditionType, c.Status, c.Reason, c.Message)
+	})
+}
+
+// waitForRollout waits until the profile's ProfileRollout is in phase, for
+// the profile's current content, with the condition True with reason.
+func (h *harness) waitForRollout(profile string, phase gamesv1.RolloutPhase, conditionType, reason string) {
+	h.eventually(fmt.Sprintf("ProfileRollout %s in phase %s with %s=True (%s)", profile, phase, conditionType, reason), func() (bool, error) {
+		cm, err := h.kube.CoreV1().ConfigMaps(h.ns).Get(h.ctx, profile, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		r, err := h.game.GamesV1().ProfileRollouts(h.ns).Get(h.ctx, profile, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if hash := controller.ProfileHash(cm); r.Status.TargetHash != hash {
+			return false, fmt.Errorf("target %q (phase %s), the profile's content is %q", r.Status.TargetHash, r.Status.Phase, hash)
+		}
+		c := meta.FindStatusCondition(r.Status.Conditions, conditionType)
+		if c == nil {
+			return false, fmt.Errorf("phase %s, no %s condition; conditions: %v", r.Status.Phase, conditionType, r.Status.Conditions)
+		}
+		ok := r.Status.Phase == phase && c.Status == metav1.ConditionTrue && c.Reason == reason
+		return ok, fmt.Errorf("phase %s, %s is %s/%s: %s", r.Status.Phase, conditionType, c.Status, c.Reason, c.Message)
 	})
 }
 

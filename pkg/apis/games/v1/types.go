@@ -67,6 +67,10 @@ const (
 	// the game server's ports (a renamed game server container, say). The
 	// controller leaves the Deployment as it is until a user resolves it.
 	ReasonContainerConflict = "ContainerConflict"
+	// ReasonDeploymentPaused: the Deployment is paused (spec.paused, as
+	// `kubectl rollout pause` sets it): nothing rolls out until it is
+	// resumed, and a profile rollout that moved it waits on it.
+	ReasonDeploymentPaused = "DeploymentPaused"
 	// ReasonProgressDeadlineExceeded: the Deployment controller gave up on
 	// the Deployment's rollout (its pods do not become ready in time). It
 	// needs a fixed profile or spec.

@@ -1,0 +1,434 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	core "k8s.io/client-go/testing"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+
+	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
+	"github.com/example/gamesession-controller/pkg/rollout"
+)
+
+// The cases of issue 16 at the level of one sync each. The sequence harness
+// (sequence_test.go) and test/integration replay them among other events.
+
+// oldReplicaSet is the ReplicaSet of a Deployment's previous template, which
+// mounts revision and still runs replicas pods.
+func oldReplicaSet(d *appsv1.Deployment, revision string, replicas int32) *appsv1.ReplicaSet {
+	rs := &appsv1.ReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: d.Namespace, Name: d.Name + "-old", UID: types.UID(d.Name + "-old"), ResourceVersion: "5"},
+		Spec:       appsv1.ReplicaSetSpec{Replicas: ptr.To(replicas), Template: *d.Spec.Template.DeepCopy()},
+		Status:     appsv1.ReplicaSetStatus{Replicas: replicas},
+	}
+	rs.Spec.Template.Spec.Volumes[0].ConfigMap.Name = revision
+	slim, _ := SlimReplicaSet(rs)
+	return slim.(*appsv1.ReplicaSet)
+}
+
+// Case 1: a revision stays while the pods of an old ReplicaSet mount it,
+// though no Deployment's template does and no history is kept: a paused or
+// stuck rollout still runs them, and a pod of theirs that is evicted must
+// find its revision.
+func TestRevisionStaysWhileAnOldReplicaSetHasPods(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f, profile, oldHash := rolloutFixture(ctx, t, 1, nil)
+	f.c.revisionHistoryLimit = 0
+	newHash := ProfileHash(profile)
+	oldRevision := RevisionName("classic", oldHash)
+	// s0 moved to the new revision; its old ReplicaSet still has 1 pod.
+	moved := apiServerDeployment(settled(newSession(testNamespace, "s0", "classic"), newHash), newHash)
+	f.setCached(moved)
+	f.setCached(oldReplicaSet(moved, oldRevision, 1))
+
+	f.expectRolloutWrite(testNamespace, "classic")
+	f.runProfile(ctx, "arena/classic") // no delete
+	f.events()
+
+	// Scaled to zero, its revision goes.
+	f.setCached(oldReplicaSet(moved, oldRevision, 0))
+	f.expectKube(deleteConfigMap(testNamespace, oldRevision))
+	f.runProfile(ctx, "arena/classic")
+}
+
+// A ReplicaSet scaled down keeps its revision while pods are still counted
+// in its status, and hands its profile to the profile sync when they go.
+func TestReplicaSetScaledDownQueuesItsProfile(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f, _, oldHash := rolloutFixture(ctx, t, 1, nil)
+	d := f.storedDeployment(testNamespace, "s0")
+	before := oldReplicaSet(d, RevisionName("classic", oldHash), 1)
+	after := before.DeepCopy()
+	after.Spec.Replicas = ptr.To[int32](0)
+	if !replicaSetMounts(after) {
+		t.Error("a ReplicaSet scaled to zero with a pod left in its status no longer counts as mounting")
+	}
+	after.Status.Replicas = 0
+	drainQueue(f.c.profileQueue)
+	f.c.updateReplicaSet(before, after)
+	if got := waitForProfileKeys(f.c); len(got) != 1 || got[0] != "arena/classic" {
+		t.Errorf("profile queue %v, want the profile of the revision", got)
+	}
+}
+
+// waitForProfileKeys returns the profile keys queued, including those
+// queued for after planInterval, waiting up to 20 planIntervals for one.
+func waitForProfileKeys(c *Controller) []string {
+	_ = wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 20*planInterval, true,
+		func(context.Context) (bool, error) { return c.profileQueue.Len() > 0, nil })
+	return drainQueue(c.profileQueue)
+}
+
+// Case 2: a fix-forward does not halt on the previous generation's
+// ProgressDeadlineExceeded, which the Deployment still carries until the
+// Deployment controller observes the new generation.
+func TestStaleProgressDeadlineIsNoFailure(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f, profile, _ := rolloutFixture(ctx, t, 3, map[string]string{
+		rollout.AnnotationCanary: "1", rollout.AnnotationMaxFailed: "0",
+	})
+	fixed := ProfileHash(profile)
+	canary := apiServerDeployment(settled(newSession(testNamespace, "s0", "classic"), fixed), fixed)
+	canary.Generation = 3 // moved to the fixed content; not yet observed
+	canary.Status.ObservedGeneration = 2
+	canary.Status.ReadyReplicas, canary.Status.UpdatedReplicas = 0, 0
+	canary.Status.Conditions = []appsv1.DeploymentCondition{{
+		Type: appsv1.DeploymentProgressing, Status: corev1.ConditionFalse, Reason: "ProgressDeadlineExceeded",
+	}}
+	f.setCached(canary)
+
+	f.expectRolloutWrite(testNamespace, "classic")
+	f.runProfile(ctx, "arena/classic")
+	f.expectEvents("Normal " + EventReasonRolloutStarted)
+	if pp := f.c.plans.latest("arena/classic"); pp.plan.Phase != rollout.PhaseCanary || pp.plan.Failed != 0 {
+		t.Errorf("plan %s with %d failed, want the canary phase and no failure", pp.plan.Phase, pp.plan.Failed)
+	}
+}
+
+// Case 3: a session that is not on its profile's content asks for a plan,
+// even after the rollout completed: a completed plan is not final.
+func TestSessionOffTargetAsksForAPlanAfterCompletion(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f, profile, _ := rolloutFixture(ctx, t, 2, map[string]string{rollout.AnnotationMaxRolling: "1"})
+	f.c.revisionHistoryLimit = 5
+	hash := ProfileHash(profile)
+	for _, name := range []string{"s0", "s1"} {
+		f.setCached(apiServerDeployment(settled(newSession(testNamespace, name, "classic"), hash), hash))
+	}
+	f.expectRolloutWrite(testNamespace, "classic")
+	f.runProfile(ctx, "arena/classic")
+	f.events()
+	if pp := f.c.plans.latest("arena/classic"); !pp.plan.Settled {
+		t.Fatalf("plan %+v, want it settled", pp.plan)
+	}
+	// s1's Deployment comes back on the old content (it left the cache and
+	// returned, say).
+	f.setCached(f.storedDeployment(testNamespace, "s1"))
+	drainQueue(f.c.profileQueue)
+	f.expectGame(updateSessionStatus(testNamespace, "s1"))
+	f.run(ctx, "arena/s1")
+	if got := waitForProfileKeys(f.c); len(got) != 1 {
+		t.Errorf("profile queue %v after the sync of a session off its target, want its profile", got)
+	}
+	// The next plan admits it.
+	f.expectRolloutWrite(testNamespace, "classic")
+	f.runProfile(ctx, "arena/classic")
+	if pp := f.c.plans.latest("arena/classic"); !pp.plan.Admits("s1") {
+		t.Errorf("plan %+v does not admit s1", pp.plan)
+	}
+}
+
+// Case 4: a revision that cannot be created is reported with the API
+// server's reason, on the ProfileRollout and as an Event; the sessions say
+// they wait for it; and the other steps of the profile sync still run.
+func TestRevisionCreateFailureIsReportedAndCleanupStillRuns(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f, profile, oldHash := rolloutFixture(ctx, t, 1, nil)
+	f.c.revisionHistoryLimit = 0
+	f.deleteCached(newRevision(profile, ProfileHash(profile)))
+	stale := newRevision(withData(profile, map[string]string{"game.cfg": "older"}), ProfileHash(withData(profile, map[string]string{"game.cfg": "older"})))
+	f.setCached(stale)
+	quota := apierrors.NewForbidden(corev1.Resource("configmaps"), RevisionName("classic", ProfileHash(profile)),
+		errors.New("exceeded quota: cm-quota, requested: count/configmaps=1, used: count/configmaps=5, limited: count/configmaps=5"))
+	f.kubeClient.PrependReactor("create", "configmaps", func(core.Action) (bool, runtime.Object, error) { return true, nil, quota })
+
+	f.expectKube(createConfigMap(testNamespace, RevisionName("classic", ProfileHash(profile))), deleteConfigMap(testNamespace, stale.Name))
+	f.expectRolloutWrite(testNamespace, "classic")
+	kube, game, err := f.runSync(ctx, "arena/classic", f.c.syncProfile)
+	if err == nil {
+		t.Error("the profile sync succeeded; want the create error, for a retry")
+	}
+	_ = kube
+	f.observe(game...)
+	events := f.events()
+	if len(events) != 2 || !strings.HasPrefix(events[0], "Warning "+gamesv1.ReasonRevisionCreateFailed) || !strings.Contains(events[0], "exceeded quota") {
+		t.Errorf("events %q, want one Warning %s quoting the API server", events, gamesv1.ReasonRevisionCreateFailed)
+	}
+	r, err := f.c.rolloutLister.ProfileRollouts(testNamespace).Get("classic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := expectCondition(t, r.Status.Conditions, gamesv1.ConditionRevisionAvailable, metav1.ConditionFalse, gamesv1.ReasonRevisionCreateFailed)
+	if !strings.Contains(c.Message, "exceeded quota") {
+		t.Errorf("RevisionAvailable message %q lacks the API server's reason", c.Message)
+	}
+	expectCondition(t, r.Status.Conditions, gamesv1.ConditionStalled, metav1.ConditionTrue, gamesv1.ReasonRevisionCreateFailed)
+
+	// The session keeps its revision and says why, never RevisionCurrent.
+	f.expectGame(updateSessionStatus(testNamespace, "s0"))
+	_, game = f.run(ctx, "arena/s0")
+	status := objectOf[*gamesv1.GameSession](t, game[0]).Status
+	c = expectCondition(t, status.Conditions, gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonRevisionUnavailable)
+	if !strings.Contains(c.Message, "exceeded quota") {
+		t.Errorf("ProfileUpToDate message %q lacks the API server's reason", c.Message)
+	}
+	if status.ProfileRevision != RevisionName("classic", oldHash) {
+		t.Errorf("status.profileRevision %q, want the revision it runs", status.ProfileRevision)
+	}
+}
+
+// A ConfigMap of the revision's name that is not a revision is reported as
+// such, and is no error to retry.
+func TestRevisionNameTakenIsReported(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f, profile, _ := rolloutFixture(ctx, t, 1, nil)
+	name := RevisionName("classic", ProfileHash(profile))
+	f.deleteCached(newRevision(profile, ProfileHash(profile)))
+	if err := f.kubeClient.Tracker().Add(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	// The create answers AlreadyExists; a live read tells a foreign
+	// ConfigMap from the controller's own revision not cached yet.
+	f.expectKube(createConfigMap(testNamespace, name),
+		wantAction{verb: "get", resource: "configmaps", namespace: testNamespace, name: name})
+	f.expectRolloutWrite(testNamespace, "classic")
+	f.runProfile(ctx, "arena/classic")
+	events := f.events()
+	if want := fmt.Sprintf("Warning %s "+MessageRevisionConflict, gamesv1.ReasonRevisionNameTaken, name, RevisionLabel); len(events) == 0 || events[0] != want {
+		t.Errorf("events %q, want first %q", events, want)
+	}
+	r, _ := f.c.rolloutLister.ProfileRollouts(testNamespace).Get("classic")
+	expectCondition(t, r.Status.Conditions, gamesv1.ConditionRevisionAvailable, metav1.ConditionFalse, gamesv1.ReasonRevisionNameTaken)
+}
+
+// Case 5: the plan holds for the policy it was made with. A session that
+// syncs after the profile was paused, before the next plan, does not move.
+func TestPolicyChangeInvalidatesThePlan(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f, profile, oldHash := rolloutFixture(ctx, t, 3, map[string]string{rollout.AnnotationMaxRolling: "3"})
+	f.expectRolloutWrite(testNamespace, "classic")
+	f.runProfile(ctx, "arena/classic")
+	f.events()
+	if pp := f.c.plans.latest("arena/classic"); !pp.plan.Admits("s1") {
+		t.Fatalf("plan %+v does not admit s1", pp.plan)
+	}
+	paused := profile.DeepCopy()
+	paused.Annotations = map[string]string{rollout.AnnotationMaxRolling: "3", rollout.AnnotationPaused: "true"}
+	paused.ResourceVersion = bumpVersion(profile.ResourceVersion)
+	f.setCached(paused)
+
+	f.expectGame(updateSessionStatus(testNamespace, "s1")) // no Deployment write
+	_, game := f.run(ctx, "arena/s1")
+	expectCondition(t, objectOf[*gamesv1.GameSession](t, game[0]).Status.Conditions,
+		gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonWaitingForTurn)
+	if got := rolledProfileHash(f.storedDeployment(testNamespace, "s1"), "classic"); got != oldHash {
+		t.Errorf("s1 runs %q, want the old content", got)
+	}
+}
+
+// A halt is remembered in the ProfileRollout: a plan after the failed
+// session went (deleted, say), or after a restart, is still halted.
+func TestHaltHoldsWithoutTheFailures(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f, profile, oldHash := rolloutFixture(ctx, t, 3, map[string]string{
+		rollout.AnnotationCanary: "1", rollout.AnnotationMaxFailed: "0",
+	})
+	hash := ProfileHash(profile)
+	stored := newProfileRollout(profile)
+	stored.ResourceVersion = "7"
+	stored.Status = gamesv1.ProfileRolloutStatus{TargetHash: hash, HaltedHash: hash, StableHash: oldHash,
+		Phase: gamesv1.RolloutPhaseHalted}
+	f.setCached(stored)
+	if err := f.gameClient.Tracker().Add(stored); err != nil {
+		t.Fatal(err)
+	}
+
+	f.expectRolloutWrite(testNamespace, "classic")
+	f.runProfile(ctx, "arena/classic")
+	pp := f.c.plans.latest("arena/classic")
+	if pp.plan.Phase != rollout.PhaseHalted || len(pp.plan.Admitted) > 0 {
+		t.Errorf("plan %s admitting %v, want halted", pp.plan.Phase, pp.plan.Admitted)
+	}
+	r, _ := f.c.rolloutLister.ProfileRollouts(testNamespace).Get("classic")
+	if r.Status.HaltedHash != hash || r.Status.Phase != gamesv1.RolloutPhaseHalted {
+		t.Errorf("ProfileRollout halted %q in phase %s, want the halt kept", r.Status.HaltedHash, r.Status.Phase)
+	}
+	expectCondition(t, r.Status.Conditions, gamesv1.ConditionStalled, metav1.ConditionTrue, gamesv1.ReasonRolloutHalted)
+}
+
+// A session whose profileRef changes to a profile whose rollout is halted
+// starts on that profile's stable revision, not on the failing one.
+func TestProfileRefChangeToAHaltedProfileStartsOnStable(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f, profile, oldHash := rolloutFixture(ctx, t, 2, map[string]string{
+		rollout.AnnotationCanary: "1", rollout.AnnotationMaxFailed: "0",
+	})
+	hash := ProfileHash(profile)
+	failed := apiServerDeployment(settled(newSession(testNamespace, "s0", "classic"), hash), hash)
+	failed.Status.ReadyReplicas, failed.Status.UpdatedReplicas = 0, 0
+	failed.Status.Conditions = []appsv1.DeploymentCondition{{
+		Type: appsv1.DeploymentProgressing, Status: corev1.ConditionFalse, Reason: "ProgressDeadlineExceeded",
+	}}
+	f.setCached(failed)
+	f.expectRolloutWrite(testNamespace, "classic")
+	f.runProfile(ctx, "arena/classic")
+	f.events()
+
+	// gs-x ran profile "other"; it now references classic.
+	other := newProfile(testNamespace, "other", map[string]string{"game.cfg": "other"})
+	f.setCached(other)
+	switched := newSession(testNamespace, "gs-x", "other")
+	d := apiServerDeployment(settled(switched, ProfileHash(other)), ProfileHash(other))
+	switched.Spec.ProfileRef = "classic"
+	switched.Generation = 2
+	f.setCached(switched)
+	f.setCached(d)
+	if err := f.kubeClient.Tracker().Add(d); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.gameClient.Tracker().Add(switched); err != nil {
+		t.Fatal(err)
+	}
+	f.expectKube(writeDeployment(testNamespace, "gs-x"))
+	f.expectGame(updateSessionStatus(testNamespace, "gs-x"))
+	f.run(ctx, "arena/gs-x")
+	if got := rolledProfileHash(f.storedDeployment(testNamespace, "gs-x"), "classic"); got != oldHash {
+		t.Errorf("gs-x runs %q, want the stable %q", got, oldHash)
+	}
+}
+
+// A Conflict on a revision delete leaves the revision as the cache shows
+// it: available to mount, not taken for deleted.
+func TestRevisionDeleteConflictIsNotADelete(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f, profile, _ := rolloutFixture(ctx, t, 1, nil)
+	f.c.revisionHistoryLimit = 0
+	olderProfile := withData(profile, map[string]string{"game.cfg": "older"})
+	stale := newRevision(olderProfile, ProfileHash(olderProfile))
+	stale.UID, stale.ResourceVersion = "stale-uid", "3"
+	f.setCached(stale)
+	f.kubeClient.PrependReactor("delete", "configmaps", func(core.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewConflict(corev1.Resource("configmaps"), stale.Name, errors.New("precondition failed"))
+	})
+	f.expectKube(deleteConfigMap(testNamespace, stale.Name))
+	f.expectRolloutWrite(testNamespace, "classic")
+	f.runProfile(ctx, "arena/classic")
+	if !f.c.revisionAvailable(testNamespace, "classic", ProfileHash(olderProfile)) {
+		t.Error("a revision whose delete was refused with a Conflict is taken for deleted")
+	}
+}
+
+// The ProfileRollout is written per rollout step, not per session: the
+// sessions moving one by one within a tenth write nothing.
+func TestRolloutStatusIsWrittenPerStep(t *testing.T) {
+	base := &gamesv1.ProfileRolloutStatus{TargetHash: "h", Phase: gamesv1.RolloutPhaseRolling,
+		TotalSessions: 100, MovedSessions: 31, ReadySessions: 20}
+	for _, tc := range []struct {
+		name string
+		edit func(*gamesv1.ProfileRolloutStatus)
+		want bool
+	}{
+		{"nothing", func(*gamesv1.ProfileRolloutStatus) {}, false},
+		{"a session moved within the tenth", func(s *gamesv1.ProfileRolloutStatus) { s.MovedSessions = 39 }, false},
+		{"a session Ready within the tenth", func(s *gamesv1.ProfileRolloutStatus) { s.ReadySessions = 29 }, false},
+		{"moved past a tenth", func(s *gamesv1.ProfileRolloutStatus) { s.MovedSessions = 40 }, true},
+		{"a session failed", func(s *gamesv1.ProfileRolloutStatus) { s.FailedSessions = 1 }, true},
+		{"a session joined", func(s *gamesv1.ProfileRolloutStatus) { s.TotalSessions = 101 }, false},
+		{"a tenth joined", func(s *gamesv1.ProfileRolloutStatus) { s.TotalSessions = 111 }, true},
+		{"phase", func(s *gamesv1.ProfileRolloutStatus) { s.Phase = gamesv1.RolloutPhaseHalted }, true},
+		{"blocked", func(s *gamesv1.ProfileRolloutStatus) { s.Blocked = []gamesv1.BlockedSession{{Name: "s1"}} }, true},
+	} {
+		next := base.DeepCopy()
+		tc.edit(next)
+		if got := rolloutStepped(base, next); got != tc.want {
+			t.Errorf("%s: stepped %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// A paused Deployment that holds the canary is reported on the rollout, by
+// name, and the sessions waiting on it say so: never a silent
+// WaitingForTurn.
+func TestBlockedCanaryIsReportedByName(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f, profile, _ := rolloutFixture(ctx, t, 3, map[string]string{rollout.AnnotationCanary: "1"})
+	hash := ProfileHash(profile)
+	canary := apiServerDeployment(settled(newSession(testNamespace, "s0", "classic"), hash), hash)
+	canary.Spec.Paused = true
+	canary.Status.ReadyReplicas, canary.Status.UpdatedReplicas = 0, 0
+	f.setCached(canary)
+
+	f.expectRolloutWrite(testNamespace, "classic")
+	f.runProfile(ctx, "arena/classic")
+	f.expectEvents("Warning "+EventReasonRolloutBlocked, "Normal "+EventReasonRolloutStarted)
+	r, _ := f.c.rolloutLister.ProfileRollouts(testNamespace).Get("classic")
+	if len(r.Status.Blocked) != 1 || r.Status.Blocked[0] != (gamesv1.BlockedSession{Name: "s0", Reason: gamesv1.ReasonDeploymentPaused}) {
+		t.Errorf("blocked %v, want s0 (%s)", r.Status.Blocked, gamesv1.ReasonDeploymentPaused)
+	}
+	stalled := meta.FindStatusCondition(r.Status.Conditions, gamesv1.ConditionStalled)
+	if stalled == nil || stalled.Reason != gamesv1.ReasonSessionsBlocked || !strings.Contains(stalled.Message, "s0 (DeploymentPaused)") {
+		t.Errorf("Stalled %+v, want SessionsBlocked naming s0", stalled)
+	}
+
+	f.expectGame(updateSessionStatus(testNamespace, "s1"))
+	_, game := f.run(ctx, "arena/s1")
+	c := expectCondition(t, objectOf[*gamesv1.GameSession](t, game[0]).Status.Conditions,
+		gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonRolloutBlocked)
+	if !strings.Contains(c.Message, "s0 (DeploymentPaused)") {
+		t.Errorf("message %q does not name the session that holds the rollout up", c.Message)
+	}
+}
+
+// A create answered AlreadyExists for the controller's own revision, not in
+// the cache yet, is no conflict; and a revision created and deleted before
+// the cache saw either is created again by the next sync: nothing waits for
+// an event that a relist would never report.
+func TestOwnRevisionNotCachedYetIsNoConflict(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f, profile, _ := rolloutFixture(ctx, t, 1, nil)
+	revision := newRevision(profile, ProfileHash(profile))
+	f.deleteCached(revision)
+	if err := f.kubeClient.Tracker().Add(revision); err != nil {
+		t.Fatal(err)
+	}
+	f.expectKube(createConfigMap(testNamespace, revision.Name),
+		wantAction{verb: "get", resource: "configmaps", namespace: testNamespace, name: revision.Name})
+	f.expectRolloutWrite(testNamespace, "classic")
+	f.runProfile(ctx, "arena/classic")
+	for _, e := range f.events() {
+		if strings.HasPrefix(e, "Warning") {
+			t.Errorf("event %q for the controller's own revision", e)
+		}
+	}
+
+	// Gone before the cache ever showed it: created again.
+	if err := f.kubeClient.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("configmaps"), testNamespace, revision.Name); err != nil {
+		t.Fatal(err)
+	}
+	f.expectKube(createConfigMap(testNamespace, revision.Name))
+	f.runProfile(ctx, "arena/classic")
+}

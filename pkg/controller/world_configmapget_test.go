@@ -1,0 +1,32 @@
+package controller
+
+import (
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	core "k8s.io/client-go/testing"
+)
+
+// getConfigMap serves the profile sync's live reads of a ConfigMap: right
+// after the create of a revision of that name answered AlreadyExists, to
+// tell its own revision, not cached yet, from someone else's ConfigMap; and
+// of a revision it needs whose delete it sent without learning the outcome.
+func (w *world) getConfigMap(a core.GetAction) (bool, runtime.Object, error) {
+	name := a.GetName()
+	deleted, deleting := w.deletedLately[name]
+	if w.lastRevisionCreate != name && !deleting {
+		w.violate("unexpected-request", "GET of ConfigMap %s other than right after its create answered AlreadyExists, "+
+			"or after a delete of it whose outcome the controller does not know: syncs read the caches", name)
+	}
+	w.lastRevisionCreate = ""
+	for _, r := range []apiResource{revisionsResource, profilesResource} {
+		if obj := w.server.get(r, name); obj != nil {
+			w.logf("  → GET configmap %s: rv %s", name, obj.GetResourceVersion())
+			if deleting && obj.GetUID() == deleted {
+				delete(w.deletedLately, name) // not deleted after all: the controller knows now
+			}
+			return true, obj, nil
+		}
+	}
+	w.logf("  → GET configmap %s: not found", name)
+	return true, nil, apierrors.NewNotFound(profilesResource.groupResource(), name)
+}
