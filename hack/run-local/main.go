@@ -91,7 +91,7 @@ func run(ctx context.Context, opts *app.Options, nodes int) error {
 	}
 
 	fmt.Printf(`
-The GameSession CRD is installed and artifacts/examples are applied in namespace "default".
+The GameSession and ProfileRollout CRDs are installed and artifacts/examples are applied in namespace "default".
 In another terminal:
 
     export KUBECONFIG=%s

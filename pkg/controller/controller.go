@@ -455,6 +455,10 @@ func (c *Controller) deleteProfile(obj interface{}) {
 	key := profileKey(profile.Namespace, profile.Name)
 	c.profileHashes.forget(profile.UID)
 	c.fanOut.forgetProfile(key)
+	// Its rollout's memory went with it (its ProfileRollout too, by the
+	// garbage collector): a profile created again under the name starts
+	// afresh, also if it comes back before the profile sync runs.
+	c.forgetRollout(profile.Namespace, profile.Name)
 	c.enqueueProfile(key)
 	c.enqueueSessionsOf(key)
 }

@@ -267,7 +267,7 @@ func (c *Controller) planRollout(ctx context.Context, profile *corev1.ConfigMap,
 	plan := rollout.Decide(policy, members, memory)
 	next := &profilePlan{hash: hash, policy: policy.String(), plan: plan, revision: revision,
 		memory: rollout.Memory{Halted: plan.Phase == rollout.PhaseHalted, StableHash: memory.StableHash}}
-	if plan.Settled {
+	if plan.Settled && plan.Failed == 0 {
 		next.memory.StableHash = hash
 	}
 	c.plans.set(key, next)

@@ -432,3 +432,32 @@ func TestOwnRevisionNotCachedYetIsNoConflict(t *testing.T) {
 	f.expectKube(createConfigMap(testNamespace, revision.Name))
 	f.runProfile(ctx, "arena/classic")
 }
+
+// Removing the brake's annotations does not release a halt: the sessions of
+// a now unpaced profile keep their revision until the content changes.
+func TestHaltHoldsWhenThePolicyIsRemoved(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f, profile, oldHash := rolloutFixture(ctx, t, 2, nil) // unpaced: no annotations
+	hash := ProfileHash(profile)
+	stored := newProfileRollout(profile)
+	stored.ResourceVersion = "7"
+	stored.Status = gamesv1.ProfileRolloutStatus{TargetHash: hash, HaltedHash: hash, StableHash: oldHash,
+		Phase: gamesv1.RolloutPhaseHalted}
+	f.setCached(stored)
+	if err := f.gameClient.Tracker().Add(stored); err != nil {
+		t.Fatal(err)
+	}
+	// Before any plan (a restart), the stored halt holds already.
+	f.expectGame(updateSessionStatus(testNamespace, "s0"))
+	f.run(ctx, "arena/s0")
+
+	f.expectRolloutWrite(testNamespace, "classic")
+	f.runProfile(ctx, "arena/classic")
+	f.expectGame(updateSessionStatus(testNamespace, "s1")) // no Deployment write
+	_, game := f.run(ctx, "arena/s1")
+	expectCondition(t, objectOf[*gamesv1.GameSession](t, game[0]).Status.Conditions,
+		gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonRolloutHalted)
+	if got := rolledProfileHash(f.storedDeployment(testNamespace, "s1"), "classic"); got != oldHash {
+		t.Errorf("s1 runs %q, want the old content", got)
+	}
+}

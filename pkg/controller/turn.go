@@ -24,12 +24,26 @@ import (
 func (c *Controller) turnOf(session *gamesv1.GameSession, profile *corev1.ConfigMap, target, rolled string,
 	hasDeployment bool) (revisionChoice, bool) {
 	policy, err := c.policyOf(profile)
-	if err == nil && policy.Unpaced() {
-		return revisionChoice{}, true
-	}
 	key := profileKey(profile.Namespace, profile.Name)
 	targetRevision := RevisionName(profile.Name, target)
-	pp := c.plans.get(key, target, policy.String())
+	var pp *profilePlan
+	if err == nil && policy.Unpaced() {
+		// Even without a policy, a halt holds until the content changes:
+		// removing the brake's annotations must not move every session onto
+		// the content that failed. Otherwise unpaced sessions need no plan.
+		pp = c.plans.latest(key)
+		halted := pp != nil && pp.hash == target && pp.plan.Phase == rollout.PhaseHalted
+		if pp == nil && memoryOf(c.storedRollout(profile), target).Halted {
+			// No plan yet (a restart), but the ProfileRollout says halted.
+			return revisionChoice{hash: rolled, reason: gamesv1.ReasonWaitingForTurn, planNeeded: true,
+				message: fmt.Sprintf(MessageWaitingForPlan, targetRevision, profile.Name)}, false
+		}
+		if !halted {
+			return revisionChoice{}, true
+		}
+	} else {
+		pp = c.plans.get(key, target, policy.String())
+	}
 	if pp == nil {
 		return revisionChoice{hash: rolled, reason: gamesv1.ReasonWaitingForTurn, planNeeded: true,
 			message: fmt.Sprintf(MessageWaitingForPlan, targetRevision, profile.Name)}, false

@@ -104,7 +104,8 @@ type Plan struct {
 	StableHash string
 	// Settled reports whether the rollout is Complete and every member is
 	// Ready or Failed: nothing is left to happen. The controller then records
-	// the target as the stable content, unless members failed.
+	// the target as the stable content, unless members failed (a failure
+	// the brake tolerated ends the rollout, but is no proof of the content).
 	Settled bool
 
 	// Blocked are the members that hold a canary or budget slot and cannot

@@ -56,8 +56,9 @@ func DefaultPolicy() Policy {
 // Unpaced reports whether the policy moves every session at once, whatever
 // the number of sessions: MaxRolling is a percentage of at least 100%, there
 // is no canary, no brake, and no pause. A MaxRolling given as a number is
-// never unpaced, since a profile may grow past it. The controller skips
-// planning entirely for unpaced policies.
+// never unpaced, since a profile may grow past it. Sessions of an unpaced
+// profile move without waiting for a plan; the controller still plans, to
+// record the rollout.
 func (p Policy) Unpaced() bool {
 	rolling, percent, err := parse(p.MaxRolling.String())
 	if err != nil || !percent || rolling < 100 {

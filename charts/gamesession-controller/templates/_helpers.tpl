@@ -60,8 +60,9 @@ says why each is needed.
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["create", "delete"]
-# A GET only when a revision's create answers AlreadyExists: the controller's
-# own, not cached yet, or a foreign ConfigMap in the way.
+# A GET only where the revision cache cannot know: a revision's create
+# answered AlreadyExists (its own, not cached yet, or a foreign ConfigMap in
+# the way), or a delete of it sent without learning the outcome.
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get"]

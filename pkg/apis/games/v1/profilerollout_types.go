@@ -7,8 +7,10 @@ import (
 // Condition types of ProfileRolloutStatus.Conditions.
 const (
 	// ConditionComplete is True once every session of the profile runs the
-	// target revision and is Ready: `kubectl wait --for=condition=Complete
-	// profilerollout/NAME` waits for a rollout to finish.
+	// target revision and is Ready, or failed within what the brake
+	// tolerates: nothing is left to happen. `kubectl wait
+	// --for=condition=Complete profilerollout/NAME` waits for a rollout to
+	// finish.
 	ConditionComplete = "Complete"
 	// ConditionRevisionAvailable is False while the revision of the profile's
 	// current content cannot be created; its message quotes the API server.
