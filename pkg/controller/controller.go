@@ -427,6 +427,7 @@ func (c *Controller) updateProfile(oldObj, newObj interface{}) {
 	if oldProfile.ResourceVersion == newProfile.ResourceVersion || profileDataEqual(oldProfile, newProfile) {
 		return
 	}
+	c.plans.forgetPlan(key)
 	hash := c.profileHashes.hash(newProfile)
 	ready := c.revisionAvailable(newProfile.Namespace, newProfile.Name, hash)
 	sessions, started := c.fanOut.profileChanged(key, ready)

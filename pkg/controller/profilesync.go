@@ -103,6 +103,15 @@ func (p *profilePlans) set(profileKey string, pp *profilePlan) {
 	p.plans[profileKey] = pp
 }
 
+// forgetPlan drops the profile's plan, for a change of its data: the next
+// plan is a new rollout's, which tells every session where it stands, even
+// if the data came back to the content of the plan dropped.
+func (p *profilePlans) forgetPlan(profileKey string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.plans, profileKey)
+}
+
 func (p *profilePlans) forget(profileKey string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -333,7 +342,15 @@ func (c *Controller) wakeSessions(profileKey string, members []rollout.Member, p
 		c.enqueueSessionsOf(profileKey)
 		return
 	}
-	if prev.plan.Phase == next.plan.Phase && prev.plan.Stuck == next.plan.Stuck &&
+	// The waiting sessions' status names the sessions a stuck rollout waits
+	// on: a change of those is news to them too.
+	heldUpBy := func(pp *profilePlan) string {
+		if !pp.plan.Stuck {
+			return ""
+		}
+		return blockedList(pp.plan.Blocked)
+	}
+	if prev.plan.Phase == next.plan.Phase && heldUpBy(prev) == heldUpBy(next) &&
 		prev.revision.reason == next.revision.reason {
 		return
 	}

@@ -29,7 +29,10 @@ import (
 
 // A sequence is a few dozen seeded, randomly chosen steps of a small world
 // (three session names, two profile names, one namespace) around one
-// controller, followed by a settling phase and the invariants:
+// controller, followed by a settling phase and the invariants. A third of the
+// sequences are paced: their profiles carry rollout policies (canary, budget,
+// brake, pause, invalid values), edited mid-rollout, and some content never
+// gets Ready:
 //
 //	world := newWorld(seed)          // API server, clients, clock
 //	world.startController()          // caches filled from the server
@@ -44,14 +47,24 @@ import (
 // failure prints the command that replays it with its event log.
 //
 // The pieces: world_server_test.go and world_defaults_test.go (the API
-// server), world_clients_test.go (the controller's requests),
-// world_caches_test.go (informer delivery),
-// world_queue_test.go (the work queues and the clock), world_cluster_test.go
-// (GC and kcm), world_revisions_test.go (profile revisions: the requests
-// that create and delete them, and what must hold of them),
-// sequence_actions_test.go (what a step can be),
+// server), world_clients_test.go and world_configmapget_test.go (the
+// controller's requests), world_caches_test.go (informer delivery, the same
+// event handlers NewController registers), world_queue_test.go (the work
+// queues and the clock), world_cluster_test.go (the garbage collector),
+// world_kcm_test.go (a kube-controller-manager stand-in: ReplicaSets and
+// their pods, observedGeneration, progress deadlines, paused Deployments),
+// world_revisions_test.go (profile revisions: the requests that create and
+// delete them, and what must hold of them), world_rollout_test.go (paced
+// policies, ProfileRollouts, the budget, the halt, what a rollout must show
+// at rest), sequence_actions_test.go (what a step can be),
 // sequence_invariants_test.go (what must hold) and sequence_ledger_test.go
 // (how many Deployment writes the controller may make).
+//
+// Adding an informer to the controller means adding it here too: a world
+// resource (world_server_test.go), its cache with the controller's handler
+// (startController), its requests (world_clients_test.go), what the ledger
+// and the invariants expect of it, and its RBAC case (test/integration
+// rbac_test.go).
 
 var (
 	sequenceSeed      = flag.Uint64("sequence.seed", 0, "replay the one sequence of this seed and print its event log")

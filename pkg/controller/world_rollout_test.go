@@ -16,7 +16,7 @@ import (
 	"github.com/example/gamesession-controller/pkg/rollout"
 )
 
-// Paced rollouts in the world. Half the sequences are paced: their profiles
+// Paced rollouts in the world. A third of the sequences are paced: their profiles
 // carry rollout policy annotations (canary, max-rolling, max-failed, paused,
 // and now and then a value that does not parse), chosen when a profile is
 // created and edited mid-sequence, mid-rollout included. Some content is
