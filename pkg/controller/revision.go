@@ -372,11 +372,12 @@ func staleRevisions(revisions []*corev1.ConfigMap, kept []string, inUse func(*co
 
 // A revision is in use while a pod of a managed Deployment can mount it: the
 // Deployment's template mounts it (its pods, and any it creates), or a
-// ReplicaSet of the Deployment with pods, or about to have some, does (the
-// old ReplicaSet of a rollout that is paused or stuck keeps running pods of
-// the previous template). A ReplicaSet scaled to zero has no pods to
-// recreate, so its revision may go; a `kubectl rollout undo` to it would
-// have the controller write its own template back anyway.
+// ReplicaSet of the Deployment that wants pods does (the old ReplicaSet of a
+// rollout that is paused or stuck keeps running pods of the previous
+// template, and recreates one that is evicted). A ReplicaSet scaled to zero
+// recreates nothing: its last pods are on their way out with the files they
+// mounted, so its revision may go at once; a `kubectl rollout undo` to it
+// would have the controller write its own template back anyway.
 
 // deploymentMountIndexFunc indexes a Deployment by the revision its template
 // mounts, as "namespace/revision".
@@ -388,7 +389,7 @@ func deploymentMountIndexFunc(obj interface{}) ([]string, error) {
 	return []string{d.Namespace + "/" + mountedRevision(&d.Spec.Template)}, nil
 }
 
-// replicaSetMountIndexFunc indexes a ReplicaSet that has or wants pods by the
+// replicaSetMountIndexFunc indexes a ReplicaSet that wants pods by the
 // revision its template mounts.
 func replicaSetMountIndexFunc(obj interface{}) ([]string, error) {
 	rs, ok := obj.(*appsv1.ReplicaSet)
@@ -399,9 +400,9 @@ func replicaSetMountIndexFunc(obj interface{}) ([]string, error) {
 }
 
 // replicaSetMounts reports whether a ReplicaSet's pods may mount its
-// template's revision: it has pods, or wants some.
+// template's revision: it wants pods.
 func replicaSetMounts(rs *appsv1.ReplicaSet) bool {
-	return mountedRevision(&rs.Spec.Template) != "" && (ptr.Deref(rs.Spec.Replicas, 1) > 0 || rs.Status.Replicas > 0)
+	return mountedRevision(&rs.Spec.Template) != "" && ptr.Deref(rs.Spec.Replicas, 1) > 0
 }
 
 // mountedRevision is the ConfigMap the template's profile volume mounts,

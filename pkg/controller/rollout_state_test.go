@@ -65,8 +65,8 @@ func TestRevisionStaysWhileAnOldReplicaSetHasPods(t *testing.T) {
 	f.runProfile(ctx, "arena/classic")
 }
 
-// A ReplicaSet scaled down keeps its revision while pods are still counted
-// in its status, and hands its profile to the profile sync when they go.
+// A ReplicaSet scaled to zero recreates no pod, so it stops keeping its
+// revision at once, and hands its profile to the profile sync.
 func TestReplicaSetScaledDownQueuesItsProfile(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f, _, oldHash := rolloutFixture(ctx, t, 1, nil)
@@ -74,10 +74,9 @@ func TestReplicaSetScaledDownQueuesItsProfile(t *testing.T) {
 	before := oldReplicaSet(d, RevisionName("classic", oldHash), 1)
 	after := before.DeepCopy()
 	after.Spec.Replicas = ptr.To[int32](0)
-	if !replicaSetMounts(after) {
-		t.Error("a ReplicaSet scaled to zero with a pod left in its status no longer counts as mounting")
+	if replicaSetMounts(after) {
+		t.Error("a ReplicaSet scaled to zero, its last pod on its way out, still counts as mounting")
 	}
-	after.Status.Replicas = 0
 	drainQueue(f.c.profileQueue)
 	f.c.updateReplicaSet(before, after)
 	if got := waitForProfileKeys(f.c); len(got) != 1 || got[0] != "arena/classic" {

@@ -440,8 +440,6 @@ func (c *Controller) patchDeployment(ctx context.Context, session *gamesv1.GameS
 	if err != nil {
 		return nil, false, err
 	}
-	// A Conflict means the Deployment changed since it was read: the sync
-	// runs again, quietly, once the cache has the new version.
 	// Recorded before the request, as for a create: until the cache shows
 	// the write, the revision it mounts is in use. Every write counts, not
 	// only a move: the Deployment may be one the cache does not hold at all
@@ -452,6 +450,8 @@ func (c *Controller) patchDeployment(ctx context.Context, session *gamesv1.GameS
 		generation++
 	}
 	c.revisions.mounting(key, observed.UID, generation, desired)
+	// A Conflict means the Deployment changed since it was read: the sync
+	// runs again, quietly, once the cache has the new version.
 	patched, err := c.kubeClient.AppsV1().Deployments(session.Namespace).Patch(ctx, desired.Name,
 		types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: Name})
 	c.revisions.wrote(key, patched, err)

@@ -560,7 +560,10 @@ func describeRollout(r *gamesv1.ProfileRollout) string {
 	return b.String()
 }
 
-// replicaSetHasPods reports whether a ReplicaSet has pods, or wants some.
+// replicaSetHasPods reports whether a ReplicaSet wants pods: those it has
+// are recreated when evicted, and need their revision. The pods of one
+// scaled to zero are on their way out and are not replaced; they keep the
+// files they mounted.
 func replicaSetHasPods(rs *appsv1.ReplicaSet) bool {
-	return ptr.Deref(rs.Spec.Replicas, 1) > 0 || rs.Status.Replicas > 0
+	return ptr.Deref(rs.Spec.Replicas, 1) > 0
 }
