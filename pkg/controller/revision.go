@@ -100,6 +100,10 @@ type revisionExpectations struct {
 	mu      sync.Mutex
 	deleted map[string]pendingRevision // "namespace/revision" → the revision deleted
 	mounts  map[string][]pendingMount  // session key → the Deployment writes that mount a revision, oldest first
+	// byRevision counts the writes of mounts by the revision they mount;
+	// pruned is when timed-out writes were last dropped.
+	byRevision map[string]int
+	pruned     time.Time
 }
 
 type pendingRevision struct {
@@ -119,7 +123,8 @@ type pendingMount struct {
 }
 
 func newRevisionExpectations(clk clock.PassiveClock) *revisionExpectations {
-	return &revisionExpectations{clock: clk, deleted: map[string]pendingRevision{}, mounts: map[string][]pendingMount{}}
+	return &revisionExpectations{clock: clk, deleted: map[string]pendingRevision{},
+		mounts: map[string][]pendingMount{}, byRevision: map[string]int{}}
 }
 
 // deletedRevision records a revision the controller deletes, before the
@@ -201,8 +206,8 @@ func (e *revisionExpectations) deleting(r *corev1.ConfigMap) bool {
 func (e *revisionExpectations) mounting(sessionKey string, uid types.UID, generation int64, desired *appsv1.Deployment) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.mounts[sessionKey] = append(e.mounts[sessionKey], pendingMount{uid: uid, generation: generation,
-		revision: desired.Namespace + "/" + mountedRevision(&desired.Spec.Template), at: e.clock.Now()})
+	e.setMounts(sessionKey, append(slices.Clone(e.mounts[sessionKey]), pendingMount{uid: uid, generation: generation,
+		revision: desired.Namespace + "/" + mountedRevision(&desired.Spec.Template), at: e.clock.Now()}))
 }
 
 // wrote hears how the write that mounting announced last went. A write the
@@ -212,7 +217,7 @@ func (e *revisionExpectations) mounting(sessionKey string, uid types.UID, genera
 func (e *revisionExpectations) wrote(sessionKey string, written *appsv1.Deployment, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	pending := e.mounts[sessionKey]
+	pending := slices.Clone(e.mounts[sessionKey])
 	if len(pending) == 0 {
 		return
 	}
@@ -220,6 +225,7 @@ func (e *revisionExpectations) wrote(sessionKey string, written *appsv1.Deployme
 	switch {
 	case err == nil && written != nil:
 		last.uid, last.generation = written.UID, written.Generation
+		e.setMounts(sessionKey, pending)
 	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsInvalid(err) ||
 		apierrors.IsNotFound(err) || apierrors.IsForbidden(err):
 		e.setMounts(sessionKey, pending[:len(pending)-1])
@@ -234,7 +240,7 @@ func (e *revisionExpectations) deploymentObserved(d *appsv1.Deployment) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	key := d.Namespace + "/" + d.Name
-	e.setMounts(key, slices.DeleteFunc(e.mounts[key], func(m pendingMount) bool {
+	e.setMounts(key, slices.DeleteFunc(slices.Clone(e.mounts[key]), func(m pendingMount) bool {
 		return (m.uid == "" || m.uid == d.UID) && d.Generation >= m.generation &&
 			mountedRevision(&d.Spec.Template) == strings.TrimPrefix(m.revision, d.Namespace+"/")
 	}))
@@ -255,11 +261,22 @@ func (e *revisionExpectations) forgetSession(sessionKey string) []string {
 	for _, m := range e.mounts[sessionKey] {
 		revisions = append(revisions, m.revision)
 	}
-	delete(e.mounts, sessionKey)
+	e.setMounts(sessionKey, nil)
 	return revisions
 }
 
+// setMounts replaces the session's pending writes, and keeps the count of
+// pending writes by revision.
 func (e *revisionExpectations) setMounts(key string, pending []pendingMount) {
+	for _, m := range e.mounts[key] {
+		e.byRevision[m.revision]--
+		if e.byRevision[m.revision] <= 0 {
+			delete(e.byRevision, m.revision)
+		}
+	}
+	for _, m := range pending {
+		e.byRevision[m.revision]++
+	}
 	if len(pending) == 0 {
 		delete(e.mounts, key)
 		return
@@ -268,19 +285,21 @@ func (e *revisionExpectations) setMounts(key string, pending []pendingMount) {
 }
 
 // mountPending reports whether a Deployment write that mounts the revision
-// is not in the Deployment cache yet.
+// is not in the Deployment cache yet. It costs a map lookup: the profile
+// sync asks it of every stale revision while thousands of writes are in
+// flight during a fan-out.
 func (e *revisionExpectations) mountPending(namespace, name string) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	revision := namespace + "/" + name
-	found := false
-	for key, pending := range e.mounts {
-		e.setMounts(key, slices.DeleteFunc(pending, func(m pendingMount) bool {
-			return e.clock.Since(m.at) >= expectationTimeout
-		}))
-		found = found || slices.ContainsFunc(e.mounts[key], func(m pendingMount) bool { return m.revision == revision })
+	if now := e.clock.Now(); now.Sub(e.pruned) >= expectationTimeout/10 {
+		e.pruned = now
+		for key, pending := range e.mounts {
+			e.setMounts(key, slices.DeleteFunc(slices.Clone(pending), func(m pendingMount) bool {
+				return e.clock.Since(m.at) >= expectationTimeout
+			}))
+		}
 	}
-	return found
+	return e.byRevision[namespace+"/"+name] > 0
 }
 
 // maxNameLength is the longest ConfigMap name (a DNS subdomain).
