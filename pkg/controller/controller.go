@@ -305,7 +305,7 @@ func (c *Controller) eventHandlers() eventHandlers {
 		rollouts: cache.ResourceEventHandlerFuncs{
 			AddFunc:    c.enqueueProfileOfRollout,
 			UpdateFunc: func(_, obj interface{}) { c.enqueueProfileOfRollout(obj) },
-			DeleteFunc: c.enqueueProfileOfRollout,
+			DeleteFunc: c.deleteRollout,
 		},
 		profiles: cache.ResourceEventHandlerFuncs{
 			AddFunc:    c.addProfile,
@@ -557,6 +557,19 @@ func (c *Controller) enqueueProfileOfRollout(obj interface{}) {
 	// After a delay: its own writes come back this way, and each is worth
 	// at most one plan.
 	c.profileQueue.AddAfter(profileKey(r.Namespace, r.Name), planInterval)
+}
+
+// deleteRollout hears that a ProfileRollout is gone (deleted by someone, or
+// with its profile): what the controller last wrote of it is no more, and
+// the profile sync creates it again at once if the profile is there.
+func (c *Controller) deleteRollout(obj interface{}) {
+	r, ok := unwrap[*gamesv1.ProfileRollout](c.logger, obj, "rollout")
+	if !ok {
+		return
+	}
+	key := profileKey(r.Namespace, r.Name)
+	c.plans.setWritten(key, nil)
+	c.profileQueue.Add(key)
 }
 
 // sessionKeysOf returns the keys of the GameSessions that reference the

@@ -477,7 +477,7 @@ func (c *Controller) recordRollout(ctx context.Context, profile *corev1.ConfigMa
 	next.Status = *status
 	written, err := client.UpdateStatus(ctx, next, metav1.UpdateOptions{FieldManager: Name})
 	if err != nil {
-		c.plans.setWritten(key, nil) // go by the cache again
+		c.plans.setWritten(key, nil) // go by the cache again: a NotFound creates it anew
 		return fmt.Errorf("writing the ProfileRollout status: %w", err)
 	}
 	klog.FromContext(ctx).V(2).Info("Recorded rollout", "phase", status.Phase, "target", status.TargetRevision,
