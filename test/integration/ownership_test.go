@@ -370,17 +370,22 @@ func TestOwnershipSpecEditDuringProfileDelay(t *testing.T) {
 			quiet = false
 		}
 	}
-	rss, err := e.kube.AppsV1().ReplicaSets(e.ns).List(e.ctx, metav1.ListOptions{LabelSelector: controller.LabelInstance + "=arena-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var hashes []string
-	for _, rs := range rss.Items {
-		hashes = append(hashes, rs.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]+" "+rs.Spec.Template.Spec.Containers[0].Image)
-	}
-	if len(rss.Items) != 2 {
-		t.Errorf("ReplicaSets (hash, image) %v, want the original and one new", hashes)
-	}
+	// One write, so one new ReplicaSet, once kube-controller-manager has
+	// made it (under CI's load it can take it seconds); never a third.
+	e.eventually("the original ReplicaSet and one new", func() (bool, error) {
+		rss, err := e.kube.AppsV1().ReplicaSets(e.ns).List(e.ctx, metav1.ListOptions{LabelSelector: controller.LabelInstance + "=arena-1"})
+		if err != nil {
+			return false, err
+		}
+		var hashes []string
+		for _, rs := range rss.Items {
+			hashes = append(hashes, rs.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]+" "+rs.Spec.Template.Spec.Containers[0].Image)
+		}
+		if len(rss.Items) > 2 {
+			t.Fatalf("ReplicaSets (hash, image) %v, want the original and one new", hashes)
+		}
+		return len(rss.Items) == 2, fmt.Errorf("ReplicaSets (hash, image) %v", hashes)
+	})
 	e.waitForRolledSession("arena-1", hash)
 }
 
