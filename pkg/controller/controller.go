@@ -289,14 +289,14 @@ func (c *Controller) eventHandlers() eventHandlers {
 			// safety net that re-checks every session, so it is not filtered.
 			UpdateFunc: func(oldObj, newObj interface{}) {
 				c.enqueueSession(newObj)
-				c.replanLeftProfile(oldObj, newObj)
+				c.replanProfileOf(oldObj, newObj)
 			},
 			// Nothing to clean up (the garbage collector removes the
 			// Deployment), but the sync of a deleted key ends any
 			// per-session state.
 			DeleteFunc: func(obj interface{}) {
 				c.enqueueSession(obj)
-				c.replanLeftProfile(obj, nil)
+				c.replanProfileOf(obj, nil)
 			},
 		},
 		// The profile sync is the ProfileRollout's only writer and reads it
@@ -533,18 +533,26 @@ func (c *Controller) enqueueSessionsMounting(revision *corev1.ConfigMap) {
 	}
 }
 
-// replanLeftProfile queues the profile a session left (it was deleted, or
+// replanProfileOf queues the profile a session left (it was deleted, or
 // its profileRef changed; newObj is nil for a delete): its rollout lost a
-// member, and a settled rollout is planned again only on an event.
-func (c *Controller) replanLeftProfile(oldObj, newObj interface{}) {
+// member, and a settled rollout is planned again only on an event. It also
+// queues the profile of a revision the session stopped reporting.
+func (c *Controller) replanProfileOf(oldObj, newObj interface{}) {
 	old, ok := unwrap[*gamesv1.GameSession](c.logger, oldObj, "session")
 	if !ok {
 		return
 	}
-	if s, isSession := newObj.(*gamesv1.GameSession); isSession && s.Spec.ProfileRef == old.Spec.ProfileRef {
+	s, isSession := newObj.(*gamesv1.GameSession)
+	if !isSession || s.Spec.ProfileRef != old.Spec.ProfileRef {
+		c.profileQueue.AddAfter(profileKey(old.Namespace, old.Spec.ProfileRef), planInterval)
 		return
 	}
-	c.profileQueue.AddAfter(profileKey(old.Namespace, old.Spec.ProfileRef), planInterval)
+	// The revision a session last reported running is held while its
+	// Deployment is out of the cache (revisionsOutOfSight): one it stopped
+	// reporting may be stale now.
+	if s.Status.ProfileRevision != old.Status.ProfileRevision {
+		c.enqueueProfileOfRevision(old.Namespace, old.Status.ProfileRevision)
+	}
 }
 
 // enqueueProfileOfRollout queues the profile of a ProfileRollout, which is
@@ -606,6 +614,12 @@ func (c *Controller) updateDeployment(oldObj, newObj interface{}) {
 	c.enqueueOwner(newDeployment)
 	if old := mountedRevision(&oldDeployment.Spec.Template); old != mountedRevision(&newDeployment.Spec.Template) {
 		c.enqueueProfileOfRevision(oldDeployment.Namespace, old)
+	}
+	// The profile's rollout counts its sessions Ready and blocked: a
+	// settled rollout, whose sessions ask for no plan, hears of a change too.
+	if deploymentComplete(oldDeployment) != deploymentComplete(newDeployment) ||
+		oldDeployment.Spec.Paused != newDeployment.Spec.Paused {
+		c.enqueueProfileOfRevision(newDeployment.Namespace, mountedRevision(&newDeployment.Spec.Template))
 	}
 }
 

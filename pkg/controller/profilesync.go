@@ -390,7 +390,17 @@ func (c *Controller) rolloutMembers(profile *corev1.ConfigMap, hash string) []ro
 			continue
 		}
 		d, err := c.deploymentLister.Deployments(profile.Namespace).Get(name)
-		if err != nil || blocks(d, session) {
+		if err != nil {
+			// A Deployment the cache does not show may still have been
+			// moved by this controller: one that lost its label is written
+			// through a live read. Such a move holds a slot until the cache
+			// shows it, or the budget would let another session move too.
+			if m, ok := c.movedOutOfSight(profile, key, hash); ok {
+				members = append(members, m)
+			}
+			continue
+		}
+		if blocks(d, session) {
 			continue
 		}
 		rolled := rolledProfileHash(d, profile.Name)
@@ -405,6 +415,19 @@ func (c *Controller) rolloutMembers(profile *corev1.ConfigMap, hash string) []ro
 		})
 	}
 	return members
+}
+
+// movedOutOfSight returns the member a session is while its Deployment is not
+// in the cache but the controller's latest write to it, not shown yet,
+// mounts the revision of target: moving, not Ready. It holds its slot in the
+// budget until the cache shows it.
+func (c *Controller) movedOutOfSight(profile *corev1.ConfigMap, sessionKey, target string) (rollout.Member, bool) {
+	revision, hash, ok := c.revisions.lastMount(sessionKey)
+	if !ok || hash != target || revision != profile.Namespace+"/"+RevisionName(profile.Name, target) {
+		return rollout.Member{}, false
+	}
+	_, name, _ := cache.SplitMetaNamespaceKey(sessionKey)
+	return rollout.Member{Name: name, Hash: hash, OnTarget: true}, true
 }
 
 // memberBlocked says why a session cannot take a move or complete one, ""

@@ -118,8 +118,16 @@ type pendingRevision struct {
 type pendingMount struct {
 	uid        types.UID
 	generation int64
-	revision   string // "namespace/revision"
-	at         time.Time
+	// resourceVersion is the write's, once answered: a write that leaves
+	// the generation as it was (labels put back) shows when the cache holds
+	// that very version; an older one of the same generation predates it.
+	resourceVersion string
+	revision        string // "namespace/revision"
+	hash            string // the profile content the write puts in the pod template
+	at              time.Time
+	// live marks what a live read found, not a write: a Deployment outside
+	// the cache that mounts the revision.
+	live bool
 }
 
 func newRevisionExpectations(clk clock.PassiveClock) *revisionExpectations {
@@ -207,7 +215,26 @@ func (e *revisionExpectations) mounting(sessionKey string, uid types.UID, genera
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.setMounts(sessionKey, append(slices.Clone(e.mounts[sessionKey]), pendingMount{uid: uid, generation: generation,
-		revision: desired.Namespace + "/" + mountedRevision(&desired.Spec.Template), at: e.clock.Now()}))
+		revision: desired.Namespace + "/" + mountedRevision(&desired.Spec.Template),
+		hash:     desired.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation], at: e.clock.Now()}))
+}
+
+// lastMount returns the revision ("namespace/name") and content hash that
+// the session's latest Deployment write not yet in the cache mounts; ok is
+// false when every write shows, the latest is past expectationTimeout, or
+// the latest news is a live read.
+func (e *revisionExpectations) lastMount(sessionKey string) (revision, hash string, ok bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	pending := e.mounts[sessionKey]
+	if len(pending) == 0 {
+		return "", "", false
+	}
+	last := pending[len(pending)-1]
+	if last.live || e.clock.Since(last.at) >= expectationTimeout {
+		return "", "", false
+	}
+	return last.revision, last.hash, true
 }
 
 // wrote hears how the write that mounting announced last went. A write the
@@ -224,7 +251,7 @@ func (e *revisionExpectations) wrote(sessionKey string, written *appsv1.Deployme
 	last := &pending[len(pending)-1]
 	switch {
 	case err == nil && written != nil:
-		last.uid, last.generation = written.UID, written.Generation
+		last.uid, last.generation, last.resourceVersion = written.UID, written.Generation, written.ResourceVersion
 		e.setMounts(sessionKey, pending)
 	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsInvalid(err) ||
 		apierrors.IsNotFound(err) || apierrors.IsForbidden(err):
@@ -233,15 +260,23 @@ func (e *revisionExpectations) wrote(sessionKey string, written *appsv1.Deployme
 }
 
 // deploymentObserved hears that the Deployment cache shows d: a write it
-// shows (its UID, "" for a create whose answer was lost, at that generation
-// or later) ends. A Deployment of another UID ends nothing: the cache may
-// show an older one, deleted since, that the write replaced.
+// shows ends. It shows the write when it holds the version the write
+// produced, or a later generation; for a write whose answer was lost, the
+// write's generation or later with the write's revision mounted. A
+// Deployment of another UID ends nothing: the cache may show an older one,
+// deleted since, that the write replaced.
 func (e *revisionExpectations) deploymentObserved(d *appsv1.Deployment) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	key := d.Namespace + "/" + d.Name
 	e.setMounts(key, slices.DeleteFunc(slices.Clone(e.mounts[key]), func(m pendingMount) bool {
-		return (m.uid == "" || m.uid == d.UID) && d.Generation >= m.generation &&
+		if m.uid != "" && m.uid != d.UID {
+			return false
+		}
+		if m.resourceVersion != "" {
+			return d.ResourceVersion == m.resourceVersion || d.Generation > m.generation
+		}
+		return d.Generation >= m.generation &&
 			mountedRevision(&d.Spec.Template) == strings.TrimPrefix(m.revision, d.Namespace+"/")
 	}))
 }
@@ -263,6 +298,61 @@ func (e *revisionExpectations) forgetSession(sessionKey string) []string {
 	}
 	e.setMounts(sessionKey, nil)
 	return revisions
+}
+
+// liveRead hears what a live (quorum) read found of the session's
+// Deployment, nil for none: no write of the controller's is newer. A
+// Deployment the session controls keeps what it mounts held until the cache
+// shows that version; none, or someone else's, holds nothing. It returns the
+// revisions ("namespace/name") the writes it replaces held.
+func (e *revisionExpectations) liveRead(sessionKey string, live *appsv1.Deployment, ours bool) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var held []string
+	for _, m := range e.mounts[sessionKey] {
+		held = append(held, m.revision)
+	}
+	var pending []pendingMount
+	if live != nil && ours {
+		if revision := mountedRevision(&live.Spec.Template); revision != "" {
+			m := pendingMount{uid: live.UID, generation: live.Generation,
+				resourceVersion: live.ResourceVersion, revision: live.Namespace + "/" + revision,
+				hash: live.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation], at: e.clock.Now(), live: true}
+			if last, ok := e.lastWrite(sessionKey); ok && last.shownBy(live) {
+				// What it shows is the controller's write, still on its way
+				// to the cache: a move that holds its slot in the budget.
+				m.live, m.at = false, last.at
+			}
+			pending = append(pending, m)
+		}
+	}
+	e.setMounts(sessionKey, pending)
+	return held
+}
+
+// lastWrite returns the session's latest pending write, if it is one.
+func (e *revisionExpectations) lastWrite(sessionKey string) (pendingMount, bool) {
+	pending := e.mounts[sessionKey]
+	if len(pending) == 0 || pending[len(pending)-1].live {
+		return pendingMount{}, false
+	}
+	return pending[len(pending)-1], true
+}
+
+// shownBy reports whether the Deployment d shows the write m and nothing
+// newer: the version the write produced or, for a write whose answer was
+// lost, its generation with its revision mounted.
+func (m pendingMount) shownBy(d *appsv1.Deployment) bool {
+	if m.uid != "" && m.uid != d.UID {
+		return false
+	}
+	if m.revision != d.Namespace+"/"+mountedRevision(&d.Spec.Template) {
+		return false
+	}
+	if m.resourceVersion != "" {
+		return m.resourceVersion == d.ResourceVersion
+	}
+	return m.generation == d.Generation
 }
 
 // setMounts replaces the session's pending writes, and keeps the count of
@@ -575,8 +665,18 @@ func (c *Controller) deleteStaleRevisions(ctx context.Context, namespace, profil
 	for _, obj := range objs {
 		revisions = append(revisions, obj.(*corev1.ConfigMap))
 	}
+	var outOfSight map[string]bool
+	inUse := func(r *corev1.ConfigMap) bool {
+		if c.revisionInUse(r) {
+			return true
+		}
+		if outOfSight == nil {
+			outOfSight = c.revisionsOutOfSight(profileKey)
+		}
+		return outOfSight[r.Name]
+	}
 	var errs []error
-	for _, r := range staleRevisions(revisions, kept, c.revisionInUse, keep) {
+	for _, r := range staleRevisions(revisions, kept, inUse, keep) {
 		if c.revisions.deletedAlready(r) {
 			continue // its delete event is on its way
 		}
@@ -607,6 +707,26 @@ func (c *Controller) deleteStaleRevisions(ctx context.Context, namespace, profil
 
 // revisionInUse reports whether a pod of a managed Deployment may mount the
 // revision: see above. An index error counts as in use.
+// revisionsOutOfSight returns the revisions that the profile's sessions
+// whose Deployment the cache does not show last ran, as their status says.
+// Such a Deployment (its managed-by label removed by a user) may mount one
+// still, and the controller, which puts the label back, would find its
+// revision gone.
+func (c *Controller) revisionsOutOfSight(profileKey string) map[string]bool {
+	names := map[string]bool{}
+	for _, key := range c.sessionKeysOf(profileKey) {
+		namespace, name, _ := cache.SplitMetaNamespaceKey(key)
+		session, err := c.sessionLister.GameSessions(namespace).Get(name)
+		if err != nil || session.Status.ProfileRevision == "" {
+			continue
+		}
+		if _, err := c.deploymentLister.Deployments(namespace).Get(name); apierrors.IsNotFound(err) {
+			names[session.Status.ProfileRevision] = true
+		}
+	}
+	return names
+}
+
 func (c *Controller) revisionInUse(r *corev1.ConfigMap) bool {
 	key := r.Namespace + "/" + r.Name
 	for _, indexer := range []cache.Indexer{c.deploymentIndexer, c.replicaSetIndexer} {

@@ -137,6 +137,39 @@ func TestSequences(t *testing.T) {
 	}
 }
 
+// foundByLongRuns are seeds past make test's range that broke an invariant in
+// a long run (make test-sequences), on the code before the fix named beside
+// them or on a draft of it.
+// Each is replayed on every make test: a harness or controller change that
+// brings its failure back fails here, not only in the next long run.
+var foundByLongRuns = []struct {
+	seed uint64
+	what string
+}{
+	{42931, "budget: a session moved through a live read, its Deployment outside the cache, holds its slot"},
+	{52997, "budget: a live read that shows the controller's own write keeps the move counted"},
+	{29340, "revision: a label-only write is shown by its resourceVersion, not by an older object of the same generation"},
+	{33659, "revision: the same, while the profile is deleted"},
+	{44085, "revision: a session's status names the revision its out-of-cache Deployment runs"},
+	{5765, "status: a session with nothing to mount finds its Deployment outside the cache by a live read"},
+	{57524, "status: the same, with the profile volume edited"},
+	{58508, "requests: a live read that finds no Deployment ends the writes it was waiting for"},
+	{16099, "rollout: a foreign Deployment found by a live read holds nothing"},
+	{42998, "rollout: a Deployment found by a live read, not moved by the controller, is no member"},
+	{55591, "rollout: a settled rollout hears that a member stopped being Ready"},
+	{2555, "revision: a revision a session stopped reporting is looked at again"},
+}
+
+func TestSequenceRegressions(t *testing.T) {
+	for _, tc := range foundByLongRuns {
+		t.Run(fmt.Sprint(tc.seed), func(t *testing.T) {
+			if w := runSequence(tc.seed); len(w.violations) > 0 {
+				t.Fatalf("%s\n%s", tc.what, w.report())
+			}
+		})
+	}
+}
+
 // TestSequenceReplayIsDeterministic guards the harness itself: a sequence
 // must replay the same way from its seed alone, whether it ran by itself or
 // beside others, or a failure could not be debugged.
@@ -250,6 +283,9 @@ type world struct {
 	// Requests: faults armed for them, and what the current sync did.
 	faults     []fault
 	lastCreate lastCreate
+	// controllerTried names the Deployments the controller ever sent a
+	// create or patch for, answered or not.
+	controllerTried map[string]bool
 	// lastRevisionCreate is the revision whose create last answered
 	// AlreadyExists: a GET of it may follow (see getConfigMap).
 	lastRevisionCreate string
@@ -330,6 +366,7 @@ func newWorld(seed uint64) *world {
 		revisionDeletions: map[string]revisionDeletion{},
 		lastWriter:        map[string]author{},
 		deletedLately:     map[string]types.UID{},
+		controllerTried:   map[string]bool{},
 
 		bursts:   map[string]*profileBurst{},
 		nonOwned: map[types.UID]nonOwnedFields{},

@@ -188,6 +188,24 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 	result.choice = c.chooseRevision(session, profile, observed)
 	result.planNeeded = result.choice.planNeeded
 	result.requeueAfter = result.choice.requeueAfter
+	if result.choice.hash == "" && observed == nil && c.mayRunUncached(session) {
+		// With nothing to mount, no create would find the Deployment the
+		// session ran before it left the cache (its label removed): look.
+		live, err := c.uncachedDeployment(ctx, session)
+		if err != nil {
+			return result, err
+		}
+		if live != nil && blocks(live, session) {
+			result.requeueAfter = c.blockedBy(session, live, status)
+			return result, nil
+		}
+		if live != nil {
+			observed = live
+			result.choice = c.chooseRevision(session, profile, observed)
+			result.planNeeded = result.planNeeded || result.choice.planNeeded
+			result.requeueAfter = uncachedRecheckInterval
+		}
+	}
 	if result.choice.hash == "" {
 		// Nothing to mount yet: the profile sync is creating the revision,
 		// or planning the rollout, and either queues the session again.
@@ -260,16 +278,57 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 	return result, nil
 }
 
+// mayRunUncached reports whether a session whose Deployment the cache does
+// not show may have one all the same: its status describes one, or a write
+// of this controller's has not shown yet. A new session has neither, and
+// costs no request.
+func (c *Controller) mayRunUncached(session *gamesv1.GameSession) bool {
+	if session.Status.ProfileHash != "" || session.Status.Replicas > 0 {
+		return true
+	}
+	_, _, pending := c.revisions.lastMount(cache.MetaObjectToName(session).String())
+	return pending
+}
+
+// uncachedDeployment reads the session's Deployment from the API server; nil
+// if there is none.
+func (c *Controller) uncachedDeployment(ctx context.Context, session *gamesv1.GameSession) (*appsv1.Deployment, error) {
+	live, err := c.kubeClient.AppsV1().Deployments(session.Namespace).Get(ctx, session.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		c.liveRead(session, nil)
+		return nil, nil
+	}
+	if err == nil {
+		c.liveRead(session, live)
+	}
+	return live, err
+}
+
+// liveRead tells the revision expectations what a live read found of the
+// session's Deployment (nil: none), and looks again at the revisions the
+// writes it supersedes held.
+func (c *Controller) liveRead(session *gamesv1.GameSession, live *appsv1.Deployment) {
+	ours := live != nil && !blocks(live, session)
+	for _, revision := range c.revisions.liveRead(cache.MetaObjectToName(session).String(), live, ours) {
+		namespace, name, _ := cache.SplitMetaNamespaceKey(revision)
+		c.enqueueProfileOfRevision(namespace, name)
+	}
+}
+
 // nothingToMount reports a session that has no revision to mount yet, and
 // so leaves its Deployment d (nil if none) as it is: Ready says why, not
-// what an earlier sync found, and the counts are d's.
+// what an earlier sync found, and the counts are d's, zero without one.
 func (s *sessionStatus) nothingToMount(d *appsv1.Deployment, choice revisionChoice) {
 	s.waiting(choice.reason, choice.message)
 	s.notReady(choice.reason, choice.message)
-	if d != nil {
-		s.status.ProfileHash = d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]
-		s.replicas(d)
+	if d == nil {
+		// No Deployment: nothing runs, whatever an earlier sync saw.
+		s.status.ProfileHash, s.status.ProfileRevision = "", ""
+		s.status.Replicas, s.status.ReadyReplicas = 0, 0
+		return
 	}
+	s.status.ProfileHash = d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]
+	s.replicas(d)
 }
 
 // reconcileWithoutProfile handles a session whose profile is missing. A
@@ -422,6 +481,9 @@ func (c *Controller) createDeployment(ctx context.Context, session *gamesv1.Game
 	}
 	// NotFound: deleted meanwhile, and the retry creates it.
 	live, err = client.Get(ctx, desired.Name, metav1.GetOptions{})
+	if err == nil {
+		c.liveRead(session, live)
+	}
 	return nil, live, err
 }
 

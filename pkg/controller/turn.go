@@ -25,20 +25,16 @@ func (c *Controller) turnOf(session *gamesv1.GameSession, profile *corev1.Config
 	hasDeployment bool) (revisionChoice, bool) {
 	policy, err := c.policyOf(profile)
 	key := profileKey(profile.Namespace, profile.Name)
-	targetRevision := RevisionName(profile.Name, target)
 	var pp *profilePlan
 	if err == nil && policy.Unpaced() {
 		// Even without a policy, a halt holds until the content changes:
 		// removing the brake's annotations must not move every session onto
-		// the content that failed. Otherwise unpaced sessions need no plan.
+		// the content that failed. Otherwise unpaced sessions need no plan;
+		// without one (a restart), the ProfileRollout says whether halted.
 		pp = c.plans.latest(key)
-		halted := pp != nil && pp.hash == target && pp.plan.Phase == rollout.PhaseHalted
-		if pp == nil && memoryOf(c.storedRollout(profile), target).Halted {
-			// No plan yet (a restart), but the ProfileRollout says halted.
-			return revisionChoice{hash: rolled, reason: gamesv1.ReasonWaitingForTurn, planNeeded: true,
-				message: fmt.Sprintf(MessageWaitingForPlan, targetRevision, profile.Name)}, false
-		}
-		if !halted {
+		haltedPlan := pp != nil && pp.hash == target && pp.plan.Phase == rollout.PhaseHalted
+		haltedRecord := pp == nil && memoryOf(c.storedRollout(profile), target).Halted
+		if !haltedPlan && !haltedRecord {
 			return revisionChoice{}, true
 		}
 	} else {
@@ -46,7 +42,7 @@ func (c *Controller) turnOf(session *gamesv1.GameSession, profile *corev1.Config
 	}
 	if pp == nil {
 		return revisionChoice{hash: rolled, reason: gamesv1.ReasonWaitingForTurn, planNeeded: true,
-			message: fmt.Sprintf(MessageWaitingForPlan, targetRevision, profile.Name)}, false
+			message: fmt.Sprintf(MessageWaitingForPlan, RevisionName(profile.Name, target), profile.Name)}, false
 	}
 	if !hasDeployment || rolled == "" {
 		stable := pp.plan.StableHash

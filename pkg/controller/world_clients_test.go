@@ -158,6 +158,7 @@ func (w *world) checkRolloutCreate(r *gamesv1.ProfileRollout) {
 func (w *world) createDeployment(a core.CreateAction) (bool, runtime.Object, error) {
 	d := a.GetObject().(*appsv1.Deployment)
 	w.checkControllerCreate(d)
+	w.controllerTried[d.Name] = true
 	f, faulty := w.takeFault("create")
 	if faulty && f != faultLostResponse {
 		w.logf("  → CREATE deployment %s: injected %s", d.Name, f)
@@ -194,6 +195,7 @@ func (w *world) getDeployment(a core.GetAction) (bool, runtime.Object, error) {
 
 func (w *world) patchDeployment(a core.PatchAction) (bool, runtime.Object, error) {
 	name := a.GetName()
+	w.controllerTried[name] = true
 	if pt := a.GetPatchType(); pt != types.MergePatchType && pt != types.StrategicMergePatchType {
 		return w.unexpected(a)
 	}

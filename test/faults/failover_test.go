@@ -15,6 +15,19 @@ import (
 	"github.com/example/gamesession-controller/internal/testutil"
 )
 
+// leaderElectionFlags are the flags of a replica that runs for the lease
+// leaseID in namespace ns. Short timings keep each failover to a few seconds.
+func leaderElectionFlags(ns, leaseID string) []string {
+	return []string{
+		"--leader-elect",
+		"--leader-election-namespace=" + ns,
+		"--leader-election-id=" + leaseID,
+		"--leader-elect-lease-duration=4s",
+		"--leader-elect-renew-deadline=3s",
+		"--leader-elect-retry-period=1s",
+	}
+}
+
 // TestFaultLeaderFailoverRepeated runs three replicas with leader election
 // and short lease timings, and SIGKILLs the leader again and again, each
 // time when it has rolled a third of the Deployments to the latest edit; a
@@ -35,15 +48,7 @@ func TestFaultLeaderFailoverRepeated(t *testing.T) {
 	n := e.size.sessions
 	tracker := e.trackRollouts()
 	const leaseID = "faults-leader"
-	flags := append(e.slowFlags(),
-		"--leader-elect",
-		"--leader-election-namespace="+e.ns,
-		"--leader-election-id="+leaseID,
-		// Short timings keep each failover to a few seconds.
-		"--leader-elect-lease-duration=4s",
-		"--leader-elect-renew-deadline=3s",
-		"--leader-elect-retry-period=1s",
-	)
+	flags := append(e.slowFlags(), leaderElectionFlags(e.ns, leaseID)...)
 	var replicas []*testutil.ControllerProcess
 	for _, name := range []string{"replica-a", "replica-b", "replica-c"} {
 		replicas = append(replicas, e.startController(name, flags...))

@@ -86,14 +86,7 @@ func TestFaultFailoverMidPacedRollout(t *testing.T) {
 	budget := e.pace()
 	tracker := e.trackRollouts()
 	const leaseID = "paced-leader"
-	flags := []string{
-		"--leader-elect",
-		"--leader-election-namespace=" + e.ns,
-		"--leader-election-id=" + leaseID,
-		"--leader-elect-lease-duration=4s",
-		"--leader-elect-renew-deadline=3s",
-		"--leader-elect-retry-period=1s",
-	}
+	flags := leaderElectionFlags(e.ns, leaseID)
 	replicas := []*testutil.ControllerProcess{e.startController("replica-a", flags...), e.startController("replica-b", flags...)}
 	leader := e.waitLeader(leaseID, replicas, "")
 	before := e.generations()

@@ -309,14 +309,7 @@ func TestFaultHaltSurvivesFailover(t *testing.T) {
 	t.Parallel() // leaves the control plane alone: see the package doc
 	e := newHaltEnv(t)
 	const leaseID = "halt-leader"
-	flags := []string{
-		"--leader-elect",
-		"--leader-election-namespace=" + e.ns,
-		"--leader-election-id=" + leaseID,
-		"--leader-elect-lease-duration=4s",
-		"--leader-elect-renew-deadline=3s",
-		"--leader-elect-retry-period=1s",
-	}
+	flags := leaderElectionFlags(e.ns, leaseID)
 	replicas := []*testutil.ControllerProcess{e.startController("replica-a", flags...), e.startController("replica-b", flags...)}
 	leader := e.waitLeader(leaseID, replicas, "")
 	broken := e.haltOnBrokenContent()

@@ -123,26 +123,7 @@ func TestHealth(t *testing.T) {
 		t.Run(tc.session, func(t *testing.T) {
 			h.t = t
 			h.waitFor(tc.session, tc.conditionType, tc.reason)
-			obj, err := h.dynamic.Resource(gamesv1.SchemeGroupVersion.WithResource("gamesessions")).Namespace(ns).
-				Get(ctx, tc.session, metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			res, err := status.Compute(obj)
-			if err != nil {
-				t.Fatalf("kstatus Compute: %v", err)
-			}
-			if res.Status != tc.kstatus {
-				t.Errorf("kstatus: got %s (%s), want %s", res.Status, res.Message, tc.kstatus)
-			}
-			health, message, err := argoHealth(string(script), obj)
-			if err != nil {
-				t.Fatalf("Argo CD health script: %v", err)
-			}
-			if health != tc.argo {
-				t.Errorf("Argo CD health: got %s (%s), want %s", health, message, tc.argo)
-			}
-			t.Logf("kstatus %s %q; Argo CD %s %q", res.Status, res.Message, health, message)
+			checkHealth(ctx, t, h.dynamic, "gamesessions", ns, tc.session, string(script), tc.kstatus, tc.argo)
 		})
 	}
 
@@ -171,26 +152,7 @@ func TestHealth(t *testing.T) {
 		t.Run("ProfileRollout "+tc.profile, func(t *testing.T) {
 			h.t = t
 			h.waitForRollout(tc.profile, tc.phase, tc.conditionType, tc.reason)
-			obj, err := h.dynamic.Resource(gamesv1.SchemeGroupVersion.WithResource("profilerollouts")).Namespace(ns).
-				Get(ctx, tc.profile, metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			res, err := status.Compute(obj)
-			if err != nil {
-				t.Fatalf("kstatus Compute: %v", err)
-			}
-			if res.Status != tc.kstatus {
-				t.Errorf("kstatus: got %s (%s), want %s", res.Status, res.Message, tc.kstatus)
-			}
-			health, message, err := argoHealth(string(rolloutScript), obj)
-			if err != nil {
-				t.Fatalf("Argo CD health script: %v", err)
-			}
-			if health != tc.argo {
-				t.Errorf("Argo CD health: got %s (%s), want %s", health, message, tc.argo)
-			}
-			t.Logf("kstatus %s %q; Argo CD %s %q", res.Status, res.Message, health, message)
+			checkHealth(ctx, t, h.dynamic, "profilerollouts", ns, tc.profile, string(rolloutScript), tc.kstatus, tc.argo)
 		})
 	}
 	h.t = t
@@ -247,6 +209,33 @@ func TestHealth(t *testing.T) {
 
 // argoHealth runs the health script as Argo CD does: the object as the global
 // obj, and a table with status and message as the result.
+// checkHealth reads the object name of resource (games.example.com/v1) and
+// checks what kstatus and the Argo CD health script make of it.
+func checkHealth(ctx context.Context, t *testing.T, client dynamic.Interface, resource, ns, name, script string,
+	wantKstatus status.Status, wantArgo string) {
+	t.Helper()
+	obj, err := client.Resource(gamesv1.SchemeGroupVersion.WithResource(resource)).Namespace(ns).
+		Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := status.Compute(obj)
+	if err != nil {
+		t.Fatalf("kstatus Compute: %v", err)
+	}
+	if res.Status != wantKstatus {
+		t.Errorf("kstatus: got %s (%s), want %s", res.Status, res.Message, wantKstatus)
+	}
+	health, message, err := argoHealth(script, obj)
+	if err != nil {
+		t.Fatalf("Argo CD health script: %v", err)
+	}
+	if health != wantArgo {
+		t.Errorf("Argo CD health: got %s (%s), want %s", health, message, wantArgo)
+	}
+	t.Logf("kstatus %s %q; Argo CD %s %q", res.Status, res.Message, health, message)
+}
+
 func argoHealth(script string, obj *unstructured.Unstructured) (health, message string, err error) {
 	state := lua.NewState(lua.Options{SkipOpenLibs: true})
 	defer state.Close()
