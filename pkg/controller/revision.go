@@ -104,6 +104,7 @@ type revisionExpectations struct {
 	// pruned is when timed-out writes were last dropped.
 	byRevision map[string]int
 	pruned     time.Time
+	writes     uint64 // writes numbered so far
 }
 
 type pendingRevision struct {
@@ -116,6 +117,7 @@ type pendingRevision struct {
 }
 
 type pendingMount struct {
+	write      uint64 // the write's number; 0 for what a live read found
 	uid        types.UID
 	generation int64
 	// resourceVersion is the write's, once answered: a write that leaves
@@ -211,12 +213,16 @@ func (e *revisionExpectations) deleting(r *corev1.ConfigMap) bool {
 // a create) at that generation or later will mount it. Earlier writes not yet
 // shown stay recorded: a later write refused (a create answered
 // AlreadyExists) says nothing of them.
-func (e *revisionExpectations) mounting(sessionKey string, uid types.UID, generation int64, desired *appsv1.Deployment) {
+//
+// It returns the write's number, for wrote.
+func (e *revisionExpectations) mounting(sessionKey string, uid types.UID, generation int64, desired *appsv1.Deployment) uint64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.setMounts(sessionKey, append(slices.Clone(e.mounts[sessionKey]), pendingMount{uid: uid, generation: generation,
+	e.writes++
+	e.setMounts(sessionKey, append(slices.Clone(e.mounts[sessionKey]), pendingMount{write: e.writes, uid: uid, generation: generation,
 		revision: desired.Namespace + "/" + mountedRevision(&desired.Spec.Template),
 		hash:     desired.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation], at: e.clock.Now()}))
+	return e.writes
 }
 
 // lastMount returns the revision ("namespace/name") and content hash that
@@ -241,21 +247,23 @@ func (e *revisionExpectations) lastMount(sessionKey string) (revision, hash stri
 // API server refused made nothing to wait for; one it answered is waited for
 // by the UID and generation it produced; one whose answer was lost (a
 // timeout, a 500) may have been made, so it is waited for as announced.
-func (e *revisionExpectations) wrote(sessionKey string, written *appsv1.Deployment, err error) {
+//
+// The write may be gone already: its watch event can come before its answer.
+func (e *revisionExpectations) wrote(sessionKey string, write uint64, written *appsv1.Deployment, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	pending := slices.Clone(e.mounts[sessionKey])
-	if len(pending) == 0 {
+	i := slices.IndexFunc(pending, func(m pendingMount) bool { return m.write == write })
+	if i < 0 {
 		return
 	}
-	last := &pending[len(pending)-1]
 	switch {
 	case err == nil && written != nil:
-		last.uid, last.generation, last.resourceVersion = written.UID, written.Generation, written.ResourceVersion
+		pending[i].uid, pending[i].generation, pending[i].resourceVersion = written.UID, written.Generation, written.ResourceVersion
 		e.setMounts(sessionKey, pending)
 	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsInvalid(err) ||
 		apierrors.IsNotFound(err) || apierrors.IsForbidden(err):
-		e.setMounts(sessionKey, pending[:len(pending)-1])
+		e.setMounts(sessionKey, slices.Delete(pending, i, i+1))
 	}
 }
 
@@ -305,7 +313,11 @@ func (e *revisionExpectations) forgetSession(sessionKey string) []string {
 // Deployment the session controls keeps what it mounts held until the cache
 // shows that version; none, or someone else's, holds nothing. It returns the
 // revisions ("namespace/name") the writes it replaces held.
-func (e *revisionExpectations) liveRead(sessionKey string, live *appsv1.Deployment, ours bool) []string {
+//
+// cached returns the resourceVersion the Deployment cache holds: asked
+// under the lock that deploymentObserved takes, so that a version the cache
+// received before is seen here, and one it receives after ends the entry.
+func (e *revisionExpectations) liveRead(sessionKey string, live *appsv1.Deployment, ours bool, cached func() string) []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var held []string
@@ -313,7 +325,7 @@ func (e *revisionExpectations) liveRead(sessionKey string, live *appsv1.Deployme
 		held = append(held, m.revision)
 	}
 	var pending []pendingMount
-	if live != nil && ours {
+	if live != nil && ours && cached() != live.ResourceVersion {
 		if revision := mountedRevision(&live.Spec.Template); revision != "" {
 			m := pendingMount{uid: live.UID, generation: live.Generation,
 				resourceVersion: live.ResourceVersion, revision: live.Namespace + "/" + revision,

@@ -309,7 +309,14 @@ func (c *Controller) uncachedDeployment(ctx context.Context, session *gamesv1.Ga
 // writes it supersedes held.
 func (c *Controller) liveRead(session *gamesv1.GameSession, live *appsv1.Deployment) {
 	ours := live != nil && !blocks(live, session)
-	for _, revision := range c.revisions.liveRead(cache.MetaObjectToName(session).String(), live, ours) {
+	cached := func() string {
+		d, err := c.deploymentLister.Deployments(session.Namespace).Get(session.Name)
+		if err != nil {
+			return ""
+		}
+		return d.ResourceVersion
+	}
+	for _, revision := range c.revisions.liveRead(cache.MetaObjectToName(session).String(), live, ours, cached) {
 		namespace, name, _ := cache.SplitMetaNamespaceKey(revision)
 		c.enqueueProfileOfRevision(namespace, name)
 	}
@@ -468,9 +475,9 @@ func (c *Controller) createDeployment(ctx context.Context, session *gamesv1.Game
 	key := cache.MetaObjectToName(session).String()
 	// Recorded before the request: a create whose answer is lost may have
 	// been made all the same.
-	c.revisions.mounting(key, "", 1, desired)
+	write := c.revisions.mounting(key, "", 1, desired)
 	created, err = client.Create(ctx, desired, metav1.CreateOptions{FieldManager: Name})
-	c.revisions.wrote(key, created, err)
+	c.revisions.wrote(key, write, created, err)
 	if err == nil {
 		klog.FromContext(ctx).V(2).Info("Created Deployment", "deployment", klog.KObj(created))
 		c.recorder.Eventf(session, corev1.EventTypeNormal, EventReasonCreated, MessageDeploymentCreated, created.Name)
@@ -511,12 +518,12 @@ func (c *Controller) patchDeployment(ctx context.Context, session *gamesv1.GameS
 	if deploymentChanges(observed, desired).template() {
 		generation++
 	}
-	c.revisions.mounting(key, observed.UID, generation, desired)
+	write := c.revisions.mounting(key, observed.UID, generation, desired)
 	// A Conflict means the Deployment changed since it was read: the sync
 	// runs again, quietly, once the cache has the new version.
 	patched, err := c.kubeClient.AppsV1().Deployments(session.Namespace).Patch(ctx, desired.Name,
 		types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: Name})
-	c.revisions.wrote(key, patched, err)
+	c.revisions.wrote(key, write, patched, err)
 	if err != nil {
 		return nil, false, err
 	}

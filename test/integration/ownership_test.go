@@ -412,10 +412,19 @@ func TestOwnershipScaleWithoutProfile(t *testing.T) {
 		}
 		return nil
 	})
-	s := e.waitForCondition("arena-1", gamesv1.ConditionReady, metav1.ConditionTrue, gamesv1.ReasonDeploymentReady)
-	if s.Status.ObservedGeneration != s.Generation {
-		t.Errorf("status.observedGeneration %d, want the generation %d", s.Status.ObservedGeneration, s.Generation)
-	}
+	// The status written for the scaled spec: a status read before the
+	// controller wrote it still says Ready for the generation before.
+	var s *gamesv1.GameSession
+	e.eventually("Ready for the scaled generation", func() (bool, error) {
+		var err error
+		if s, err = e.game.GamesV1().GameSessions(e.ns).Get(e.ctx, "arena-1", metav1.GetOptions{}); err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(s.Status.Conditions, gamesv1.ConditionReady)
+		ok := c != nil && c.Status == metav1.ConditionTrue && c.Reason == gamesv1.ReasonDeploymentReady &&
+			s.Status.ObservedGeneration == s.Generation
+		return ok, fmt.Errorf("status.observedGeneration %d of generation %d, Ready %+v", s.Status.ObservedGeneration, s.Generation, c)
+	})
 	if c := meta.FindStatusCondition(s.Status.Conditions, gamesv1.ConditionProfileResolved); c == nil || c.Status != metav1.ConditionFalse {
 		t.Errorf("ProfileResolved %+v, want False while the profile is missing", c)
 	}
