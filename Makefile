@@ -15,14 +15,17 @@ IMAGE_REPOSITORY ?= gamesession-controller
 IMAGE ?= $(IMAGE_REPOSITORY):dev
 RELEASE_DIR ?= _output/release/$(VERSION)
 
+# VERSION_LDFLAGS stamp VERSION into the controller, and into make run's
+# local runner, which runs the same code in its own process.
+VERSION_LDFLAGS = -X github.com/example/gamesession-controller/cmd/gamesession-controller/app.Version=$(VERSION)
+
 .PHONY: help
 help: ## List the targets.
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: build
 build: ## Build the controller binary into bin/.
-	$(GO) build -ldflags "-X github.com/example/gamesession-controller/cmd/gamesession-controller/app.Version=$(VERSION)" \
-	  -o $(BIN_DIR)/gamesession-controller ./cmd/gamesession-controller
+	$(GO) build -ldflags "$(VERSION_LDFLAGS)" -o $(BIN_DIR)/gamesession-controller ./cmd/gamesession-controller
 
 .PHONY: codegen
 codegen: ## Regenerate clientset, listers, informers, deepcopy and the CRD.
@@ -107,7 +110,7 @@ run: build ## Run the controller (its flags in ARGS='-v=2 ...'): on a local cont
 	  if [[ -n "$${KUBECONFIG:-}" ]]; then \
 	    echo "make run: ignoring the KUBECONFIG exported in this shell; to run against that cluster: make run KUBECONFIG=\$$KUBECONFIG"; \
 	  fi; \
-	  hack/build-controlplane.sh && $(GO) build -o $(BIN_DIR)/run-local ./hack/run-local && \
+	  hack/build-controlplane.sh && $(GO) build -ldflags "$(VERSION_LDFLAGS)" -o $(BIN_DIR)/run-local ./hack/run-local && \
 	  KUBECONFIG= exec $(BIN_DIR)/run-local $(ARGS); \
 	fi
 

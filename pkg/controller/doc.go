@@ -23,9 +23,10 @@
 //     restart loses the delay of a fan-out in flight, never a write;
 //   - write expectations by Deployment UID and generation (expectations.go):
 //     a restart costs at most one idle patch per session;
-//   - revision expectations by UID (revision.go): revisions created and
-//     deleted, and Deployment writes that mount one, until the caches show
-//     them; a restarted controller's caches start in sync and need none;
+//   - revision expectations by UID (revision.go): revisions deleted, and
+//     Deployment writes that mount one, until the caches show them or a live
+//     read supersedes them; a restarted controller's caches start in sync
+//     and need none;
 //   - the latest rollout plan of each profile (profilesync.go): recomputed
 //     from the caches and the profile's ProfileRollout.
 //
