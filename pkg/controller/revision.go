@@ -123,6 +123,9 @@ type pendingMount struct {
 	// resourceVersion is the write's, once answered: a write that leaves
 	// the generation as it was (labels put back) shows when the cache holds
 	// that very version; an older one of the same generation predates it.
+	// templateChange is set for a patch of the pod template: whatever the
+	// cache shows at its generation or later has seen it, or replaced it.
+	templateChange  bool
 	resourceVersion string
 	revision        string // "namespace/revision"
 	hash            string // the profile content the write puts in the pod template
@@ -215,11 +218,13 @@ func (e *revisionExpectations) deleting(r *corev1.ConfigMap) bool {
 // AlreadyExists) says nothing of them.
 //
 // It returns the write's number, for wrote.
-func (e *revisionExpectations) mounting(sessionKey string, uid types.UID, generation int64, desired *appsv1.Deployment) uint64 {
+func (e *revisionExpectations) mounting(sessionKey string, uid types.UID, generation int64, templateChange bool,
+	desired *appsv1.Deployment) uint64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.writes++
-	e.setMounts(sessionKey, append(slices.Clone(e.mounts[sessionKey]), pendingMount{write: e.writes, uid: uid, generation: generation,
+	e.setMounts(sessionKey, append(slices.Clone(e.mounts[sessionKey]), pendingMount{write: e.writes, uid: uid,
+		generation: generation, templateChange: templateChange,
 		revision: desired.Namespace + "/" + mountedRevision(&desired.Spec.Template),
 		hash:     desired.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation], at: e.clock.Now()}))
 	return e.writes
@@ -270,7 +275,8 @@ func (e *revisionExpectations) wrote(sessionKey string, write uint64, written *a
 // deploymentObserved hears that the Deployment cache shows d: a write it
 // shows ends. It shows the write when it holds the version the write
 // produced, or a later generation; for a write whose answer was lost, the
-// write's generation or later with the write's revision mounted. A
+// write's generation or later with the write's revision mounted, or any
+// revision for a template patch (made and shown, or not made, or replaced). A
 // Deployment of another UID ends nothing: the cache may show an older one,
 // deleted since, that the write replaced.
 func (e *revisionExpectations) deploymentObserved(d *appsv1.Deployment) {
@@ -284,8 +290,8 @@ func (e *revisionExpectations) deploymentObserved(d *appsv1.Deployment) {
 		if m.resourceVersion != "" {
 			return d.ResourceVersion == m.resourceVersion || d.Generation > m.generation
 		}
-		return d.Generation >= m.generation &&
-			mountedRevision(&d.Spec.Template) == strings.TrimPrefix(m.revision, d.Namespace+"/")
+		return d.Generation >= m.generation && (m.templateChange ||
+			mountedRevision(&d.Spec.Template) == strings.TrimPrefix(m.revision, d.Namespace+"/"))
 	}))
 }
 
@@ -628,6 +634,9 @@ func (c *Controller) ensureRevision(ctx context.Context, profile *corev1.ConfigM
 			return revisionState{}, nil // deleted and made again: the cache catches up
 		}
 		c.revisions.notDeleted(r)
+		// Available again: the sessions that a profile change left
+		// waiting for it (profileFanOut) hear of it as of a new revision.
+		c.fanOut.revisionCreated(profileKey(profile.Namespace, profile.Name))
 		return revisionState{available: true, reason: gamesv1.ReasonRevisionCreated,
 			message: fmt.Sprintf(MessageRevisionAvailable, name)}, nil
 	}

@@ -158,6 +158,10 @@ var foundByLongRuns = []struct {
 	{42998, "rollout: a Deployment found by a live read, not moved by the controller, is no member"},
 	{55591, "rollout: a settled rollout hears that a member stopped being Ready"},
 	{2555, "revision: a revision a session stopped reporting is looked at again"},
+	{1427, "rollout: a template patch whose answer was lost ends when the cache shows a later generation"},
+	{81046, "fan-out: a revision found alive after a lost delete answer queues the sessions that waited for it"},
+	{61924, "fan-out: the same"},
+	{62814, "revision: a session blocked by someone else's Deployment names no revision"},
 }
 
 func TestSequenceRegressions(t *testing.T) {

@@ -178,6 +178,13 @@ func (s *sessionStatus) leftAsIs(d *appsv1.Deployment, target string) {
 }
 
 // replicas records the Deployment's replica counts and the revision it mounts.
+// noDeployment reports that no Deployment of the session's runs, whatever
+// an earlier sync saw: no content, no revision, no replicas.
+func (s *sessionStatus) noDeployment() {
+	s.status.ProfileHash, s.status.ProfileRevision = "", ""
+	s.status.Replicas, s.status.ReadyReplicas = 0, 0
+}
+
 func (s *sessionStatus) replicas(d *appsv1.Deployment) {
 	s.status.Replicas, s.status.ReadyReplicas = d.Status.Replicas, d.Status.ReadyReplicas
 	s.status.ProfileRevision = ""

@@ -329,9 +329,7 @@ func (s *sessionStatus) nothingToMount(d *appsv1.Deployment, choice revisionChoi
 	s.waiting(choice.reason, choice.message)
 	s.notReady(choice.reason, choice.message)
 	if d == nil {
-		// No Deployment: nothing runs, whatever an earlier sync saw.
-		s.status.ProfileHash, s.status.ProfileRevision = "", ""
-		s.status.Replicas, s.status.ReadyReplicas = 0, 0
+		s.noDeployment()
 		return
 	}
 	s.status.ProfileHash = d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]
@@ -475,7 +473,7 @@ func (c *Controller) createDeployment(ctx context.Context, session *gamesv1.Game
 	key := cache.MetaObjectToName(session).String()
 	// Recorded before the request: a create whose answer is lost may have
 	// been made all the same.
-	write := c.revisions.mounting(key, "", 1, desired)
+	write := c.revisions.mounting(key, "", 1, false, desired)
 	created, err = client.Create(ctx, desired, metav1.CreateOptions{FieldManager: Name})
 	c.revisions.wrote(key, write, created, err)
 	if err == nil {
@@ -515,10 +513,11 @@ func (c *Controller) patchDeployment(ctx context.Context, session *gamesv1.GameS
 	// (its managed-by label removed, and put back by this patch).
 	key := cache.MetaObjectToName(session).String()
 	generation := observed.Generation
-	if deploymentChanges(observed, desired).template() {
+	templateChange := deploymentChanges(observed, desired).template()
+	if templateChange {
 		generation++
 	}
-	write := c.revisions.mounting(key, observed.UID, generation, desired)
+	write := c.revisions.mounting(key, observed.UID, generation, templateChange, desired)
 	// A Conflict means the Deployment changed since it was read: the sync
 	// runs again, quietly, once the cache has the new version.
 	patched, err := c.kubeClient.AppsV1().Deployments(session.Namespace).Patch(ctx, desired.Name,
@@ -544,6 +543,8 @@ func (c *Controller) patchDeployment(ctx context.Context, session *gamesv1.GameS
 // can remove. The controller never modifies either. It returns when to look
 // again: no event may announce the end of either.
 func (c *Controller) blockedBy(session *gamesv1.GameSession, d *appsv1.Deployment, status *sessionStatus) time.Duration {
+	// d is not the session's: nothing of the session's runs.
+	status.noDeployment()
 	if d.DeletionTimestamp != nil || controlledByEarlierSession(d, session) {
 		status.notReady(gamesv1.ReasonDeploymentDeleting, fmt.Sprintf(MessageDeploymentDeleting, d.Name))
 		return deletionRecheckInterval
