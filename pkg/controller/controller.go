@@ -601,8 +601,17 @@ func (c *Controller) enqueueSessionsOf(profileKey string) {
 
 func (c *Controller) addDeployment(obj interface{}) {
 	d := obj.(*appsv1.Deployment)
-	c.revisions.deploymentObserved(d)
+	c.deploymentObserved(d)
 	c.enqueueOwner(d)
+}
+
+// deploymentObserved ends the revision expectations the cached Deployment
+// shows, and asks for another look at the revisions they no longer hold.
+func (c *Controller) deploymentObserved(d *appsv1.Deployment) {
+	for _, revision := range c.revisions.deploymentObserved(d) {
+		namespace, name, _ := cache.SplitMetaNamespaceKey(revision)
+		c.enqueueProfileOfRevision(namespace, name)
+	}
 }
 
 func (c *Controller) updateDeployment(oldObj, newObj interface{}) {
@@ -610,7 +619,7 @@ func (c *Controller) updateDeployment(oldObj, newObj interface{}) {
 	if oldDeployment.ResourceVersion == newDeployment.ResourceVersion {
 		return // a resync; the session's own resync covers it
 	}
-	c.revisions.deploymentObserved(newDeployment)
+	c.deploymentObserved(newDeployment)
 	c.enqueueOwner(newDeployment)
 	if old := mountedRevision(&oldDeployment.Spec.Template); old != mountedRevision(&newDeployment.Spec.Template) {
 		c.enqueueProfileOfRevision(oldDeployment.Namespace, old)

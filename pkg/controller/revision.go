@@ -279,11 +279,18 @@ func (e *revisionExpectations) wrote(sessionKey string, write uint64, written *a
 // revision for a template patch (made and shown, or not made, or replaced). A
 // Deployment of another UID ends nothing: the cache may show an older one,
 // deleted since, that the write replaced.
-func (e *revisionExpectations) deploymentObserved(d *appsv1.Deployment) {
+//
+// It returns the revisions ("namespace/name") that no pending write holds
+// any more, which may be stale now.
+func (e *revisionExpectations) deploymentObserved(d *appsv1.Deployment) []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	key := d.Namespace + "/" + d.Name
-	e.setMounts(key, slices.DeleteFunc(slices.Clone(e.mounts[key]), func(m pendingMount) bool {
+	before := e.mounts[key]
+	if len(before) == 0 {
+		return nil
+	}
+	e.setMounts(key, slices.DeleteFunc(slices.Clone(before), func(m pendingMount) bool {
 		if m.uid != "" && m.uid != d.UID {
 			return false
 		}
@@ -293,6 +300,13 @@ func (e *revisionExpectations) deploymentObserved(d *appsv1.Deployment) {
 		return d.Generation >= m.generation && (m.templateChange ||
 			mountedRevision(&d.Spec.Template) == strings.TrimPrefix(m.revision, d.Namespace+"/"))
 	}))
+	var released []string
+	for _, m := range before {
+		if e.byRevision[m.revision] == 0 && !slices.Contains(released, m.revision) {
+			released = append(released, m.revision)
+		}
+	}
+	return released
 }
 
 // forgetSession drops the writes of a deleted session's Deployment. The

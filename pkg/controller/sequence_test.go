@@ -162,6 +162,7 @@ var foundByLongRuns = []struct {
 	{81046, "fan-out: a revision found alive after a lost delete answer queues the sessions that waited for it"},
 	{61924, "fan-out: the same"},
 	{62814, "revision: a session blocked by someone else's Deployment names no revision"},
+	{57398, "revision: a write the cache shows releases its revision for another look"},
 }
 
 func TestSequenceRegressions(t *testing.T) {
