@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	appsinformers "k8s.io/client-go/informers/apps/v1"
@@ -638,6 +639,12 @@ func (c *Controller) deleteDeployment(obj interface{}) {
 	deployment, ok := unwrap[*appsv1.Deployment](c.logger, obj, "deployment")
 	if !ok {
 		return
+	}
+	// A Deployment of a session that still exists may only have lost its
+	// label: a sync that has nothing to mount looks for it.
+	if session, err := c.sessionLister.GameSessions(deployment.Namespace).Get(deployment.Name); err == nil &&
+		metav1.IsControlledBy(deployment, session) {
+		c.revisions.deploymentLeft(cache.MetaObjectToName(deployment).String(), deployment)
 	}
 	c.enqueueOwner(deployment)
 	c.enqueueProfileOfRevision(deployment.Namespace, mountedRevision(&deployment.Spec.Template))

@@ -395,7 +395,7 @@ func (c *Controller) rolloutMembers(profile *corev1.ConfigMap, hash string) []ro
 			// moved by this controller: one that lost its label is written
 			// through a live read. Such a move holds a slot until the cache
 			// shows it, or the budget would let another session move too.
-			if m, ok := c.movedOutOfSight(profile, key, hash); ok {
+			if m, _, ok := c.movedOutOfSight(profile, key, hash); ok {
 				members = append(members, m)
 			}
 			continue
@@ -404,6 +404,15 @@ func (c *Controller) rolloutMembers(profile *corev1.ConfigMap, hash string) []ro
 			continue
 		}
 		rolled := rolledProfileHash(d, profile.Name)
+		if rolled != hash {
+			// A move the API server made and the cache does not show yet
+			// holds its slot.
+			if m, answered, ok := c.movedOutOfSight(profile, key, hash); ok && answered {
+				m.Blocked = memberBlocked(session, d)
+				members = append(members, m)
+				continue
+			}
+		}
 		onTarget := rolled == hash
 		members = append(members, rollout.Member{
 			Name:     name,
@@ -417,17 +426,20 @@ func (c *Controller) rolloutMembers(profile *corev1.ConfigMap, hash string) []ro
 	return members
 }
 
-// movedOutOfSight returns the member a session is while its Deployment is not
-// in the cache but the controller's latest write to it, not shown yet,
-// mounts the revision of target: moving, not Ready. It holds its slot in the
-// budget until the cache shows it.
-func (c *Controller) movedOutOfSight(profile *corev1.ConfigMap, sessionKey, target string) (rollout.Member, bool) {
-	revision, hash, ok := c.revisions.lastMount(sessionKey)
+// movedOutOfSight returns the member a session is while the cache does not
+// show the controller's latest write to its Deployment (or the Deployment at
+// all) and that write mounts the revision of target: moving, not Ready. It
+// holds its slot in the budget until the cache shows the write. answered
+// says whether the API server answered the write: a Deployment the cache
+// shows at an older version counts as moved only then, since a write whose
+// answer was lost may not have been made, and its session must move again.
+func (c *Controller) movedOutOfSight(profile *corev1.ConfigMap, sessionKey, target string) (m rollout.Member, answered, ok bool) {
+	revision, hash, answered, ok := c.revisions.lastMount(sessionKey)
 	if !ok || hash != target || revision != profile.Namespace+"/"+RevisionName(profile.Name, target) {
-		return rollout.Member{}, false
+		return rollout.Member{}, false, false
 	}
 	_, name, _ := cache.SplitMetaNamespaceKey(sessionKey)
-	return rollout.Member{Name: name, Hash: hash, OnTarget: true}, true
+	return rollout.Member{Name: name, Hash: hash, OnTarget: true}, answered, true
 }
 
 // memberBlocked says why a session cannot take a move or complete one, ""

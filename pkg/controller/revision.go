@@ -105,6 +105,11 @@ type revisionExpectations struct {
 	byRevision map[string]int
 	pruned     time.Time
 	writes     uint64 // writes numbered so far
+	// left names the sessions whose Deployment (of that UID) left the
+	// cache: deleted, or its managed-by label removed, which a filtered
+	// cache cannot tell apart. It holds no revision; a session with nothing
+	// to mount looks for such a Deployment with a live read.
+	left map[string]types.UID
 }
 
 type pendingRevision struct {
@@ -137,7 +142,7 @@ type pendingMount struct {
 
 func newRevisionExpectations(clk clock.PassiveClock) *revisionExpectations {
 	return &revisionExpectations{clock: clk, deleted: map[string]pendingRevision{},
-		mounts: map[string][]pendingMount{}, byRevision: map[string]int{}}
+		mounts: map[string][]pendingMount{}, byRevision: map[string]int{}, left: map[string]types.UID{}}
 }
 
 // deletedRevision records a revision the controller deletes, before the
@@ -234,18 +239,21 @@ func (e *revisionExpectations) mounting(sessionKey string, uid types.UID, genera
 // the session's latest Deployment write not yet in the cache mounts; ok is
 // false when every write shows, the latest is past expectationTimeout, or
 // the latest news is a live read.
-func (e *revisionExpectations) lastMount(sessionKey string) (revision, hash string, ok bool) {
+//
+// answered says whether the API server answered the write: one whose answer
+// was lost may not have been made.
+func (e *revisionExpectations) lastMount(sessionKey string) (revision, hash string, answered, ok bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	pending := e.mounts[sessionKey]
 	if len(pending) == 0 {
-		return "", "", false
+		return "", "", false, false
 	}
 	last := pending[len(pending)-1]
 	if last.live || e.clock.Since(last.at) >= expectationTimeout {
-		return "", "", false
+		return "", "", false, false
 	}
-	return last.revision, last.hash, true
+	return last.revision, last.hash, last.resourceVersion != "", true
 }
 
 // wrote hears how the write that mounting announced last went. A write the
@@ -286,6 +294,7 @@ func (e *revisionExpectations) deploymentObserved(d *appsv1.Deployment) []string
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	key := d.Namespace + "/" + d.Name
+	delete(e.left, key)
 	before := e.mounts[key]
 	if len(before) == 0 {
 		return nil
@@ -309,6 +318,22 @@ func (e *revisionExpectations) deploymentObserved(d *appsv1.Deployment) []string
 	return released
 }
 
+// deploymentLeft hears that the session's Deployment d left the cache.
+func (e *revisionExpectations) deploymentLeft(sessionKey string, d *appsv1.Deployment) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.left[sessionKey] = d.UID
+}
+
+// mayHaveLeft reports whether the session's Deployment left the cache, and
+// neither the cache nor a live read has shown it since.
+func (e *revisionExpectations) mayHaveLeft(sessionKey string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, ok := e.left[sessionKey]
+	return ok
+}
+
 // forgetSession drops the writes of a deleted session's Deployment. The
 // Deployment cache protects their revisions for as long as it shows the
 // Deployment; a Deployment leaving the cache ends nothing else: it may have
@@ -320,6 +345,7 @@ func (e *revisionExpectations) deploymentObserved(d *appsv1.Deployment) []string
 func (e *revisionExpectations) forgetSession(sessionKey string) []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	delete(e.left, sessionKey)
 	var revisions []string
 	for _, m := range e.mounts[sessionKey] {
 		revisions = append(revisions, m.revision)
@@ -340,6 +366,7 @@ func (e *revisionExpectations) forgetSession(sessionKey string) []string {
 func (e *revisionExpectations) liveRead(sessionKey string, live *appsv1.Deployment, ours bool, cached func() string) []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	delete(e.left, sessionKey)
 	var held []string
 	for _, m := range e.mounts[sessionKey] {
 		held = append(held, m.revision)

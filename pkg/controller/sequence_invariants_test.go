@@ -70,14 +70,16 @@ func (w *world) checkControllerCreate(d *appsv1.Deployment) {
 
 // checkControllerGet allows a live read of a Deployment right after its
 // Create answered AlreadyExists, or for a session whose cached status
-// describes a Deployment the cache does not show, or whose Deployment the
-// controller sent a write for (one that lost its label, looked for without a
-// create when the session has nothing to mount).
+// describes a Deployment the cache does not show, whose Deployment the
+// controller sent a write for, or whose Deployment left the cache (one that
+// lost its label, looked for without a create when the session has nothing
+// to mount).
 func (w *world) checkControllerGet(name string) {
 	afterCreate := w.lastCreate.name == name && w.lastCreate.alreadyExists
 	s := w.caches[sessionsResource].session(name)
-	lostFromCache := w.caches[deploymentsResource].deployment(name) == nil && s != nil &&
-		(s.Status.ProfileHash != "" || s.Status.Replicas > 0 || w.controllerTried[name])
+	deployments := w.caches[deploymentsResource]
+	lostFromCache := deployments.deployment(name) == nil && s != nil &&
+		(s.Status.ProfileHash != "" || s.Status.Replicas > 0 || w.controllerTried[name] || deployments.everHeld[worldNamespace+"/"+name])
 	if !afterCreate && !lostFromCache {
 		w.violate("unexpected-request", "GET of Deployment %s other than right after a Create answered AlreadyExists, "+
 			"or of a Deployment its session's status describes and the cache does not show: syncs read the caches", name)

@@ -163,6 +163,11 @@ var foundByLongRuns = []struct {
 	{61924, "fan-out: the same"},
 	{62814, "revision: a session blocked by someone else's Deployment names no revision"},
 	{57398, "revision: a write the cache shows releases its revision for another look"},
+	{67445, "budget: an answered move the cache shows an older version of holds its slot"},
+	{11517, "rollout: a move whose answer was lost does not hold a slot while the cache shows the old version"},
+	{39756, "rollout: the same"},
+	{90654, "status: a session whose Deployment left the cache looks for it"},
+	{479, "revision: a deleted session's Deployment leaving the cache is nothing to its successor"},
 }
 
 func TestSequenceRegressions(t *testing.T) {

@@ -279,15 +279,17 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 }
 
 // mayRunUncached reports whether a session whose Deployment the cache does
-// not show may have one all the same: its status describes one, or a write
-// of this controller's has not shown yet. A new session has neither, and
+// not show may have one all the same: its status describes one, a write of
+// this controller's has not shown yet, or its Deployment left the cache
+// (deleted, or its label removed). A new session has none of these, and
 // costs no request.
 func (c *Controller) mayRunUncached(session *gamesv1.GameSession) bool {
 	if session.Status.ProfileHash != "" || session.Status.Replicas > 0 {
 		return true
 	}
-	_, _, pending := c.revisions.lastMount(cache.MetaObjectToName(session).String())
-	return pending
+	key := cache.MetaObjectToName(session).String()
+	_, _, _, pending := c.revisions.lastMount(key)
+	return pending || c.revisions.mayHaveLeft(key)
 }
 
 // uncachedDeployment reads the session's Deployment from the API server; nil

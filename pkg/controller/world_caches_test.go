@@ -35,6 +35,8 @@ type informerCache struct {
 	// delivered holds a copy of every object handed to the controller, to
 	// catch a controller that modifies the objects in its cache.
 	delivered map[string]object
+	// everHeld names every object this cache has held.
+	everHeld map[string]bool
 }
 
 // watchEvent is a change as the cache's watch sees it: an object that leaves
@@ -54,7 +56,7 @@ func (e watchEvent) String() string {
 }
 
 func newInformerCache(r apiResource, indexer cache.Indexer, handler cache.ResourceEventHandlerFuncs) *informerCache {
-	c := &informerCache{resource: r, indexer: indexer, handler: handler, delivered: map[string]object{}, matches: func(object) bool { return true }}
+	c := &informerCache{resource: r, indexer: indexer, handler: handler, delivered: map[string]object{}, everHeld: map[string]bool{}, matches: func(object) bool { return true }}
 	switch r {
 	case profilesResource:
 		c.matches = func(obj object) bool { return obj.GetLabels()[gamesv1.ProfileLabel] == gamesv1.ProfileLabelValue }
@@ -110,10 +112,12 @@ func (c *informerCache) deliver() watchEvent {
 	case prev != nil:
 		must(c.indexer.Update(obj))
 		c.delivered[key] = copyOf(obj)
+		c.everHeld[key] = true
 		c.handler.OnUpdate(prev, obj)
 	default:
 		must(c.indexer.Add(obj))
 		c.delivered[key] = copyOf(obj)
+		c.everHeld[key] = true
 		c.handler.OnAdd(obj, false)
 	}
 	c.onDeliver(ev, prev)
@@ -139,6 +143,7 @@ func (c *informerCache) relist(current []object) []watchEvent {
 		}
 		obj = c.stored(obj)
 		c.delivered[key] = copyOf(obj)
+		c.everHeld[key] = true
 		ev := watchEvent{kind: watch.Modified, obj: obj, change: change{resource: c.resource, author: byRelist, old: prev, new: obj}}
 		if prev == nil {
 			ev.kind = watch.Added
@@ -171,6 +176,7 @@ func (c *informerCache) fill(current []object) {
 		if c.matches(obj) {
 			obj = c.stored(obj)
 			c.delivered[cache.MetaObjectToName(obj).String()] = copyOf(obj)
+			c.everHeld[cache.MetaObjectToName(obj).String()] = true
 			must(c.indexer.Add(obj))
 		}
 	}
