@@ -346,11 +346,17 @@ func (e *revisionExpectations) forgetSession(sessionKey string) []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.left, sessionKey)
+	revisions := e.heldLocked(sessionKey)
+	e.setMounts(sessionKey, nil)
+	return revisions
+}
+
+// heldLocked returns the revisions the session's pending entries hold.
+func (e *revisionExpectations) heldLocked(sessionKey string) []string {
 	var revisions []string
 	for _, m := range e.mounts[sessionKey] {
 		revisions = append(revisions, m.revision)
 	}
-	e.setMounts(sessionKey, nil)
 	return revisions
 }
 
@@ -367,10 +373,7 @@ func (e *revisionExpectations) liveRead(sessionKey string, live *appsv1.Deployme
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.left, sessionKey)
-	var held []string
-	for _, m := range e.mounts[sessionKey] {
-		held = append(held, m.revision)
-	}
+	held := e.heldLocked(sessionKey)
 	var pending []pendingMount
 	if live != nil && ours && cached() != live.ResourceVersion {
 		if revision := mountedRevision(&live.Spec.Template); revision != "" {
