@@ -644,7 +644,7 @@ func (c *Controller) deleteDeployment(obj interface{}) {
 	// label: a sync that has nothing to mount looks for it.
 	if session, err := c.sessionLister.GameSessions(deployment.Namespace).Get(deployment.Name); err == nil &&
 		metav1.IsControlledBy(deployment, session) {
-		c.revisions.deploymentLeft(cache.MetaObjectToName(deployment).String(), deployment)
+		c.revisions.deploymentLeft(cache.MetaObjectToName(deployment).String())
 	}
 	c.enqueueOwner(deployment)
 	c.enqueueProfileOfRevision(deployment.Namespace, mountedRevision(&deployment.Spec.Template))

@@ -105,11 +105,11 @@ type revisionExpectations struct {
 	byRevision map[string]int
 	pruned     time.Time
 	writes     uint64 // writes numbered so far
-	// left names the sessions whose Deployment (of that UID) left the
-	// cache: deleted, or its managed-by label removed, which a filtered
-	// cache cannot tell apart. It holds no revision; a session with nothing
-	// to mount looks for such a Deployment with a live read.
-	left map[string]types.UID
+	// left names the sessions whose Deployment left the cache: deleted, or
+	// its managed-by label removed, which a filtered cache cannot tell
+	// apart. It holds no revision; a session with nothing to mount looks
+	// for such a Deployment with a live read.
+	left map[string]struct{}
 }
 
 type pendingRevision struct {
@@ -142,7 +142,7 @@ type pendingMount struct {
 
 func newRevisionExpectations(clk clock.PassiveClock) *revisionExpectations {
 	return &revisionExpectations{clock: clk, deleted: map[string]pendingRevision{},
-		mounts: map[string][]pendingMount{}, byRevision: map[string]int{}, left: map[string]types.UID{}}
+		mounts: map[string][]pendingMount{}, byRevision: map[string]int{}, left: map[string]struct{}{}}
 }
 
 // deletedRevision records a revision the controller deletes, before the
@@ -318,11 +318,11 @@ func (e *revisionExpectations) deploymentObserved(d *appsv1.Deployment) []string
 	return released
 }
 
-// deploymentLeft hears that the session's Deployment d left the cache.
-func (e *revisionExpectations) deploymentLeft(sessionKey string, d *appsv1.Deployment) {
+// deploymentLeft hears that the session's Deployment left the cache.
+func (e *revisionExpectations) deploymentLeft(sessionKey string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.left[sessionKey] = d.UID
+	e.left[sessionKey] = struct{}{}
 }
 
 // mayHaveLeft reports whether the session's Deployment left the cache, and
