@@ -39,7 +39,11 @@ kube::codegen::gen_client \
 
 (cd "${tools}" && go build -o "${GOBIN}/controller-gen" sigs.k8s.io/controller-tools/cmd/controller-gen)
 rm -rf artifacts/crd
-"${GOBIN}/controller-gen" crd:crdVersions=v1 paths=./pkg/apis/... output:crd:dir=./artifacts/crd
+"${GOBIN}/controller-gen" crd:crdVersions=v1,generateEmbeddedObjectMeta=true paths=./pkg/apis/... output:crd:dir=./artifacts/crd
+# The pod template's lists and strings get bounds, without which the API
+# server refuses the CEL rules over them as too costly (see crdlimits).
+(cd "${tools}" && go build -o "${GOBIN}/crdlimits" ./crdlimits)
+"${GOBIN}/crdlimits" artifacts/crd/games.example.com_gamesessions.yaml
 # Helm installs CRDs from the chart's crds/ folder and cannot reach outside
 # the chart, so the chart carries a copy.
 rm -rf charts/gamesession-controller/crds

@@ -123,6 +123,7 @@ var (
 	// The CEL rule !self.matches('\\s') runs RE2, as Go's regexp does: \s is
 	// [\t\n\f\r ] only, not every Unicode space.
 	whitespace      = regexp.MustCompile(`\s`)
+	imageReference  = regexp.MustCompile(gamesv1.ImageReferencePattern)
 	portNamePattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 	// The CEL rule self.matches('[a-z]') on a port name.
 	letter = regexp.MustCompile(`[a-z]`)
@@ -171,6 +172,9 @@ func CRDAccepts(s *gamesv1.GameSession) error {
 	// every Unicode space (U+00A0, U+3000, \v, ...), not only RE2's \s.
 	if strings.TrimSpace(spec.Image) != spec.Image {
 		return fmt.Errorf("spec.image %q begins or ends with whitespace", spec.Image)
+	}
+	if !imageReference.MatchString(spec.Image) {
+		return fmt.Errorf("spec.image %q is not an image reference", spec.Image)
 	}
 	if r := spec.Replicas; r != nil && (*r < 0 || *r > maxReplicas) {
 		return fmt.Errorf("spec.replicas %d: want 0..%d", *r, maxReplicas)

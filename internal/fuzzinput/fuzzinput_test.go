@@ -25,7 +25,10 @@ func TestCRDAccepts(t *testing.T) {
 			s.ProfileRef = strings.Repeat("a", 63) + "." + strings.Repeat("b", 63) + "." + strings.Repeat("c", 63) + "." + strings.Repeat("d", 62)
 		}, false},
 		{"profileRef with underscore", func(s *Spec) { s.ProfileRef = "a_b" }, false},
-		{"512 multi-byte characters of image", func(s *Spec) { s.Image = strings.Repeat("é", 512) }, true},
+		{"512 multi-byte characters of image", func(s *Spec) { s.Image = strings.Repeat("é", 512) }, false},
+		{"image of 512 characters", func(s *Spec) { s.Image = "registry.example.com/" + strings.Repeat("a", 512-21) }, true},
+		{"image of 513 characters", func(s *Spec) { s.Image = "registry.example.com/" + strings.Repeat("a", 513-21) }, false},
+		{"uppercase repository", func(s *Spec) { s.Image = "registry.example.com/Arena:1.0" }, false},
 		{"513 characters of image", func(s *Spec) { s.Image = strings.Repeat("i", 513) }, false},
 		{"image with a tab", func(s *Spec) { s.Image = "arena\t1" }, false},
 		{"image ending in a vertical tab, which RE2's \\s does not match", func(s *Spec) { s.Image = "arena\v" }, false},

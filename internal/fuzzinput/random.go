@@ -102,12 +102,12 @@ func dnsSubdomain(r *rand.Rand, n int) string {
 
 func randomImage(r *rand.Rand) string {
 	repo := "registry.example.com/" + dnsLabel(r, 1+r.IntN(20)) + "/" + dnsLabel(r, 1+r.IntN(20))
-	switch r.IntN(8) {
+	switch r.IntN(16) {
 	case 0:
 		return repo + "@sha256:" + randomString(r, "0123456789abcdef", 64)
 	case 1:
 		// 512 ASCII characters, the longest image the CRD takes.
-		return repo + ":" + randomString(r, lowerAlnum, maxImageLength-len(repo)-1)
+		return repo + "/" + randomString(r, lowerAlnum, maxImageLength-len(repo)-1)
 	case 2:
 		// 512 characters but more bytes: maxLength counts characters.
 		return strings.Repeat("é", maxImageLength)

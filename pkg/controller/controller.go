@@ -425,7 +425,15 @@ func (c *Controller) updateProfile(oldObj, newObj interface{}) {
 	c.enqueueProfile(key)
 	// Only data reach the pods. Resyncs and label or annotation edits would
 	// otherwise re-sync every session of the profile for nothing.
-	if oldProfile.ResourceVersion == newProfile.ResourceVersion || profileDataEqual(oldProfile, newProfile) {
+	if oldProfile.ResourceVersion == newProfile.ResourceVersion {
+		return
+	}
+	if profileDataEqual(oldProfile, newProfile) {
+		// The one part of a policy that is a Deployment setting: every
+		// session of the profile that sets none of its own takes it along.
+		if oldProfile.Annotations[rollout.AnnotationProgressDeadline] != newProfile.Annotations[rollout.AnnotationProgressDeadline] {
+			c.enqueueSessionsOf(key)
+		}
 		return
 	}
 	c.plans.forgetPlan(key)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -622,7 +623,7 @@ func apiServerDeployment(session *gamesv1.GameSession, profileHash string) *apps
 			Selector: &metav1.LabelSelector{MatchLabels: selector},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{
-					Labels:      labels,
+					Labels:      maps.Clone(labels),
 					Annotations: map[string]string{"games.example.com/profile-hash": profileHash},
 				},
 				Spec: corev1.PodSpec{
@@ -686,6 +687,7 @@ func settled(session *gamesv1.GameSession, profileHash string) *gamesv1.GameSess
 		ObservedGeneration: s.Generation,
 		Replicas:           replicas,
 		ReadyReplicas:      replicas,
+		UpdatedReplicas:    replicas,
 		// The scale subresource's selector: sorted "key=value" pairs.
 		Selector:        "app.kubernetes.io/instance=" + s.Name + ",app.kubernetes.io/name=gamesession",
 		ProfileHash:     profileHash,

@@ -1,7 +1,9 @@
 package controller
 
 import (
+	"cmp"
 	"encoding/json"
+	"maps"
 	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -33,10 +35,19 @@ func ManagedDeploymentSelector() string {
 }
 
 const (
-	gameServerContainerName = "game-server"
-	profileVolumeName       = "profile"
+	// defaultGameServerContainer is the game server container's name when
+	// spec.container does not say (the CRD defaults it, fake clients do not).
+	defaultGameServerContainer = "game-server"
+	profileVolumeName          = "profile"
 	// ProfileMountPath is where game servers find their profile's files.
 	ProfileMountPath = "/etc/gamesession/profile"
+	// restartedAtAnnotation is what `kubectl rollout restart` sets on a
+	// Deployment's pod template. The controller keeps it when the session's
+	// template does not set it, so that the restart is not undone.
+	restartedAtAnnotation = "kubectl.kubernetes.io/restartedAt"
+	// defaultProgressDeadlineSeconds is the Deployment's own default, used
+	// when neither the session nor its profile's rollout policy sets one.
+	defaultProgressDeadlineSeconds = 600
 )
 
 var gameSessionKind = gamesv1.SchemeGroupVersion.WithKind("GameSession")
@@ -56,22 +67,28 @@ func managedLabels(session *gamesv1.GameSession) map[string]string {
 	return l
 }
 
-// NewDeployment returns the Deployment the session wants, given the hash of
-// the profile content it is to run (whose revision it mounts). It holds only the fields the controller owns.
-// It is exported so that tests outside the package can check what it builds
-// against a real API server.
-func NewDeployment(session *gamesv1.GameSession, profileHash string) *appsv1.Deployment {
-	podLabels := managedLabels(session)
-	ports := make([]corev1.ContainerPort, 0, len(session.Spec.Ports))
-	for _, p := range session.Spec.Ports {
-		protocol := p.Protocol
-		if protocol == "" {
-			// The CRD defaults it; repeat the default here so objects that
-			// bypassed defaulting (fake clients in tests) compare equal.
-			protocol = corev1.ProtocolUDP
-		}
-		ports = append(ports, corev1.ContainerPort{Name: p.Name, ContainerPort: p.ContainerPort, Protocol: protocol})
+// gameServerContainer is the name of the session's game server container.
+func gameServerContainer(session *gamesv1.GameSession) string {
+	if session.Spec.Container != "" {
+		return session.Spec.Container
 	}
+	return defaultGameServerContainer
+}
+
+// NewDeployment returns the Deployment the session wants, given the hash of
+// the profile content it is to run (whose revision it mounts): the session's
+// pod template and rollout settings, with the values the API server would
+// fill in already filled in, so that it compares equal to the Deployment the
+// API server stores. Its progress deadline is the session's, or the
+// Deployment default; the controller puts a rollout policy's in its place
+// (withProgressDeadline). It is exported so that tests outside the package
+// can check what it builds against a real API server.
+func NewDeployment(session *gamesv1.GameSession, profileHash string) *appsv1.Deployment {
+	strategy := appsv1.DeploymentStrategy{}
+	if session.Spec.Strategy != nil {
+		strategy = *session.Spec.Strategy.DeepCopy()
+	}
+	defaultDeploymentStrategy(&strategy)
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            session.Name,
@@ -80,48 +97,95 @@ func NewDeployment(session *gamesv1.GameSession, profileHash string) *appsv1.Dep
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(session, gameSessionKind)},
 		},
 		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(ptr.Deref(session.Spec.Replicas, 1)),
-			Selector: &metav1.LabelSelector{MatchLabels: selectorLabels(session)},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{
-					Labels: podLabels,
-					// The hash is what rolls the Deployment when the profile's
-					// data change: a new template means a new ReplicaSet.
-					Annotations: map[string]string{gamesv1.ProfileHashAnnotation: profileHash},
-				},
-				Spec: corev1.PodSpec{
-					// Game servers have no business with the Kubernetes API.
-					AutomountServiceAccountToken: ptr.To(false),
-					Containers: []corev1.Container{{
-						Name:  gameServerContainerName,
-						Image: session.Spec.Image,
-						Ports: ports,
-						Resources: corev1.ResourceRequirements{
-							Requests: session.Spec.Resources.Requests,
-							Limits:   session.Spec.Resources.Limits,
-						},
-						VolumeMounts: []corev1.VolumeMount{{
-							Name:      profileVolumeName,
-							MountPath: ProfileMountPath,
-							ReadOnly:  true,
-						}},
-					}},
-					Volumes: []corev1.Volume{{
-						Name: profileVolumeName,
-						VolumeSource: corev1.VolumeSource{
-							ConfigMap: &corev1.ConfigMapVolumeSource{
-								// The immutable revision, never the live profile: see revision.go.
-								LocalObjectReference: corev1.LocalObjectReference{Name: RevisionName(session.Spec.ProfileRef, profileHash)},
-								// The API server's default, stated so that a
-								// patch of the volume never clears it.
-								DefaultMode: ptr.To(corev1.ConfigMapVolumeSourceDefaultMode),
-							},
-						},
-					}},
-				},
-			},
+			Replicas:                ptr.To(ptr.Deref(session.Spec.Replicas, 1)),
+			Selector:                &metav1.LabelSelector{MatchLabels: selectorLabels(session)},
+			Template:                desiredPodTemplate(session, profileHash),
+			Strategy:                strategy,
+			MinReadySeconds:         ptr.Deref(session.Spec.MinReadySeconds, 0),
+			RevisionHistoryLimit:    ptr.To(ptr.Deref(session.Spec.RevisionHistoryLimit, 10)),
+			ProgressDeadlineSeconds: ptr.To(ptr.Deref(session.Spec.ProgressDeadlineSeconds, defaultProgressDeadlineSeconds)),
 		},
 	}
+}
+
+// withProgressDeadline sets the progress deadline of a rollout policy on d,
+// the desired Deployment of session, unless the session sets its own. A
+// deadline must exceed minReadySeconds, or the API server refuses the
+// Deployment: a shorter one of the policy's is stretched to just past it.
+func withProgressDeadline(d *appsv1.Deployment, session *gamesv1.GameSession, policyDeadline *int32) *appsv1.Deployment {
+	if session.Spec.ProgressDeadlineSeconds != nil || policyDeadline == nil {
+		return d
+	}
+	d.Spec.ProgressDeadlineSeconds = ptr.To(max(*policyDeadline, d.Spec.MinReadySeconds+1))
+	return d
+}
+
+// desiredPodTemplate is the pod template of the session's Deployment: the
+// session's template, the short fields folded into its game server
+// container, the controller's labels and hash annotation, the profile
+// revision mounted, and the API server's defaults applied.
+func desiredPodTemplate(session *gamesv1.GameSession, profileHash string) corev1.PodTemplateSpec {
+	var t corev1.PodTemplateSpec
+	t.Labels, t.Annotations = map[string]string{}, map[string]string{}
+	if source := session.Spec.Template; source != nil {
+		source.Spec.DeepCopyInto(&t.Spec)
+		// Only labels and annotations of a template's metadata reach its pods.
+		maps.Copy(t.Labels, source.Labels)
+		maps.Copy(t.Annotations, source.Annotations)
+	}
+	maps.Copy(t.Labels, managedLabels(session))
+	// The hash is what rolls the Deployment when the profile's data change:
+	// a new template means a new ReplicaSet.
+	t.Annotations[gamesv1.ProfileHashAnnotation] = profileHash
+
+	name := gameServerContainer(session)
+	i := slices.IndexFunc(t.Spec.Containers, func(c corev1.Container) bool { return c.Name == name })
+	if i < 0 {
+		// A session of short fields only, or a template of sidecars: the
+		// game server comes first, as it always has.
+		t.Spec.Containers = slices.Insert(t.Spec.Containers, 0, corev1.Container{Name: name})
+		i = 0
+	}
+	gs := &t.Spec.Containers[i]
+	if session.Spec.Image != "" {
+		gs.Image = session.Spec.Image
+	}
+	if len(session.Spec.Ports) > 0 {
+		gs.Ports = make([]corev1.ContainerPort, 0, len(session.Spec.Ports))
+		for _, p := range session.Spec.Ports {
+			// The CRD defaults the protocol to UDP; repeated here for
+			// objects that bypassed defaulting (fake clients in tests).
+			protocol := cmp.Or(p.Protocol, corev1.ProtocolUDP)
+			gs.Ports = append(gs.Ports, corev1.ContainerPort{Name: p.Name, ContainerPort: p.ContainerPort, Protocol: protocol})
+		}
+	}
+	if len(session.Spec.Resources.Requests) > 0 {
+		gs.Resources.Requests = session.Spec.Resources.Requests.DeepCopy()
+	}
+	if len(session.Spec.Resources.Limits) > 0 {
+		gs.Resources.Limits = session.Spec.Resources.Limits.DeepCopy()
+	}
+	gs.VolumeMounts = append(gs.VolumeMounts, corev1.VolumeMount{
+		Name:      profileVolumeName,
+		MountPath: ProfileMountPath,
+		ReadOnly:  true,
+	})
+	t.Spec.Volumes = append(t.Spec.Volumes, corev1.Volume{
+		Name: profileVolumeName,
+		VolumeSource: corev1.VolumeSource{
+			ConfigMap: &corev1.ConfigMapVolumeSource{
+				// The immutable revision, never the live profile: see revision.go.
+				LocalObjectReference: corev1.LocalObjectReference{Name: RevisionName(session.Spec.ProfileRef, profileHash)},
+			},
+		},
+	})
+	if t.Spec.AutomountServiceAccountToken == nil {
+		// Game servers have no business with the Kubernetes API, unless
+		// their template says so (an SDK sidecar, say).
+		t.Spec.AutomountServiceAccountToken = ptr.To(false)
+	}
+	defaultPodTemplate(&t)
+	return t
 }
 
 // rolledProfileHash returns the profile hash in the Deployment's pod template
@@ -136,24 +200,25 @@ func rolledProfileHash(d *appsv1.Deployment, profile string) string {
 }
 
 // What the controller owns in its Deployments, and so compares and writes:
-//   - its labels on the Deployment and the pod template, and its annotation on
-//     the template;
-//   - spec.replicas, and automountServiceAccountToken of the pod spec;
-//   - in the pod spec, the container named game-server (its image, ports,
-//     resources and profile mount) and the volume named profile.
+//   - its labels on the Deployment;
+//   - the whole spec but paused: replicas, the pod template, the strategy,
+//     minReadySeconds, revisionHistoryLimit and progressDeadlineSeconds, each
+//     from the session (or its Deployment default; the progress deadline from
+//     the profile's rollout policy when the session sets none).
 //
-// Everything else belongs to whoever sets it, and survives every write: other
-// labels and annotations, other containers and volumes (a log shipper, say),
-// other fields of the game server container (env), strategy, minReadySeconds,
-// progressDeadlineSeconds, paused. The writes are strategic merge patches that
-// address the controller's list items by their names and carry only values
-// taken from the session, never values read back from the cache, so a write
-// cannot undo a concurrent edit of anything the controller does not own.
+// The pod template is the session's, as a Deployment's is its ReplicaSets':
+// a hand edit of it (an env var, a renamed container, an extra label) is
+// undone at the next sync. Two things survive: the restartedAt annotation of
+// `kubectl rollout restart`, and paused (`kubectl rollout pause`), which the
+// profile rollout reads. Everything outside the spec (other labels and
+// annotations of the Deployment, its status) belongs to whoever sets it.
+//
+// Desired values come with the API server's defaults filled in
+// (defaultPodTemplate), so a Deployment the controller wrote compares equal
+// to what it wants, and an idle resync writes nothing.
 
 // deploymentNeedsUpdate reports whether the observed Deployment differs from
-// the desired one in a field the controller owns. Values the API server fills
-// in by default are not compared, so a Deployment the controller wrote itself
-// compares equal and an idle resync writes nothing.
+// the desired one in a field the controller owns.
 func deploymentNeedsUpdate(observed, desired *appsv1.Deployment) bool {
 	return deploymentChanges(observed, desired) != (deploymentDiff{})
 }
@@ -161,78 +226,65 @@ func deploymentNeedsUpdate(observed, desired *appsv1.Deployment) bool {
 // deploymentDiff says which of the controller's fields of a Deployment differ
 // from the desired ones; deploymentPatch sends exactly those.
 type deploymentDiff struct {
-	labels, replicas, templateLabels, templateAnnotations, automount, container, volume bool
+	labels, replicas, settings bool
+	// profile: the template differs in the profile hash annotation and the
+	// revision its volume mounts, and nothing else, as after a profile edit.
+	// template: it differs in anything else, and is written whole.
+	profile, template bool
 }
 
-// template reports whether the diff changes the pod template, which gives
-// the Deployment a new generation.
-func (d deploymentDiff) template() bool {
-	return d.templateLabels || d.templateAnnotations || d.automount || d.container || d.volume
-}
+// templateChange reports whether the diff changes the pod template, which
+// gives the Deployment a new generation.
+func (d deploymentDiff) templateChange() bool { return d.profile || d.template }
 
 func deploymentChanges(observed, desired *appsv1.Deployment) deploymentDiff {
-	ot, dt := &observed.Spec.Template, &desired.Spec.Template
-	return deploymentDiff{
-		labels:              !hasAll(observed.Labels, desired.Labels),
-		replicas:            ptr.Deref(observed.Spec.Replicas, 1) != ptr.Deref(desired.Spec.Replicas, 1),
-		templateLabels:      !hasAll(ot.Labels, dt.Labels),
-		templateAnnotations: !hasAll(ot.Annotations, dt.Annotations),
-		automount:           ptr.Deref(ot.Spec.AutomountServiceAccountToken, true) != ptr.Deref(dt.Spec.AutomountServiceAccountToken, true),
-		container:           !gameServerMatches(findByName(ot.Spec.Containers, gameServerContainerName), &dt.Spec.Containers[0]),
-		volume:              !profileVolumeMatches(findByName(ot.Spec.Volumes, profileVolumeName), &dt.Spec.Volumes[0]),
+	obs, des := &observed.Spec, &desired.Spec
+	diff := deploymentDiff{
+		labels:   !hasAll(observed.Labels, desired.Labels),
+		replicas: ptr.Deref(obs.Replicas, 1) != ptr.Deref(des.Replicas, 1),
+		settings: !equality.Semantic.DeepEqual(obs.Strategy, des.Strategy) ||
+			obs.MinReadySeconds != des.MinReadySeconds ||
+			!equality.Semantic.DeepEqual(obs.RevisionHistoryLimit, des.RevisionHistoryLimit) ||
+			des.ProgressDeadlineSeconds != nil && !equality.Semantic.DeepEqual(obs.ProgressDeadlineSeconds, des.ProgressDeadlineSeconds),
 	}
-}
-
-// gameServerMatches compares the controller's fields of the game server
-// container; observed is nil if there is none.
-func gameServerMatches(observed, desired *corev1.Container) bool {
-	if observed == nil || observed.Image != desired.Image ||
-		!equality.Semantic.DeepEqual(observed.Ports, desired.Ports) ||
-		!equality.Semantic.DeepEqual(observed.Resources.Requests, desired.Resources.Requests) ||
-		!equality.Semantic.DeepEqual(observed.Resources.Limits, desired.Resources.Limits) {
-		return false
+	want := keepRestart(&des.Template, &obs.Template)
+	if equality.Semantic.DeepEqual(obs.Template, want) {
+		return diff
 	}
-	mount := findMount(observed.VolumeMounts, ProfileMountPath)
-	return mount != nil && equality.Semantic.DeepEqual(*mount, desired.VolumeMounts[0])
-}
-
-// profileVolumeMatches compares the profile volume, setting aside the file
-// mode the API server fills in by default.
-func profileVolumeMatches(observed, desired *corev1.Volume) bool {
-	if observed == nil || observed.ConfigMap == nil {
-		return false
-	}
-	return observed.Name == desired.Name &&
-		equality.Semantic.DeepEqual(withDefaultMode(*observed.ConfigMap), withDefaultMode(*desired.ConfigMap))
-}
-
-// withDefaultMode returns source with the file mode the API server fills in
-// when none is set.
-func withDefaultMode(source corev1.ConfigMapVolumeSource) corev1.ConfigMapVolumeSource {
-	source.DefaultMode = ptr.To(ptr.Deref(source.DefaultMode, corev1.ConfigMapVolumeSourceDefaultMode))
-	return source
-}
-
-// conflictingContainer returns the name of a container, other than the game
-// server, that declares one of the game server's ports ("" if none): a
-// renamed copy of the game server, say. The controller does not add its
-// container next to it: two containers on one port cannot both run, and the
-// API server only warns about it.
-func conflictingContainer(observed, desired *appsv1.Deployment) string {
-	ours := desired.Spec.Template.Spec.Containers[0].Ports
-	for _, c := range observed.Spec.Template.Spec.Containers {
-		if c.Name == gameServerContainerName {
-			continue
-		}
-		for _, p := range c.Ports {
-			if slices.ContainsFunc(ours, func(q corev1.ContainerPort) bool {
-				return p.ContainerPort == q.ContainerPort && p.Protocol == q.Protocol
-			}) {
-				return c.Name
-			}
+	// Seen with the observed profile hash and revision, does it match?
+	hash, volumeAt := want.Annotations[gamesv1.ProfileHashAnnotation], profileVolumeIndex(&want)
+	observedHash, observedVolume := obs.Template.Annotations[gamesv1.ProfileHashAnnotation], findByName(obs.Template.Spec.Volumes, profileVolumeName)
+	if volumeAt >= 0 && observedVolume != nil && observedVolume.ConfigMap != nil && observedHash != "" {
+		want.Annotations = maps.Clone(want.Annotations)
+		want.Annotations[gamesv1.ProfileHashAnnotation] = observedHash
+		want.Spec.Volumes = slices.Clone(want.Spec.Volumes)
+		volume := *observedVolume.DeepCopy()
+		want.Spec.Volumes[volumeAt] = volume
+		if equality.Semantic.DeepEqual(obs.Template, want) {
+			diff.profile = hash != observedHash || !equality.Semantic.DeepEqual(observedVolume, &des.Template.Spec.Volumes[volumeAt])
+			return diff
 		}
 	}
-	return ""
+	diff.template = true
+	return diff
+}
+
+// keepRestart returns desired, a pod template, with the restart annotation
+// of observed if desired has none: a shallow copy, for comparing and writing.
+func keepRestart(desired, observed *corev1.PodTemplateSpec) corev1.PodTemplateSpec {
+	want := *desired
+	if at, ok := observed.Annotations[restartedAtAnnotation]; ok {
+		if _, own := desired.Annotations[restartedAtAnnotation]; !own {
+			want.Annotations = maps.Clone(desired.Annotations)
+			want.Annotations[restartedAtAnnotation] = at
+		}
+	}
+	return want
+}
+
+// profileVolumeIndex is the index of the profile volume in t, or -1.
+func profileVolumeIndex(t *corev1.PodTemplateSpec) int {
+	return slices.IndexFunc(t.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == profileVolumeName })
 }
 
 // deploymentPatch returns a strategic merge patch that sets the controller's
@@ -247,81 +299,55 @@ func conflictingContainer(observed, desired *appsv1.Deployment) string {
 // condition costs nothing there; during a rollout kube-controller-manager's
 // status writes can make it fail, and the retry is quiet and quick.
 //
-// Labels and annotations are patched key by key. The game server container
-// and the profile volume are merged into their lists by name, leaving the
-// other items alone (see gameServerPatch and itemPatch).
-//
-// Only the parts that differ are sent, so a profile change patches the one
-// annotation: the API server applies that at about the cost of an update, and
-// a patch that also rewrites the pod spec at half as much again, which a
-// fan-out of thousands pays in full (docs/performance.md).
+// Only the parts that differ are sent. A profile change patches the hash
+// annotation and the profile volume's revision (merged into the volumes by
+// name): the API server applies that at about the cost of an update, and a
+// patch that rewrites the pod spec at half as much again, which a fan-out of
+// thousands pays in full (docs/performance.md). Any other difference of the
+// template replaces it whole ($patch: replace), which is what undoes a hand
+// edit, a renamed container included.
 func deploymentPatch(observed, desired *appsv1.Deployment) ([]byte, error) {
 	diff := deploymentChanges(observed, desired)
-	dt := &desired.Spec.Template
+	obs, des := &observed.Spec, &desired.Spec
 	metadata := map[string]any{"resourceVersion": observed.ResourceVersion}
-	spec, template, templateMeta, podSpec := map[string]any{}, map[string]any{}, map[string]any{}, map[string]any{}
+	spec := map[string]any{}
 	if diff.labels {
 		metadata["labels"] = desired.Labels
 	}
 	if diff.replicas {
-		spec["replicas"] = desired.Spec.Replicas
+		spec["replicas"] = des.Replicas
 	}
-	if diff.templateLabels {
-		templateMeta["labels"] = dt.Labels
+	if diff.settings {
+		strategy := toMap(des.Strategy)
+		// The strategy is one value: a Recreate must not keep the
+		// rollingUpdate of a RollingUpdate before it.
+		strategy["$patch"] = "replace"
+		spec["strategy"] = strategy
+		spec["minReadySeconds"] = des.MinReadySeconds
+		spec["revisionHistoryLimit"] = des.RevisionHistoryLimit
+		if des.ProgressDeadlineSeconds != nil {
+			spec["progressDeadlineSeconds"] = des.ProgressDeadlineSeconds
+		}
 	}
-	if diff.templateAnnotations {
-		templateMeta["annotations"] = dt.Annotations
-	}
-	if diff.automount {
-		podSpec["automountServiceAccountToken"] = dt.Spec.AutomountServiceAccountToken
-	}
-	ot := &observed.Spec.Template
-	if diff.container {
-		podSpec["containers"] = []any{gameServerPatch(findByName(ot.Spec.Containers, gameServerContainerName), &dt.Spec.Containers[0])}
-	}
-	if diff.volume {
-		podSpec["volumes"] = []any{itemPatch(findByName(ot.Spec.Volumes, profileVolumeName), &dt.Spec.Volumes[0])}
-	}
-	if len(templateMeta) > 0 {
-		template["metadata"] = templateMeta
-	}
-	if len(podSpec) > 0 {
-		template["spec"] = podSpec
-	}
-	if len(template) > 0 {
+	switch {
+	case diff.template:
+		template := toMap(keepRestart(&des.Template, &obs.Template))
+		template["$patch"] = "replace"
 		spec["template"] = template
+	case diff.profile:
+		volume := &des.Template.Spec.Volumes[profileVolumeIndex(&des.Template)]
+		spec["template"] = map[string]any{
+			"metadata": map[string]any{"annotations": map[string]any{
+				gamesv1.ProfileHashAnnotation: des.Template.Annotations[gamesv1.ProfileHashAnnotation],
+			}},
+			"spec": map[string]any{"volumes": []any{itemPatch(findByName(obs.Template.Spec.Volumes, profileVolumeName), volume)}},
+		}
 	}
 	patch := map[string]any{"metadata": metadata}
 	if len(spec) > 0 {
 		patch["spec"] = spec
 	}
 	return json.Marshal(patch)
-}
-
-// gameServerPatch is the game server container as a strategic merge patch
-// item, merged into the containers list by name. observed is the current
-// game server container, nil if there is none; then the item is the desired
-// container whole. Otherwise it names only the controller's fields: the
-// image, the ports (replaced whole, so a port removed from the session goes),
-// the resources and the profile mount (merged into the mounts by mount path),
-// so whatever else someone set on the container (env, probes, other mounts)
-// stays.
-func gameServerPatch(observed, desired *corev1.Container) map[string]any {
-	if observed == nil {
-		return toMap(desired)
-	}
-	ports := make([]any, 0, len(desired.Ports)+1)
-	for _, p := range desired.Ports {
-		ports = append(ports, p)
-	}
-	mount := &desired.VolumeMounts[0]
-	return map[string]any{
-		"name":         desired.Name,
-		"image":        desired.Image,
-		"ports":        append(ports, map[string]any{"$patch": "replace"}),
-		"resources":    mergeTo(toMap(observed.Resources), toMap(desired.Resources)),
-		"volumeMounts": []any{itemPatch(findMount(observed.VolumeMounts, mount.MountPath), mount)},
-	}
 }
 
 // itemPatch is a strategic merge patch item that turns the list item observed

@@ -3,6 +3,7 @@ package controller
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -49,13 +50,26 @@ func TestDeploymentNeedsUpdateAndPatch(t *testing.T) {
 			gameServer(d).Resources.Requests[corev1.ResourceCPU] = resource.MustParse("0.5")
 		}},
 		{name: "limit removed", modify: func(d *appsv1.Deployment) { gameServer(d).Resources.Limits = nil }, wantUpdate: true},
-		{name: "someone's imagePullPolicy", modify: func(d *appsv1.Deployment) { gameServer(d).ImagePullPolicy = corev1.PullAlways }},
+		// The template is the session's whole: hand edits are undone.
+		{name: "someone's imagePullPolicy", modify: func(d *appsv1.Deployment) { gameServer(d).ImagePullPolicy = corev1.PullAlways }, wantUpdate: true},
+		{name: "hand edits of the template", modify: addHandEdits, wantUpdate: true},
+		{name: "pod label added", modify: func(d *appsv1.Deployment) { d.Spec.Template.Labels["team"] = "blue" }, wantUpdate: true},
+		{name: "grace period changed", modify: func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To[int64](5)
+		}, wantUpdate: true},
+		{name: "paused", modify: func(d *appsv1.Deployment) { d.Spec.Paused = true }},
+		{name: "strategy changed", modify: func(d *appsv1.Deployment) {
+			d.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}
+		}, wantUpdate: true},
+		{name: "minReadySeconds changed", modify: func(d *appsv1.Deployment) { d.Spec.MinReadySeconds = 10 }, wantUpdate: true},
+		{name: "revisionHistoryLimit changed", modify: func(d *appsv1.Deployment) { d.Spec.RevisionHistoryLimit = ptr.To[int32](2) }, wantUpdate: true},
+		{name: "progress deadline changed", modify: func(d *appsv1.Deployment) { d.Spec.ProgressDeadlineSeconds = ptr.To[int32](60) }, wantUpdate: true},
 		{name: "game server container renamed", modify: func(d *appsv1.Deployment) { gameServer(d).Name = "server" }, wantUpdate: true},
 		{name: "game server container gone", modify: func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers = nil }, wantUpdate: true},
 		{name: "sidecar first", modify: func(d *appsv1.Deployment) {
 			cs := d.Spec.Template.Spec.Containers
 			d.Spec.Template.Spec.Containers = append([]corev1.Container{{Name: "envoy", Image: "envoy:1"}}, cs...)
-		}},
+		}, wantUpdate: true},
 		{name: "mount read-write", modify: func(d *appsv1.Deployment) { gameServer(d).VolumeMounts[0].ReadOnly = false }, wantUpdate: true},
 		{name: "mount moved", modify: func(d *appsv1.Deployment) { gameServer(d).VolumeMounts[0].MountPath = "/profile" }, wantUpdate: true},
 		{name: "mount of one file", modify: func(d *appsv1.Deployment) { gameServer(d).VolumeMounts[0].SubPath = "game.cfg" }, wantUpdate: true},
@@ -71,9 +85,10 @@ func TestDeploymentNeedsUpdateAndPatch(t *testing.T) {
 		{name: "volume mode changed", modify: func(d *appsv1.Deployment) {
 			d.Spec.Template.Spec.Volumes[0].ConfigMap.DefaultMode = ptr.To[int32](0o600)
 		}, wantUpdate: true},
+		// The API server always fills the mode in: unset, someone else wrote it.
 		{name: "volume with the default mode unset", modify: func(d *appsv1.Deployment) {
 			d.Spec.Template.Spec.Volumes[0].ConfigMap.DefaultMode = nil
-		}},
+		}, wantUpdate: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -92,24 +107,20 @@ func TestDeploymentNeedsUpdateAndPatch(t *testing.T) {
 			if deploymentNeedsUpdate(patched, desired) {
 				t.Errorf("still needs an update after the patch:\n%+v", patched.Spec.Template.Spec)
 			}
-			// What is not the controller's survives the patch.
+			// What is not the controller's survives the patch: the
+			// Deployment's other labels and annotations, a restart, a pause.
 			if patched.Labels["team"] != observed.Labels["team"] ||
-				patched.Spec.Template.Annotations["kubectl.kubernetes.io/restartedAt"] != observed.Spec.Template.Annotations["kubectl.kubernetes.io/restartedAt"] ||
-				!equality.Semantic.DeepEqual(patched.Spec.Strategy, observed.Spec.Strategy) ||
-				patched.Spec.Template.Spec.DNSPolicy != observed.Spec.Template.Spec.DNSPolicy {
-				t.Errorf("the patch lost others' labels, annotations or fields:\n%+v", patched)
+				patched.Annotations["team.example.com/owner"] != observed.Annotations["team.example.com/owner"] ||
+				patched.Spec.Template.Annotations[restartedAtAnnotation] != observed.Spec.Template.Annotations[restartedAtAnnotation] ||
+				patched.Spec.Paused != observed.Spec.Paused {
+				t.Errorf("the patch lost others' labels, annotations, restart or pause:\n%+v", patched)
 			}
-			for _, c := range observed.Spec.Template.Spec.Containers {
-				if c.Name != gameServerContainerName && findByName(patched.Spec.Template.Spec.Containers, c.Name) == nil {
-					t.Errorf("the patch dropped container %q", c.Name)
-				}
+			// The rest of the spec is the session's, whatever was there.
+			if want := keepRestart(&desired.Spec.Template, &observed.Spec.Template); !equality.Semantic.DeepEqual(patched.Spec.Template, want) {
+				t.Errorf("patched template\n%+v\nwant the session's\n%+v", patched.Spec.Template, want)
 			}
-			if gs := findByName(patched.Spec.Template.Spec.Containers, gameServerContainerName); gs != nil && len(gs.Env) == 0 &&
-				findByName(observed.Spec.Template.Spec.Containers, gameServerContainerName) != nil {
-				t.Error("the patch dropped the env someone set on the game server container")
-			}
-			if findByName(observed.Spec.Template.Spec.Volumes, "scratch") != nil && findByName(patched.Spec.Template.Spec.Volumes, "scratch") == nil {
-				t.Error("the patch dropped someone's volume")
+			if names := containerNames(patched); !slices.Equal(names, []string{defaultGameServerContainer}) {
+				t.Errorf("containers after the patch: %v, want the game server alone", names)
 			}
 		})
 	}
@@ -173,25 +184,12 @@ func TestDeploymentPatchOfProfileChangeIsMinimal(t *testing.T) {
 	}
 }
 
-// A renamed game server container (or any container on its ports) is
-// reported, not joined by a twin on the same ports.
-func TestConflictingContainer(t *testing.T) {
-	session := newSession(testNamespace, "arena-1", "classic")
-	desired := NewDeployment(session, "h")
-	observed := apiServerDeployment(session, "h")
-	if name := conflictingContainer(observed, desired); name != "" {
-		t.Errorf("conflict %q in the controller's own Deployment", name)
+func containerNames(d *appsv1.Deployment) []string {
+	var names []string
+	for _, c := range d.Spec.Template.Spec.Containers {
+		names = append(names, c.Name)
 	}
-	observed.Spec.Template.Spec.Containers[0].Name = "server"
-	if name := conflictingContainer(observed, desired); name != "server" {
-		t.Errorf("conflictingContainer = %q, want the renamed container", name)
-	}
-	sidecar := apiServerDeployment(session, "h")
-	sidecar.Spec.Template.Spec.Containers = append(sidecar.Spec.Template.Spec.Containers,
-		corev1.Container{Name: "metrics", Ports: []corev1.ContainerPort{{ContainerPort: 9100, Protocol: corev1.ProtocolTCP}}})
-	if name := conflictingContainer(sidecar, desired); name != "" {
-		t.Errorf("a sidecar on another port is a conflict: %q", name)
-	}
+	return names
 }
 
 func TestManagedDeploymentSelector(t *testing.T) {

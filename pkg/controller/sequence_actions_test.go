@@ -324,7 +324,16 @@ func (w *world) editOwnedDeploymentField() bool {
 	pod := &d.Spec.Template.Spec
 	gameServer := slices.IndexFunc(pod.Containers, func(c corev1.Container) bool { return c.Name == worldGameServer })
 	var what string
-	switch w.rng.IntN(8) {
+	switch w.rng.IntN(10) {
+	case 8:
+		d.Spec.MinReadySeconds = 1 + w.rng.Int32N(30)
+		what = fmt.Sprintf("set minReadySeconds %d", d.Spec.MinReadySeconds)
+	case 9:
+		if gameServer < 0 {
+			return false
+		}
+		pod.Containers[gameServer].Env = append(pod.Containers[gameServer].Env, corev1.EnvVar{Name: "EDITED", Value: "by hand"})
+		what = "add an env var to the game server"
 	case 0:
 		d.Spec.Replicas = ptr.To(w.rng.Int32N(4))
 		what = fmt.Sprintf("scale to %d", *d.Spec.Replicas)
@@ -389,8 +398,13 @@ func (w *world) editOtherDeploymentField() bool {
 		d.Annotations[worldNoteAnnotation] = fmt.Sprintf("step %d", w.step)
 		what = "annotate " + worldNoteAnnotation
 	} else {
-		d.Spec.MinReadySeconds = 1 + w.rng.Int32N(30)
-		what = fmt.Sprintf("set minReadySeconds %d", d.Spec.MinReadySeconds)
+		// kubectl rollout restart: the one template field that is not the
+		// session's.
+		if d.Spec.Template.Annotations == nil {
+			d.Spec.Template.Annotations = map[string]string{}
+		}
+		d.Spec.Template.Annotations[restartedAtAnnotation] = fmt.Sprintf("step %d", w.step)
+		what = "restart (annotate " + restartedAtAnnotation + ")"
 	}
 	if updated := w.userUpdateDeployment(d, what); updated != nil {
 		w.nonOwned[updated.UID] = nonOwnedOf(updated)

@@ -416,15 +416,15 @@ func controlledBy(d *appsv1.Deployment, uid types.UID) bool {
 // nonOwnedFields are the fields of a Deployment that the world sets and the
 // controller must leave alone.
 type nonOwnedFields struct {
-	note            string
-	minReadySeconds int32
-	paused          bool
+	note        string
+	restartedAt string
+	paused      bool
 }
 
 const worldNoteAnnotation = "world.example.com/note"
 
 func nonOwnedOf(d *appsv1.Deployment) nonOwnedFields {
-	return nonOwnedFields{note: d.Annotations[worldNoteAnnotation], minReadySeconds: d.Spec.MinReadySeconds, paused: d.Spec.Paused}
+	return nonOwnedFields{note: d.Annotations[worldNoteAnnotation], restartedAt: d.Spec.Template.Annotations[restartedAtAnnotation], paused: d.Spec.Paused}
 }
 
 // checkIdle runs an informer resync of the settled world: every session

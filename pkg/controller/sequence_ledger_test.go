@@ -352,10 +352,11 @@ func ownedFieldsChanged(ch change) bool {
 	if ch.old == nil || ch.new == nil {
 		return true
 	}
+	// The whole spec is the session's but paused.
 	o, n := ch.old.(*appsv1.Deployment), ch.new.(*appsv1.Deployment)
-	return !equality.Semantic.DeepEqual(o.Labels, n.Labels) ||
-		!equality.Semantic.DeepEqual(o.Spec.Replicas, n.Spec.Replicas) ||
-		!equality.Semantic.DeepEqual(o.Spec.Template, n.Spec.Template)
+	os, ns := o.Spec, n.Spec
+	os.Paused, ns.Paused = false, false
+	return !equality.Semantic.DeepEqual(o.Labels, n.Labels) || !equality.Semantic.DeepEqual(os, ns)
 }
 
 func nameOf(ch change) string {

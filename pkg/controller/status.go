@@ -29,7 +29,6 @@ const (
 	MessageNotControlled            = "Deployment %q already exists and is not controlled by this GameSession: delete or rename it, and the controller will create its own"
 	MessageDeploymentDeleting       = "Waiting for Deployment %q, which is being deleted or belongs to an earlier GameSession of this name, to be removed by the garbage collector"
 	MessageDeploymentInvalid        = "Deployment %q was rejected by the API server: %v"
-	MessageContainerConflict        = "Container %q of Deployment %q declares the game server's ports, and only the container named %q is the controller's: remove that container or rename it back. The Deployment is left as it is until then"
 	MessageDeploymentCreated        = "Created Deployment %q"
 	MessageProfileFanOut            = "Profile data changed (hash %s): rolling %d GameSession(s)"
 	MessageProfileFanOutPaced       = "Profile data changed (hash %s): %d GameSession(s) move under the rollout policy (%s); its ProfileRollout follows them"
@@ -182,11 +181,17 @@ func (s *sessionStatus) leftAsIs(d *appsv1.Deployment, target string) {
 // an earlier sync saw: no content, no revision, no replicas.
 func (s *sessionStatus) noDeployment() {
 	s.status.ProfileHash, s.status.ProfileRevision = "", ""
-	s.status.Replicas, s.status.ReadyReplicas = 0, 0
+	s.status.Replicas, s.status.ReadyReplicas, s.status.UpdatedReplicas = 0, 0, 0
 }
 
 func (s *sessionStatus) replicas(d *appsv1.Deployment) {
 	s.status.Replicas, s.status.ReadyReplicas = d.Status.Replicas, d.Status.ReadyReplicas
+	// Until the Deployment controller has seen the template, its count of
+	// updated pods is of the template before.
+	s.status.UpdatedReplicas = 0
+	if d.Status.ObservedGeneration >= d.Generation {
+		s.status.UpdatedReplicas = d.Status.UpdatedReplicas
+	}
 	s.status.ProfileRevision = ""
 	if hash := rolledProfileHash(d, s.session.Spec.ProfileRef); hash != "" {
 		s.status.ProfileRevision = RevisionName(s.session.Spec.ProfileRef, hash)

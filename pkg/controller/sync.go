@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 )
@@ -28,14 +28,6 @@ const (
 	deletionRecheckInterval = 2 * time.Second
 	uncachedRecheckInterval = 10 * time.Second
 )
-
-// containerConflictError says that a container other than the game server
-// declares the game server's ports, so the controller will not write its own.
-type containerConflictError struct{ container string }
-
-func (e containerConflictError) Error() string {
-	return fmt.Sprintf("container %q declares the game server's ports", e.container)
-}
 
 // syncGameSession drives one session's Deployment and status towards the
 // desired state: read the inputs from the caches, reconcile the Deployment,
@@ -219,7 +211,7 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 		return result, nil
 	}
 	if observed == nil {
-		created, live, err := c.createDeployment(ctx, session, NewDeployment(session, result.choice.hash))
+		created, live, err := c.createDeployment(ctx, session, c.desiredDeployment(session, profile, result.choice.hash))
 		switch {
 		case apierrors.IsInvalid(err):
 			status.deploymentInvalid(err)
@@ -251,15 +243,8 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 		}
 	}
 
-	desired := NewDeployment(session, result.choice.hash)
-	current, patched, err := c.patchDeployment(ctx, session, observed, desired)
-	var conflict containerConflictError
+	current, patched, err := c.patchDeployment(ctx, session, observed, c.desiredDeployment(session, profile, result.choice.hash))
 	switch {
-	case errors.As(err, &conflict):
-		status.leftAsIs(observed, target)
-		status.notReady(gamesv1.ReasonContainerConflict,
-			fmt.Sprintf(MessageContainerConflict, conflict.container, desired.Name, gameServerContainerName))
-		return result, nil
 	case apierrors.IsInvalid(err):
 		status.leftAsIs(observed, target)
 		status.deploymentInvalid(err)
@@ -355,10 +340,9 @@ func (c *Controller) reconcileWithoutProfile(ctx context.Context, session *games
 		return result, nil
 	}
 	result.choice = revisionChoice{hash: rolled}
-	current, patched, err := c.patchDeployment(ctx, session, observed, NewDeployment(session, rolled))
-	var conflict containerConflictError
+	current, patched, err := c.patchDeployment(ctx, session, observed, c.desiredDeployment(session, nil, rolled))
 	switch {
-	case errors.As(err, &conflict), apierrors.IsInvalid(err):
+	case apierrors.IsInvalid(err):
 		status.profileMissing(observed)
 		return result, nil
 	case err != nil:
@@ -434,7 +418,7 @@ func (c *Controller) chooseRevision(session *gamesv1.GameSession, profile *corev
 		// both along, and the game servers restart once, not twice. The
 		// revision's arrival queues the session (profileFanOut.revisionCreated).
 		if policy, err := c.policyOf(profile); err == nil && policy.Unpaced() && rolled != "" &&
-			deploymentNeedsUpdate(observed, NewDeployment(session, rolled)) {
+			deploymentNeedsUpdate(observed, c.desiredDeployment(session, profile, rolled)) {
 			choice.hold = true
 		}
 		return choice
@@ -458,10 +442,32 @@ func (c *Controller) chooseRevision(session *gamesv1.GameSession, profile *corev
 func (c *Controller) heldBack(session *gamesv1.GameSession, profile *corev1.ConfigMap,
 	observed *appsv1.Deployment, rolled string) (time.Duration, bool) {
 	remaining, holding := c.fanOut.holdsBack(profileKey(profile.Namespace, profile.Name))
-	if !holding || deploymentNeedsUpdate(observed, NewDeployment(session, rolled)) {
+	if !holding || deploymentNeedsUpdate(observed, c.desiredDeployment(session, profile, rolled)) {
 		return 0, false
 	}
 	return remaining, true
+}
+
+// desiredDeployment is NewDeployment with the progress deadline of the
+// profile's rollout policy. Without the profile (nil), or with a policy that
+// does not parse, the controller cannot know the deadline: the session's own,
+// if it sets one, or else whatever the Deployment has, stays.
+func (c *Controller) desiredDeployment(session *gamesv1.GameSession, profile *corev1.ConfigMap, hash string) *appsv1.Deployment {
+	d := NewDeployment(session, hash)
+	if session.Spec.ProgressDeadlineSeconds != nil {
+		return d
+	}
+	d.Spec.ProgressDeadlineSeconds = ptr.To[int32](defaultProgressDeadlineSeconds)
+	if profile == nil {
+		d.Spec.ProgressDeadlineSeconds = nil
+		return d
+	}
+	policy, err := c.policyOf(profile)
+	if err != nil {
+		d.Spec.ProgressDeadlineSeconds = nil
+		return d
+	}
+	return withProgressDeadline(d, session, policy.ProgressDeadlineSeconds)
 }
 
 // createDeployment creates the session's Deployment. If the name is taken by
@@ -502,9 +508,6 @@ func (c *Controller) patchDeployment(ctx context.Context, session *gamesv1.GameS
 	if !deploymentNeedsUpdate(observed, desired) {
 		return observed, false, nil
 	}
-	if name := conflictingContainer(observed, desired); name != "" {
-		return observed, false, containerConflictError{container: name}
-	}
 	patch, err := deploymentPatch(observed, desired)
 	if err != nil {
 		return nil, false, err
@@ -515,7 +518,7 @@ func (c *Controller) patchDeployment(ctx context.Context, session *gamesv1.GameS
 	// (its managed-by label removed, and put back by this patch).
 	key := cache.MetaObjectToName(session).String()
 	generation := observed.Generation
-	templateChange := deploymentChanges(observed, desired).template()
+	templateChange := deploymentChanges(observed, desired).templateChange()
 	if templateChange {
 		generation++
 	}

@@ -51,44 +51,10 @@ func defaultDeployment(d *appsv1.Deployment) {
 	if spec.ProgressDeadlineSeconds == nil {
 		spec.ProgressDeadlineSeconds = ptr.To[int32](600)
 	}
-	pod := &spec.Template.Spec
-	if pod.RestartPolicy == "" {
-		pod.RestartPolicy = corev1.RestartPolicyAlways
-	}
-	if pod.TerminationGracePeriodSeconds == nil {
-		pod.TerminationGracePeriodSeconds = ptr.To[int64](30)
-	}
-	if pod.DNSPolicy == "" {
-		pod.DNSPolicy = corev1.DNSClusterFirst
-	}
-	if pod.SchedulerName == "" {
-		pod.SchedulerName = corev1.DefaultSchedulerName
-	}
-	if pod.SecurityContext == nil {
-		pod.SecurityContext = &corev1.PodSecurityContext{}
-	}
-	for i := range pod.Containers {
-		c := &pod.Containers[i]
-		if c.TerminationMessagePath == "" {
-			c.TerminationMessagePath = corev1.TerminationMessagePathDefault
-		}
-		if c.TerminationMessagePolicy == "" {
-			c.TerminationMessagePolicy = corev1.TerminationMessageReadFile
-		}
-		if c.ImagePullPolicy == "" {
-			c.ImagePullPolicy = corev1.PullIfNotPresent
-		}
-		for j := range c.Ports {
-			if c.Ports[j].Protocol == "" {
-				c.Ports[j].Protocol = corev1.ProtocolTCP
-			}
-		}
-	}
-	for i := range pod.Volumes {
-		if cm := pod.Volumes[i].ConfigMap; cm != nil && cm.DefaultMode == nil {
-			cm.DefaultMode = ptr.To[int32](corev1.ConfigMapVolumeSourceDefaultMode)
-		}
-	}
+	// The pod template's defaults are the controller's own copy of the API
+	// server's, which TestPodTemplateDefaultsMatchAPIServer proves equal to
+	// a real kube-apiserver's; here they only have to be the server's.
+	defaultPodTemplate(&spec.Template)
 }
 
 // validate checks the share of a Deployment's validation that the world's

@@ -6,6 +6,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -24,6 +25,12 @@ const (
 	// AnnotationPaused pauses the rollout when "true"; "false" or absent lets
 	// it run.
 	AnnotationPaused = "rollout.games.example.com/paused"
+	// AnnotationProgressDeadline is how long a moved session's Deployment
+	// may go without progress before it counts as failed, for the sessions
+	// that set no progressDeadlineSeconds of their own: a duration of whole
+	// seconds such as "90s" or "2m". It is what makes the brake fire in a
+	// minute or two rather than the Deployment default's ten.
+	AnnotationProgressDeadline = "rollout.games.example.com/progress-deadline"
 )
 
 // wantIntOrPercent describes the accepted syntax in error messages.
@@ -42,6 +49,9 @@ type Policy struct {
 	MaxFailed *intstr.IntOrString
 	// Paused stops admitting sessions.
 	Paused bool
+	// ProgressDeadlineSeconds is the progress deadline of the Deployments of
+	// sessions that set none; nil leaves them the Deployment default.
+	ProgressDeadlineSeconds *int32
 }
 
 // DefaultPolicy is the unpaced policy: every session moves at once, as it did
@@ -81,6 +91,9 @@ func (p Policy) String() string {
 	}
 	if p.MaxFailed != nil {
 		parts = append(parts, "max-failed "+p.MaxFailed.String())
+	}
+	if p.ProgressDeadlineSeconds != nil {
+		parts = append(parts, "progress-deadline "+(time.Duration(*p.ProgressDeadlineSeconds)*time.Second).String())
 	}
 	if p.Paused {
 		parts = append(parts, "paused")
@@ -154,6 +167,11 @@ func PolicyFor(annotations map[string]string, defaults Policy) (Policy, error) {
 		p.Paused = v
 		errs = append(errs, annotationError(AnnotationPaused, err))
 	}
+	if s, ok := annotations[AnnotationProgressDeadline]; ok {
+		v, err := parseProgressDeadline(s)
+		p.ProgressDeadlineSeconds = &v
+		errs = append(errs, annotationError(AnnotationProgressDeadline, err))
+	}
 	if err := errors.Join(errs...); err != nil {
 		paused := defaults
 		paused.Paused = true
@@ -172,6 +190,21 @@ func parseMaxRolling(s string) (intstr.IntOrString, error) {
 		return v, fmt.Errorf("invalid value %q: want more than 0, or the rollout never progresses", s)
 	}
 	return v, nil
+}
+
+// parseProgressDeadline parses a progress deadline: a Go duration of whole
+// seconds, at least one.
+func parseProgressDeadline(s string) (int32, error) {
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf(`invalid value %q: want a duration such as "90s" or "2m"`, s)
+	case d < time.Second || d%time.Second != 0:
+		return 0, fmt.Errorf(`invalid value %q: want whole seconds, at least "1s"`, s)
+	case d > math.MaxInt32*time.Second:
+		return 0, fmt.Errorf("invalid value %q: want at most %ds", s, math.MaxInt32)
+	}
+	return int32(d / time.Second), nil
 }
 
 // parsePaused accepts exactly "true" and "false": a looser reading such as

@@ -135,6 +135,29 @@ func TestPolicyFor(t *testing.T) {
 			wantErr:     []string{AnnotationMaxFailed, `""`, "want"},
 		},
 		{
+			name:        "progress deadline in minutes",
+			annotations: map[string]string{AnnotationProgressDeadline: "2m"},
+			want:        func() Policy { p := defaults; p.ProgressDeadlineSeconds = new(int32(120)); return p }(),
+		},
+		{
+			name:        "progress deadline without a unit",
+			annotations: map[string]string{AnnotationProgressDeadline: "90"},
+			want:        pausedDefaults,
+			wantErr:     []string{AnnotationProgressDeadline, `"90"`, `"90s"`},
+		},
+		{
+			name:        "progress deadline of a fraction of a second",
+			annotations: map[string]string{AnnotationProgressDeadline: "1500ms"},
+			want:        pausedDefaults,
+			wantErr:     []string{AnnotationProgressDeadline, "whole seconds"},
+		},
+		{
+			name:        "progress deadline of zero",
+			annotations: map[string]string{AnnotationProgressDeadline: "0s"},
+			want:        pausedDefaults,
+			wantErr:     []string{AnnotationProgressDeadline, `at least "1s"`},
+		},
+		{
 			name:        "paused must be exactly true or false",
 			annotations: map[string]string{AnnotationPaused: "False"},
 			want:        pausedDefaults,

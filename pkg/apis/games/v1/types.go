@@ -1,6 +1,7 @@
 package v1
 
 import (
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -63,9 +64,11 @@ const (
 	// deleted, or belongs to an earlier session of that name and awaits the
 	// garbage collector. It resolves by itself.
 	ReasonDeploymentDeleting = "DeploymentDeleting"
-	// ReasonContainerConflict: another container of the Deployment declares
-	// the game server's ports (a renamed game server container, say). The
-	// controller leaves the Deployment as it is until a user resolves it.
+	// ReasonContainerConflict was reported while the controller owned only
+	// the game server container, for another container on its ports (a
+	// renamed game server). Now that the session owns the whole pod
+	// template, a renamed container is put back, and it is no longer
+	// reported; kept for tools that match on it.
 	ReasonContainerConflict = "ContainerConflict"
 	// ReasonDeploymentPaused: the Deployment is paused (spec.paused, as
 	// `kubectl rollout pause` sets it): nothing rolls out until it is
@@ -115,7 +118,9 @@ const (
 // +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
 // +kubebuilder:printcolumn:name="Profile",type=string,JSONPath=`.spec.profileRef`
 // +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.spec.replicas`
+// +kubebuilder:printcolumn:name="Current",type=integer,JSONPath=`.status.replicas`
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`
+// +kubebuilder:printcolumn:name="Up-to-date",type=integer,JSONPath=`.status.updatedReplicas`
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Rollout",type=string,JSONPath=`.status.conditions[?(@.type=="ProfileUpToDate")].reason`
 // +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.profileRevision`
@@ -139,6 +144,33 @@ type GameSession struct {
 }
 
 // GameSessionSpec is the desired state of a GameSession.
+//
+// The game server's pod is spec.template, a full pod template, and its game
+// server container the one that spec.container names. The short fields
+// image, ports and resources are the game server container's, for sessions
+// that need nothing else (and as sessions were written before template
+// existed): each may be set either here or in the template's container, not
+// both. The controller owns the Deployment's pod template entirely: it is
+// spec.template with the short fields folded into the game server container,
+// the controller's labels, and the profile mounted.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.image) || !(has(self.template) && has(self.template.spec) && self.template.spec.containers.exists(c, c.name == self.container && has(c.image)))",message="the game server's image is set twice, in spec.image and in the image of spec.template's container named by spec.container: remove one of them"
+// +kubebuilder:validation:XValidation:rule="has(self.image) || (has(self.template) && has(self.template.spec) && self.template.spec.containers.exists(c, c.name == self.container && has(c.image)))",messageExpression="'the game server needs an image: set spec.image, or add to spec.template.spec.containers a container named ' + self.container + ' (spec.container) with an image'"
+// +kubebuilder:validation:XValidation:rule="!has(self.ports) || size(self.ports) == 0 || !(has(self.template) && has(self.template.spec) && self.template.spec.containers.exists(c, c.name == self.container && has(c.ports) && size(c.ports) > 0))",message="the game server's ports are set twice, in spec.ports and in the ports of spec.template's container named by spec.container: keep one list"
+// +kubebuilder:validation:XValidation:rule="!has(self.resources) || (!has(self.resources.requests) && !has(self.resources.limits)) || !(has(self.template) && has(self.template.spec) && self.template.spec.containers.exists(c, c.name == self.container && has(c.resources)))",message="the game server's resources are set twice, in spec.resources and in the resources of spec.template's container named by spec.container: keep one of them"
+// +kubebuilder:validation:XValidation:rule="!has(self.template) || !has(self.template.metadata) || !has(self.template.metadata.labels) || !['app.kubernetes.io/name', 'app.kubernetes.io/instance', 'app.kubernetes.io/managed-by'].exists(k, k in self.template.metadata.labels)",message="spec.template.metadata.labels must not set app.kubernetes.io/name, app.kubernetes.io/instance or app.kubernetes.io/managed-by: the controller sets them to select the session's pods"
+// +kubebuilder:validation:XValidation:rule="!has(self.template) || !has(self.template.metadata) || !has(self.template.metadata.annotations) || !('games.example.com/profile-hash' in self.template.metadata.annotations)",message="spec.template.metadata.annotations must not set games.example.com/profile-hash: the controller sets it to the hash of the profile the pods run"
+// +kubebuilder:validation:XValidation:rule="!(has(self.template) && has(self.template.spec)) || !has(self.template.spec.volumes) || self.template.spec.volumes.all(v, v.name != 'profile')",message="spec.template.spec.volumes must not have a volume named profile: the name is reserved for the profile revision the controller mounts; rename the volume (and its mounts)"
+// +kubebuilder:validation:XValidation:rule="!(has(self.template) && has(self.template.spec)) || self.template.spec.containers.all(c, c.name != self.container || !has(c.volumeMounts) || c.volumeMounts.all(m, m.mountPath != '/etc/gamesession/profile' && !m.mountPath.startsWith('/etc/gamesession/profile/')))",message="the game server container must not mount anything at or below /etc/gamesession/profile: the controller mounts the profile there; choose another mountPath"
+// +kubebuilder:validation:XValidation:rule="!(has(self.template) && has(self.template.spec)) || !has(self.template.spec.restartPolicy) || self.template.spec.restartPolicy == 'Always'",message="spec.template.spec.restartPolicy must be Always (or unset): a Deployment's pods always restart"
+// +kubebuilder:validation:XValidation:rule="!(has(self.template) && has(self.template.spec)) || !has(self.template.spec.activeDeadlineSeconds)",message="spec.template.spec.activeDeadlineSeconds must not be set: a Deployment does not allow it; a game server that must end should exit by itself"
+// +kubebuilder:validation:XValidation:rule="!(has(self.template) && has(self.template.spec)) || !has(self.template.spec.ephemeralContainers)",message="spec.template.spec.ephemeralContainers must not be set: ephemeral containers are added to running pods with kubectl debug, not to a template"
+// +kubebuilder:validation:XValidation:rule="!(has(self.template) && has(self.template.spec)) || self.template.spec.containers.all(c, !has(c.image) || c.image.matches('^((?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(?:[.](?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$'))",message="each image in spec.template.spec.containers must be a container image reference such as registry.example.com/arena:1.4.2: a lowercase repository path, optionally a registry host first, and optionally a :tag or an @sha256: digest"
+// +kubebuilder:validation:XValidation:rule="!(has(self.template) && has(self.template.spec)) || !has(self.template.spec.initContainers) || self.template.spec.initContainers.all(c, has(c.image) && c.image.matches('^((?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(?:[.](?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$'))",message="each init container in spec.template.spec.initContainers needs an image, a container image reference such as registry.example.com/tools:1.0"
+// +kubebuilder:validation:XValidation:rule="!(has(self.template) && has(self.template.spec)) || self.template.spec.containers.all(c, c.name == self.container || has(c.image))",message="each container of spec.template.spec.containers other than the game server's needs an image"
+// +kubebuilder:validation:XValidation:rule="!(has(self.template) && has(self.template.spec)) || !has(self.template.spec.initContainers) || self.template.spec.initContainers.all(i, !self.template.spec.containers.exists(c, c.name == i.name))",message="a container name may appear only once across spec.template.spec.containers and initContainers"
+// +kubebuilder:validation:XValidation:rule="!(has(self.template) && has(self.template.spec)) || self.template.spec.containers.all(c, self.template.spec.containers.exists_one(d, d.name == c.name))",message="container names in spec.template.spec.containers must be unique"
+// +kubebuilder:validation:XValidation:rule="!has(self.progressDeadlineSeconds) || !has(self.minReadySeconds) || self.progressDeadlineSeconds > self.minReadySeconds",message="progressDeadlineSeconds must be greater than minReadySeconds: a pod must get the chance to count as available before the rollout is declared stuck"
 type GameSessionSpec struct {
 	// profileRef is the name of the profile ConfigMap, in the GameSession's own
 	// namespace, that the game servers mount read-only at /etc/gamesession/profile.
@@ -151,17 +183,22 @@ type GameSessionSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="profileRef must be a ConfigMap name: a DNS-1123 subdomain of lowercase letters, digits, '-' and '.', starting and ending with a letter or digit"
 	ProfileRef string `json:"profileRef"`
 
-	// image is the game server's container image, e.g. registry.example.com/arena:1.4.2.
-	// It must not contain whitespace, nor begin or end with any Unicode space
-	// (a no-break space, say), which Kubernetes refuses in a Pod's image.
-	// +required
+	// image is the game server's container image, e.g.
+	// registry.example.com/arena:1.4.2: a registry host, a lowercase path, and
+	// a tag or digest. Set it here or as the image of the game server's
+	// container in template, not both.
+	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=512
 	// +kubebuilder:validation:XValidation:rule="!self.matches('\\\\s')",message="image must not contain whitespace"
 	// +kubebuilder:validation:XValidation:rule="self == self.trim()",message="image must not begin or end with a whitespace character (Kubernetes refuses an image with leading or trailing Unicode space, such as a no-break space)"
-	Image string `json:"image"`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^((?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(?:[.](?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$')",message="image must be a container image reference such as registry.example.com/arena:1.4.2: a lowercase repository path, optionally a registry host first, and optionally a :tag or an @sha256: digest"
+	Image string `json:"image,omitempty"`
 
-	// replicas is the number of game server pods. Defaults to 1.
+	// replicas is the number of game server pods. Defaults to 1, at most 100:
+	// a session is the game servers of one match or shard, rolled out and
+	// reported together; a platform runs more sessions, not bigger ones, and
+	// a profile rollout paces sessions, not pods.
 	// +optional
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=0
@@ -180,6 +217,60 @@ type GameSessionSpec struct {
 	// as in a Pod's container (requests and limits of cpu, memory, ...).
 	// +optional
 	Resources GameServerResources `json:"resources,omitempty"`
+
+	// container names the game server's container in template: the one the
+	// short fields image, ports and resources fill in, and that mounts the
+	// profile. If template has no container of that name, the controller adds
+	// it, first. Defaults to game-server.
+	// +optional
+	// +kubebuilder:default=game-server
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Container string `json:"container,omitempty"`
+
+	// template is the game server pod: every field of a Pod's spec (env,
+	// probes, lifecycle hooks, scheduling, sidecars, volumes, security
+	// context...) and its labels and annotations. It becomes the pod template
+	// of the session's Deployment, which the controller keeps equal to it:
+	// hand edits of the Deployment's template are undone. The readiness probe
+	// matters: a profile rollout counts a session as done, or failed, by its
+	// pods' readiness.
+	// +optional
+	Template *corev1.PodTemplateSpec `json:"template,omitempty"`
+
+	// progressDeadlineSeconds is how long the Deployment may take to make
+	// progress before it reports ProgressDeadlineExceeded, which a profile
+	// rollout's brake counts as a failed session. Unset, the profile's
+	// rollout policy decides (annotation
+	// rollout.games.example.com/progress-deadline), and without one the
+	// Deployment's value stays (600 seconds by default).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	ProgressDeadlineSeconds *int32 `json:"progressDeadlineSeconds,omitempty"`
+
+	// minReadySeconds is how long a new pod must be ready before it counts as
+	// available. Unset, the Deployment's value stays (0 by default).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MinReadySeconds *int32 `json:"minReadySeconds,omitempty"`
+
+	// revisionHistoryLimit is how many old ReplicaSets the Deployment keeps
+	// for rollback. Unset, the Deployment's value stays (10 by default).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	RevisionHistoryLimit *int32 `json:"revisionHistoryLimit,omitempty"`
+
+	// strategy is how the Deployment replaces the game server pods, as in a
+	// Deployment: RollingUpdate (maxSurge and maxUnavailable, 25% each by
+	// default) or Recreate. Unset, the Deployment's strategy stays.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.type) || self.type in ['RollingUpdate', 'Recreate']",message="strategy.type must be RollingUpdate or Recreate"
+	// +kubebuilder:validation:XValidation:rule="!has(self.rollingUpdate) || !has(self.type) || self.type == 'RollingUpdate'",message="strategy.rollingUpdate may be set only when strategy.type is RollingUpdate"
+	// +kubebuilder:validation:XValidation:rule="!has(self.rollingUpdate) || !has(self.rollingUpdate.maxSurge) || !has(self.rollingUpdate.maxUnavailable) || !(self.rollingUpdate.maxSurge == 0 || self.rollingUpdate.maxSurge == '0%') || !(self.rollingUpdate.maxUnavailable == 0 || self.rollingUpdate.maxUnavailable == '0%')",message="strategy.rollingUpdate.maxSurge and maxUnavailable must not both be 0: the rollout could never replace a pod"
+	// +kubebuilder:validation:XValidation:rule="!has(self.rollingUpdate) || ((!has(self.rollingUpdate.maxSurge) || (type(self.rollingUpdate.maxSurge) == int ? int(self.rollingUpdate.maxSurge) >= 0 : string(self.rollingUpdate.maxSurge).matches('^[0-9]+%$'))) && (!has(self.rollingUpdate.maxUnavailable) || (type(self.rollingUpdate.maxUnavailable) == int ? int(self.rollingUpdate.maxUnavailable) >= 0 : string(self.rollingUpdate.maxUnavailable).matches('^[0-9]+%$'))))",message="strategy.rollingUpdate.maxSurge and maxUnavailable must each be a non-negative number or a percentage such as 25%"
+	// +kubebuilder:validation:XValidation:rule="!has(self.rollingUpdate) || !has(self.rollingUpdate.maxUnavailable) || type(self.rollingUpdate.maxUnavailable) != string || !string(self.rollingUpdate.maxUnavailable).matches('^[0-9]+%$') || int(string(self.rollingUpdate.maxUnavailable).replace('%', '')) <= 100",message="strategy.rollingUpdate.maxUnavailable must be at most 100%"
+	Strategy *appsv1.DeploymentStrategy `json:"strategy,omitempty"`
 }
 
 // GameServerPort is one port the game server listens on.
@@ -250,6 +341,13 @@ type GameSessionStatus struct {
 	// readyReplicas is the number of game server pods that are ready.
 	// +optional
 	ReadyReplicas int32 `json:"readyReplicas"`
+
+	// updatedReplicas is the number of game server pods of the current pod
+	// template (spec.template and the profile revision). During a rolling
+	// update replicas and readyReplicas may exceed spec.replicas, by up to
+	// the strategy's maxSurge, while old pods drain.
+	// +optional
+	UpdatedReplicas int32 `json:"updatedReplicas,omitempty"`
 
 	// selector is the label selector of the game server pods, in string form,
 	// for the scale subresource (kubectl scale, HorizontalPodAutoscaler).

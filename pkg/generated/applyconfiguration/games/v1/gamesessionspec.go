@@ -18,10 +18,24 @@ limitations under the License.
 
 package v1
 
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+)
+
 // GameSessionSpecApplyConfiguration represents a declarative configuration of the GameSessionSpec type for use
 // with apply.
 //
 // GameSessionSpec is the desired state of a GameSession.
+//
+// The game server's pod is spec.template, a full pod template, and its game
+// server container the one that spec.container names. The short fields
+// image, ports and resources are the game server container's, for sessions
+// that need nothing else (and as sessions were written before template
+// existed): each may be set either here or in the template's container, not
+// both. The controller owns the Deployment's pod template entirely: it is
+// spec.template with the short fields folded into the game server container,
+// the controller's labels, and the profile mounted.
 type GameSessionSpecApplyConfiguration struct {
 	// profileRef is the name of the profile ConfigMap, in the GameSession's own
 	// namespace, that the game servers mount read-only at /etc/gamesession/profile.
@@ -29,17 +43,51 @@ type GameSessionSpecApplyConfiguration struct {
 	// controller ignores ConfigMaps without it. There is deliberately no
 	// namespace field: a session can only use its own namespace's profiles.
 	ProfileRef *string `json:"profileRef,omitempty"`
-	// image is the game server's container image, e.g. registry.example.com/arena:1.4.2.
-	// It must not contain whitespace, nor begin or end with any Unicode space
-	// (a no-break space, say), which Kubernetes refuses in a Pod's image.
+	// image is the game server's container image, e.g.
+	// registry.example.com/arena:1.4.2: a registry host, a lowercase path, and
+	// a tag or digest. Set it here or as the image of the game server's
+	// container in template, not both.
 	Image *string `json:"image,omitempty"`
-	// replicas is the number of game server pods. Defaults to 1.
+	// replicas is the number of game server pods. Defaults to 1, at most 100:
+	// a session is the game servers of one match or shard, rolled out and
+	// reported together; a platform runs more sessions, not bigger ones, and
+	// a profile rollout paces sessions, not pods.
 	Replicas *int32 `json:"replicas,omitempty"`
 	// ports the game server listens on. Names and port/protocol pairs must be unique.
 	Ports []GameServerPortApplyConfiguration `json:"ports,omitempty"`
 	// resources are the compute resources of the game server container,
 	// as in a Pod's container (requests and limits of cpu, memory, ...).
 	Resources *GameServerResourcesApplyConfiguration `json:"resources,omitempty"`
+	// container names the game server's container in template: the one the
+	// short fields image, ports and resources fill in, and that mounts the
+	// profile. If template has no container of that name, the controller adds
+	// it, first. Defaults to game-server.
+	Container *string `json:"container,omitempty"`
+	// template is the game server pod: every field of a Pod's spec (env,
+	// probes, lifecycle hooks, scheduling, sidecars, volumes, security
+	// context...) and its labels and annotations. It becomes the pod template
+	// of the session's Deployment, which the controller keeps equal to it:
+	// hand edits of the Deployment's template are undone. The readiness probe
+	// matters: a profile rollout counts a session as done, or failed, by its
+	// pods' readiness.
+	Template *corev1.PodTemplateSpec `json:"template,omitempty"`
+	// progressDeadlineSeconds is how long the Deployment may take to make
+	// progress before it reports ProgressDeadlineExceeded, which a profile
+	// rollout's brake counts as a failed session. Unset, the profile's
+	// rollout policy decides (annotation
+	// rollout.games.example.com/progress-deadline), and without one the
+	// Deployment's value stays (600 seconds by default).
+	ProgressDeadlineSeconds *int32 `json:"progressDeadlineSeconds,omitempty"`
+	// minReadySeconds is how long a new pod must be ready before it counts as
+	// available. Unset, the Deployment's value stays (0 by default).
+	MinReadySeconds *int32 `json:"minReadySeconds,omitempty"`
+	// revisionHistoryLimit is how many old ReplicaSets the Deployment keeps
+	// for rollback. Unset, the Deployment's value stays (10 by default).
+	RevisionHistoryLimit *int32 `json:"revisionHistoryLimit,omitempty"`
+	// strategy is how the Deployment replaces the game server pods, as in a
+	// Deployment: RollingUpdate (maxSurge and maxUnavailable, 25% each by
+	// default) or Recreate. Unset, the Deployment's strategy stays.
+	Strategy *appsv1.DeploymentStrategy `json:"strategy,omitempty"`
 }
 
 // GameSessionSpecApplyConfiguration constructs a declarative configuration of the GameSessionSpec type for use with
@@ -90,5 +138,53 @@ func (b *GameSessionSpecApplyConfiguration) WithPorts(values ...*GameServerPortA
 // If called multiple times, the Resources field is set to the value of the last call.
 func (b *GameSessionSpecApplyConfiguration) WithResources(value *GameServerResourcesApplyConfiguration) *GameSessionSpecApplyConfiguration {
 	b.Resources = value
+	return b
+}
+
+// WithContainer sets the Container field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Container field is set to the value of the last call.
+func (b *GameSessionSpecApplyConfiguration) WithContainer(value string) *GameSessionSpecApplyConfiguration {
+	b.Container = &value
+	return b
+}
+
+// WithTemplate sets the Template field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Template field is set to the value of the last call.
+func (b *GameSessionSpecApplyConfiguration) WithTemplate(value corev1.PodTemplateSpec) *GameSessionSpecApplyConfiguration {
+	b.Template = &value
+	return b
+}
+
+// WithProgressDeadlineSeconds sets the ProgressDeadlineSeconds field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ProgressDeadlineSeconds field is set to the value of the last call.
+func (b *GameSessionSpecApplyConfiguration) WithProgressDeadlineSeconds(value int32) *GameSessionSpecApplyConfiguration {
+	b.ProgressDeadlineSeconds = &value
+	return b
+}
+
+// WithMinReadySeconds sets the MinReadySeconds field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the MinReadySeconds field is set to the value of the last call.
+func (b *GameSessionSpecApplyConfiguration) WithMinReadySeconds(value int32) *GameSessionSpecApplyConfiguration {
+	b.MinReadySeconds = &value
+	return b
+}
+
+// WithRevisionHistoryLimit sets the RevisionHistoryLimit field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the RevisionHistoryLimit field is set to the value of the last call.
+func (b *GameSessionSpecApplyConfiguration) WithRevisionHistoryLimit(value int32) *GameSessionSpecApplyConfiguration {
+	b.RevisionHistoryLimit = &value
+	return b
+}
+
+// WithStrategy sets the Strategy field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Strategy field is set to the value of the last call.
+func (b *GameSessionSpecApplyConfiguration) WithStrategy(value appsv1.DeploymentStrategy) *GameSessionSpecApplyConfiguration {
+	b.Strategy = &value
 	return b
 }

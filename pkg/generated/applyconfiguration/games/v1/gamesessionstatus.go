@@ -33,6 +33,11 @@ type GameSessionStatusApplyConfiguration struct {
 	Replicas *int32 `json:"replicas,omitempty"`
 	// readyReplicas is the number of game server pods that are ready.
 	ReadyReplicas *int32 `json:"readyReplicas,omitempty"`
+	// updatedReplicas is the number of game server pods of the current pod
+	// template (spec.template and the profile revision). During a rolling
+	// update replicas and readyReplicas may exceed spec.replicas, by up to
+	// the strategy's maxSurge, while old pods drain.
+	UpdatedReplicas *int32 `json:"updatedReplicas,omitempty"`
 	// selector is the label selector of the game server pods, in string form,
 	// for the scale subresource (kubectl scale, HorizontalPodAutoscaler).
 	Selector *string `json:"selector,omitempty"`
@@ -75,6 +80,14 @@ func (b *GameSessionStatusApplyConfiguration) WithReplicas(value int32) *GameSes
 // If called multiple times, the ReadyReplicas field is set to the value of the last call.
 func (b *GameSessionStatusApplyConfiguration) WithReadyReplicas(value int32) *GameSessionStatusApplyConfiguration {
 	b.ReadyReplicas = &value
+	return b
+}
+
+// WithUpdatedReplicas sets the UpdatedReplicas field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the UpdatedReplicas field is set to the value of the last call.
+func (b *GameSessionStatusApplyConfiguration) WithUpdatedReplicas(value int32) *GameSessionStatusApplyConfiguration {
+	b.UpdatedReplicas = &value
 	return b
 }
 

@@ -1,0 +1,74 @@
+package v1
+
+import (
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+func TestCRDImagePatternIsImageReferencePattern(t *testing.T) {
+	raw, err := os.ReadFile("../../../../artifacts/crd/games.example.com_gamesessions.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd any
+	if err := yaml.Unmarshal(raw, &crd); err != nil {
+		t.Fatal(err)
+	}
+	rule := "matches('" + ImageReferencePattern + "')"
+	n := 0
+	for _, r := range celRules(crd) {
+		n += strings.Count(r, rule)
+	}
+	if n != 3 {
+		t.Errorf("the CRD checks images with %s in %d places, want 3 (spec.image, the template's containers and init containers)", rule, n)
+	}
+}
+
+// celRules returns every x-kubernetes-validations rule under v.
+func celRules(v any) []string {
+	var rules []string
+	switch v := v.(type) {
+	case map[string]any:
+		for k, child := range v {
+			if k == "x-kubernetes-validations" {
+				for _, r := range child.([]any) {
+					rules = append(rules, r.(map[string]any)["rule"].(string))
+				}
+				continue
+			}
+			rules = append(rules, celRules(child)...)
+		}
+	case []any:
+		for _, child := range v {
+			rules = append(rules, celRules(child)...)
+		}
+	}
+	return rules
+}
+
+func TestImageReferencePattern(t *testing.T) {
+	pattern := regexp.MustCompile(ImageReferencePattern)
+	for image, want := range map[string]bool{
+		"nginx":                            true,
+		"registry.example.com/arena:1.4.2": true,
+		"registry.example.com:5000/team/arena:v1":            true,
+		"localhost/arena@sha256:" + strings.Repeat("ab", 32): true,
+		"arena:1.0@sha256:" + strings.Repeat("0", 64):        true,
+		"registry.example.com/Arena:1.0":                     false, // the repository must be lowercase
+		"registry.example.com/arena:":                        false,
+		"registry.example.com/arena:-1":                      false,
+		"registry.example.com//arena":                        false,
+		"arena@sha256:abc":                                   false, // a digest has at least 32 hex digits
+		"arena:" + strings.Repeat("t", 129):                  false, // a tag is at most 128 characters
+		"https://registry.example.com/arena":                 false,
+		"registry.example.com/arena:1.0 ":                    false,
+	} {
+		if got := pattern.MatchString(image); got != want {
+			t.Errorf("%q: match %v, want %v", image, got, want)
+		}
+	}
+}
