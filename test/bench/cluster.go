@@ -24,6 +24,7 @@ import (
 
 	"github.com/example/gamesession-controller/internal/controlplane"
 	"github.com/example/gamesession-controller/internal/manifests"
+	"github.com/example/gamesession-controller/internal/testutil"
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 	"github.com/example/gamesession-controller/pkg/controller"
 	clientset "github.com/example/gamesession-controller/pkg/generated/clientset/versioned"
@@ -83,7 +84,7 @@ type hotProfile struct {
 func (e *env) totalSessions() int { return int(e.created.Load()) }
 
 func (e *env) createSession(ctx context.Context, name, profile string) error {
-	_, err := e.games.GamesV1().GameSessions(benchNS).Create(ctx, newSession(name, profile), metav1.CreateOptions{})
+	_, err := e.games.GamesV1().GameSessions(benchNS).Create(ctx, newSession(name, profile, e.cfg.template), metav1.CreateOptions{})
 	if err == nil {
 		e.created.Add(1)
 	}
@@ -238,16 +239,24 @@ func (e *env) newProfile(name string) *corev1.ConfigMap {
 	}
 }
 
-func newSession(name, profile string) *gamesv1.GameSession {
+// newSession is a session of the bench's namespace on profile, whose pod is
+// template's (see -template).
+func newSession(name, profile, template string) *gamesv1.GameSession {
+	if template == "realistic" {
+		s := testutil.RealisticGameSession(name, profile)
+		s.Namespace = benchNS
+		// No pods: fan-out is the controller against the API server, and
+		// no kube-controller-manager runs to act on the Deployments.
+		s.Spec.Replicas = ptr.To[int32](0)
+		return s
+	}
 	return &gamesv1.GameSession{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: benchNS},
 		Spec: gamesv1.GameSessionSpec{
 			ProfileRef: profile,
 			Image:      "registry.example.com/arena-server:1.4.2",
-			// No pods: fan-out is the controller against the API server, and
-			// no kube-controller-manager runs to act on the Deployments.
-			Replicas: ptr.To[int32](0),
-			Ports:    []gamesv1.GameServerPort{{Name: "game", ContainerPort: 7777, Protocol: corev1.ProtocolUDP}},
+			Replicas:   ptr.To[int32](0),
+			Ports:      []gamesv1.GameServerPort{{Name: "game", ContainerPort: 7777, Protocol: corev1.ProtocolUDP}},
 			Resources: gamesv1.GameServerResources{Requests: corev1.ResourceList{
 				corev1.ResourceCPU:    resource.MustParse("500m"),
 				corev1.ResourceMemory: resource.MustParse("256Mi"),

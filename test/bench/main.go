@@ -44,6 +44,7 @@ type config struct {
 	fanOutOnly      bool
 	compareBin      string
 	pacedMaxRolling string
+	template        string
 }
 
 // presets are the defaults of -preset; explicit flags override them.
@@ -85,11 +86,15 @@ func parseFlags(args []string) (config, bool, string, error) {
 	fs.StringVar(&variants, "ceiling-variants", "put,patch,patch-min,status,patch+status", "Write-ceiling variants measured against each other at the largest size, to attribute the controller's cost: put, patch (merge patch of the controller's shape), patch-min, smp-min, jsonpatch-min (the annotation alone, as merge, strategic merge or JSON patch), status (the status update alone, on a twin CRD), patch+status (both, per session in turn). Empty: none.")
 	fs.StringVar(&c.compareBin, "compare-bin", "", "Another controller binary (say, built from the previous commit) to measure against this checkout's, fan-out by fan-out in the same run. Implies -fanout-only.")
 	fs.StringVar(&c.pacedMaxRolling, "paced-max-rolling", "10%", "Budget (the profile annotation "+rollout.AnnotationMaxRolling+") of the paced rollout, measured once per size after the unpaced fan-outs, with a kube-controller-manager stand-in reporting moved Deployments complete. Empty: skip it.")
+	fs.StringVar(&c.template, "template", "realistic", "Sessions' pod: realistic (spec.template of two containers, probes, 20 env vars, a preStop drain, scheduling; what game servers run with) or minimal (image, one port and requests, the short fields).")
 	fs.BoolVar(&c.fanOutOnly, "fanout-only", false, "Measure only the fan-outs (with delay 0) and the ceiling variants: for iterating on performance changes.")
 	fs.BoolVar(&internalNoFilter, "internal-nofilter-informer", false, "Internal: run the no-filter informer memory baseline.")
 	fs.StringVar(&internalKubeconfig, "internal-kubeconfig", "", "Internal: kubeconfig of the no-filter baseline.")
 	if err := fs.Parse(args); err != nil {
 		return c, false, "", err
+	}
+	if c.template != "realistic" && c.template != "minimal" {
+		return c, false, "", fmt.Errorf("-template must be realistic or minimal, got %q", c.template)
 	}
 	preset, ok := presets[c.preset]
 	if !ok {

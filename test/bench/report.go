@@ -69,6 +69,7 @@ func (r *results) markdown() string {
 		saNamespace, saName, saFlowSchema, r.cfg.workers, r.cfg.qps, r.cfg.burst, r.defaultDelay)
 	w("- Sessions: %s sharing one profile each (the fan-outs), plus %d other profiles with %d session(s) each; %s unrelated ConfigMaps of %d KiB for the memory run.\n",
 		joinInts(r.cfg.sizes), max(r.cfg.profiles-len(r.cfg.sizes), 0), r.cfg.otherPerProfile, num(r.cfg.unrelated), r.cfg.unrelatedSize>>10)
+	w("- Pod template: %s (`-template`).\n", templateDescription[r.cfg.template])
 	w("- Wall time: %s (%s)\n\n", r.wall.Round(time.Second), r.phaseList())
 
 	w("## Results\n\n")
@@ -175,6 +176,13 @@ func (r *results) writeStateRows(w func(string, ...any)) {
 	w("| 5 | Memory: Go heap one idle second after a GC (`go_memstats_heap_alloc_bytes`), same | %s | %s → %s (%+.1f%%) | %s → %s (%+.1f%%) | — | < 5%% | %s |\n",
 		num(r.cold.sessions), mib(r.memBefore.LiveHeap), mib(r.memAfter.LiveHeap), liveGrowth,
 		mib(r.noFilterBefore.LiveHeap), mib(r.noFilterAfter.LiveHeap), growth(r.noFilterBefore.LiveHeap, r.noFilterAfter.LiveHeap), yes(math.Abs(liveGrowth) < 5))
+	if r.cold.sessions > 0 {
+		// An upper bound: the heap's fixed part (informers, clients,
+		// metrics) is counted as if it were the sessions'.
+		perSession := float64(r.memBefore.LiveHeap) / float64(r.cold.sessions)
+		w("| 5 | Memory per session: heap after GC / sessions (each session and its Deployment in the caches, the fixed part included) | %s | **%.1f KiB** | — | — | — | the manifest's 512 MiB limit holds ~%s such sessions |\n",
+			num(r.cold.sessions), perSession/1024, num(int(float64(manifestMemoryLimit)/perSession)))
+	}
 	for _, c := range []struct {
 		label string
 		res   coldResult
@@ -440,4 +448,12 @@ func orNone(s string) string {
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
 	return line
+}
+
+// manifestMemoryLimit is the memory limit of artifacts/manager/deployment.yaml.
+const manifestMemoryLimit = 512 << 20
+
+var templateDescription = map[string]string{
+	"realistic": "realistic, `testutil.GameServerTemplate`: a game server and a metrics sidecar, readiness and liveness probes, 20 environment variables, a preStop drain, anti-affinity, a topology spread, security contexts",
+	"minimal":   "minimal, the short fields: an image, one port, CPU and memory requests",
 }

@@ -143,7 +143,8 @@ func (e *env) haltOnBrokenContent() string {
 	e.t.Helper()
 	e.waitConverged("seeding", e.hashes[0])
 	for _, name := range e.names {
-		_, err := e.kube.AppsV1().Deployments(e.ns).Patch(e.ctx, name, types.MergePatchType,
+		// The session's deadline, which the controller puts on its Deployment.
+		_, err := e.game.GamesV1().GameSessions(e.ns).Patch(e.ctx, name, types.MergePatchType,
 			[]byte(`{"spec":{"progressDeadlineSeconds":5}}`), metav1.PatchOptions{})
 		if err != nil {
 			e.t.Fatal(err)

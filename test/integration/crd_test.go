@@ -7,9 +7,13 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
@@ -40,6 +44,78 @@ func TestCRDValidation(t *testing.T) {
 			s.Spec.Ports = append(s.Spec.Ports, gamesv1.GameServerPort{Name: "other", ContainerPort: 7777, Protocol: "UDP"})
 			s.Spec.Ports[0].Protocol = "UDP"
 		}, []string{"each containerPort and protocol pair may appear only once"}},
+		// What the whole pod template would let through to fail later.
+		{"image not a reference", func(s *gamesv1.GameSession) { s.Spec.Image = "registry.example.com/Arena:1.0" },
+			[]string{"spec.image", "container image reference"}},
+		{"image set twice", func(s *gamesv1.GameSession) { s.Spec.Template = templateOf(gameServer("arena:2")) },
+			[]string{"image is set twice"}},
+		{"no image anywhere", func(s *gamesv1.GameSession) {
+			s.Spec.Image, s.Spec.Template = "", templateOf(corev1.Container{Name: "metrics", Image: "metrics:1"})
+		}, []string{"needs an image", "a container named game-server"}},
+		{"no container of spec.container's name", func(s *gamesv1.GameSession) {
+			s.Spec.Image, s.Spec.Container, s.Spec.Template = "", "server", templateOf(gameServer("arena:2"))
+		}, []string{"a container named server"}},
+		{"ports set twice", func(s *gamesv1.GameSession) {
+			gs := gameServer("")
+			gs.Ports = []corev1.ContainerPort{{ContainerPort: 7000}}
+			s.Spec.Template = templateOf(gs)
+		}, []string{"ports are set twice"}},
+		{"resources set twice", func(s *gamesv1.GameSession) {
+			s.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
+			gs := gameServer("")
+			gs.Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
+			s.Spec.Template = templateOf(gs)
+		}, []string{"resources are set twice"}},
+		{"a template image not a reference", func(s *gamesv1.GameSession) {
+			s.Spec.Template = templateOf(corev1.Container{Name: "metrics", Image: "Metrics:1"})
+		}, []string{"each image in spec.template.spec.containers"}},
+		{"a sidecar without an image", func(s *gamesv1.GameSession) {
+			s.Spec.Template = templateOf(corev1.Container{Name: "metrics"})
+		}, []string{"other than the game server's needs an image"}},
+		{"the controller's selector label", func(s *gamesv1.GameSession) {
+			s.Spec.Template = templateOf(gameServer(""))
+			s.Spec.Template.Labels = map[string]string{controller.LabelInstance: "other"}
+		}, []string{"must not set app.kubernetes.io/name, app.kubernetes.io/instance or app.kubernetes.io/managed-by"}},
+		{"the profile-hash annotation", func(s *gamesv1.GameSession) {
+			s.Spec.Template = templateOf(gameServer(""))
+			s.Spec.Template.Annotations = map[string]string{gamesv1.ProfileHashAnnotation: "x"}
+		}, []string{"must not set games.example.com/profile-hash"}},
+		{"a volume named profile", func(s *gamesv1.GameSession) {
+			s.Spec.Template = templateOf(gameServer(""))
+			s.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "profile", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+		}, []string{"must not have a volume named profile"}},
+		{"a mount over the profile", func(s *gamesv1.GameSession) {
+			gs := gameServer("")
+			gs.VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: controller.ProfileMountPath + "/maps"}}
+			s.Spec.Template = templateOf(gs)
+			s.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+		}, []string{"must not mount anything at or below /etc/gamesession/profile"}},
+		{"restartPolicy Never", func(s *gamesv1.GameSession) {
+			s.Spec.Template = templateOf(gameServer(""))
+			s.Spec.Template.Spec.RestartPolicy = corev1.RestartPolicyNever
+		}, []string{"restartPolicy must be Always"}},
+		{"activeDeadlineSeconds", func(s *gamesv1.GameSession) {
+			s.Spec.Template = templateOf(gameServer(""))
+			s.Spec.Template.Spec.ActiveDeadlineSeconds = ptr.To[int64](60)
+		}, []string{"activeDeadlineSeconds must not be set"}},
+		{"duplicate container names", func(s *gamesv1.GameSession) {
+			s.Spec.Template = templateOf(corev1.Container{Name: "metrics", Image: "m:1"}, corev1.Container{Name: "metrics", Image: "m:2"})
+		}, []string{"container names in spec.template.spec.containers must be unique"}},
+		{"progress deadline within minReadySeconds", func(s *gamesv1.GameSession) {
+			s.Spec.ProgressDeadlineSeconds, s.Spec.MinReadySeconds = ptr.To[int32](10), ptr.To[int32](10)
+		}, []string{"progressDeadlineSeconds must be greater than minReadySeconds"}},
+		{"Recreate with rollingUpdate", func(s *gamesv1.GameSession) {
+			one := intstr.FromInt32(1)
+			s.Spec.Strategy = &appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType, RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: &one}}
+		}, []string{"rollingUpdate may be set only when strategy.type is RollingUpdate"}},
+		{"no surge and no unavailability", func(s *gamesv1.GameSession) {
+			zero, none := intstr.FromInt32(0), intstr.FromString("0%")
+			s.Spec.Strategy = &appsv1.DeploymentStrategy{RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: &zero, MaxUnavailable: &none}}
+		}, []string{"must not both be 0"}},
+		{"maxUnavailable above 100%", func(s *gamesv1.GameSession) {
+			over := intstr.FromString("150%")
+			s.Spec.Strategy = &appsv1.DeploymentStrategy{RollingUpdate: &appsv1.RollingUpdateDeployment{MaxUnavailable: &over}}
+		}, []string{"maxUnavailable must be at most 100%"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -71,6 +147,17 @@ func TestCRDValidation(t *testing.T) {
 	if got := created.Spec.Ports[0].Protocol; got != "UDP" {
 		t.Errorf("defaulted protocol = %q, want UDP", got)
 	}
+}
+
+// gameServer is a game server container of that image ("" leaves the image
+// to spec.image).
+func gameServer(image string) corev1.Container {
+	return corev1.Container{Name: "game-server", Image: image}
+}
+
+// templateOf is a pod template of those containers.
+func templateOf(containers ...corev1.Container) *corev1.PodTemplateSpec {
+	return &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: containers}}
 }
 
 // A session's name becomes the value of the app.kubernetes.io/instance label
@@ -144,7 +231,7 @@ func TestCRDWidePrinterColumns(t *testing.T) {
 	for _, c := range table.ColumnDefinitions {
 		columns = append(columns, fmt.Sprintf("%s/%d", c.Name, c.Priority))
 	}
-	want := []string{"Name/0", "Profile/0", "Desired/0", "Ready/0", "Status/0", "Rollout/0", "Revision/0", "Age/0",
+	want := []string{"Name/0", "Profile/0", "Desired/0", "Current/0", "Ready/0", "Up-to-date/0", "Status/0", "Rollout/0", "Revision/0", "Age/0",
 		"Image/1", "Message/1"}
 	if !slices.Equal(columns, want) {
 		t.Fatalf("columns (name/priority) %q, want %q", columns, want)
@@ -153,7 +240,7 @@ func TestCRDWidePrinterColumns(t *testing.T) {
 		t.Fatalf("rows %v, want one of %d cells", table.Rows, len(columns))
 	}
 	cells := table.Rows[0].Cells
-	for i, want := range map[int]string{5: gamesv1.ReasonWaitingForTurn, 6: s.Status.ProfileRevision, 8: s.Spec.Image, 9: message} {
+	for i, want := range map[int]string{7: gamesv1.ReasonWaitingForTurn, 8: s.Status.ProfileRevision, 10: s.Spec.Image, 11: message} {
 		if cells[i] != want {
 			t.Errorf("column %s = %v, want %q", table.ColumnDefinitions[i].Name, cells[i], want)
 		}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,14 +25,15 @@ import (
 
 // What users may do to what the controller owns, on the real control plane.
 //
-// The controller owns, in a session's Deployment, its three labels,
-// spec.replicas, the profile-hash annotation of the pod template, the
-// game-server container and the profile volume (pkg/controller/deployment.go).
-// An edit of those is put back; an edit of anything else is kept, through
-// every later write. The Deployment's life follows the session's through its
-// ownerReference and the garbage collector, whichever propagation policy the
-// user picks. Each test says what the user does, then what the controller
-// must do.
+// The session owns its Deployment's labels and its whole spec but paused:
+// replicas, the pod template and the rollout settings
+// (pkg/controller/deployment.go). An edit of those is put back, but for the
+// restart annotation of `kubectl rollout restart`; an edit of anything else
+// (other labels and annotations, paused) is kept, through every later write.
+// The Deployment's life follows the session's through its ownerReference
+// and the garbage collector, whichever propagation policy the user picks.
+// Each test says what the user does, then what the controller must do.
+// TestPodTemplateHandEditsRestored covers each class of pod template field.
 
 // TestOwnershipOwnedFieldsPutBack: an edit of a field the controller owns is
 // put back on the same Deployment, and the session ends Ready.
@@ -141,29 +141,19 @@ func TestOwnershipManagedByLabelPutBack(t *testing.T) {
 
 // TestOwnershipUserEditsSurvive: what the controller does not own stays,
 // through both kinds of write the controller makes to a Deployment: a profile
-// edit patches the hash annotation alone, a new image the game-server
-// container as well.
+// edit patches the hash annotation and the revision alone, a new image
+// replaces the pod template whole. A `kubectl rollout restart` is kept, so it
+// is neither undone nor restarted again.
 func TestOwnershipUserEditsSurvive(t *testing.T) {
 	e := newEnv(t)
 	e.startReadySession("arena-1")
-	// What a user would do with kubectl annotate, label, patch and set env.
-	for _, edit := range []struct {
-		patchType types.PatchType
-		patch     string
-	}{
-		{types.MergePatchType, `{"metadata":{"annotations":{"example.com/owner":"ops-team"}}}`},
-		{types.MergePatchType, `{"metadata":{"labels":{"example.com/tier":"gold"}}}`},
-		{types.MergePatchType, `{"spec":{"minReadySeconds":2}}`},
-		// A log shipper sharing a volume with the game server: a sidecar, a
-		// volume, and a second mount on the game server container.
-		{types.StrategicMergePatchType, `{"spec":{"template":{"spec":{
-			"containers":[
-				{"name":"log-shipper","image":"busybox","volumeMounts":[{"name":"logs","mountPath":"/var/log/game"}]},
-				{"name":"game-server","volumeMounts":[{"name":"logs","mountPath":"/var/log/game"}]}],
-			"volumes":[{"name":"logs","emptyDir":{}}]}}}}`},
-		{types.StrategicMergePatchType, `{"spec":{"template":{"spec":{"containers":[{"name":"game-server","env":[{"name":"LOG_LEVEL","value":"debug"}]}]}}}}`},
+	// What a user would do with kubectl annotate, label and rollout restart.
+	for _, edit := range []string{
+		`{"metadata":{"annotations":{"example.com/owner":"ops-team"}}}`,
+		`{"metadata":{"labels":{"example.com/tier":"gold"}}}`,
+		`{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":"2026-12-01T10:00:00Z"}}}}}`,
 	} {
-		e.patchDeployment("arena-1", edit.patchType, edit.patch)
+		e.patchDeployment("arena-1", types.MergePatchType, edit)
 	}
 	d, err := e.deployment("arena-1")
 	if err != nil {
@@ -216,72 +206,39 @@ func missingUserEdits(template *corev1.PodTemplateSpec, d *appsv1.Deployment) []
 		if d.Labels["example.com/tier"] != "gold" {
 			missing = append(missing, "label example.com/tier")
 		}
-		if d.Spec.MinReadySeconds != 2 {
-			missing = append(missing, fmt.Sprintf("minReadySeconds (is %d)", d.Spec.MinReadySeconds))
-		}
 	}
-	pod := &template.Spec
-	if i := slices.IndexFunc(pod.Containers, func(c corev1.Container) bool { return c.Name == "log-shipper" }); i < 0 ||
-		pod.Containers[i].Image != "busybox" || len(pod.Containers[i].Ports) != 0 {
-		missing = append(missing, "container log-shipper")
+	if template.Annotations["kubectl.kubernetes.io/restartedAt"] != "2026-12-01T10:00:00Z" {
+		missing = append(missing, "the restart annotation of kubectl rollout restart")
 	}
-	if !slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == "logs" && v.EmptyDir != nil }) {
-		missing = append(missing, "volume logs")
-	}
-	i := slices.IndexFunc(pod.Containers, func(c corev1.Container) bool { return c.Name == "game-server" })
-	if i < 0 {
-		return append(missing, "container game-server")
-	}
-	gs := &pod.Containers[i]
-	if !slices.Contains(gs.Env, corev1.EnvVar{Name: "LOG_LEVEL", Value: "debug"}) {
-		missing = append(missing, "env LOG_LEVEL of game-server")
-	}
-	if !slices.ContainsFunc(gs.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "logs" && m.MountPath == "/var/log/game" }) {
-		missing = append(missing, "mount of logs in game-server")
-	}
-	if !slices.ContainsFunc(gs.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == controller.ProfileMountPath }) {
+	if !slices.ContainsFunc(template.Spec.Containers, func(c corev1.Container) bool {
+		return c.Name == "game-server" && slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == controller.ProfileMountPath })
+	}) {
 		missing = append(missing, "the profile mount of game-server") // the controller's own, to be sure
 	}
 	return missing
 }
 
-// TestOwnershipRenamedContainer: a renamed game-server container still holds
-// the game port, so the controller does not add a second container on it
-// (two cannot both run); it reports ContainerConflict, naming the container,
-// and writes nothing until the user renames it back.
+// TestOwnershipRenamedContainer: the session owns the pod template, so a
+// renamed game-server container is put back under its name on the same
+// Deployment, in place of the renamed one: no second container on the game
+// port (two could not both run).
 func TestOwnershipRenamedContainer(t *testing.T) {
 	e := newEnv(t)
-	c, _, _ := e.startReadySession("arena-1")
-	patches := c.requests.count("patch deployments")
+	_, _, before := e.startReadySession("arena-1")
 
 	// kubectl patch --type json, with a test op so it renames the game server.
 	renamed := e.patchDeployment("arena-1", types.JSONPatchType, `[
 		{"op":"test","path":"/spec/template/spec/containers/0/name","value":"game-server"},
 		{"op":"replace","path":"/spec/template/spec/containers/0/name","value":"server"}]`)
-	s := e.waitForCondition("arena-1", gamesv1.ConditionReady, metav1.ConditionFalse, gamesv1.ReasonContainerConflict)
-	if msg := meta.FindStatusCondition(s.Status.Conditions, gamesv1.ConditionReady).Message; !strings.Contains(msg, `"server"`) {
-		t.Errorf("ContainerConflict message %q does not name the container \"server\"", msg)
-	}
-	e.waitForWarning("arena-1", gamesv1.ReasonContainerConflict)
-	d, err := e.deployment("arena-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if names := containerNames(d); len(names) != 1 || names[0] != "server" || d.Generation != renamed.Generation {
-		t.Errorf("the controller changed the Deployment with the renamed container: containers %v, generation %d -> %d",
-			names, renamed.Generation, d.Generation)
-	}
-	if n := c.requests.count("patch deployments") - patches; n != 0 {
-		t.Errorf("the controller sent %d Deployment patches while the container was renamed, want none", n)
-	}
-
-	e.patchDeployment("arena-1", types.JSONPatchType, `[
-		{"op":"test","path":"/spec/template/spec/containers/0/name","value":"server"},
-		{"op":"replace","path":"/spec/template/spec/containers/0/name","value":"game-server"}]`)
-	e.waitForReadyAtGeneration("arena-1")
-	if d, err = e.deployment("arena-1"); err != nil {
-		t.Fatal(err)
-	}
+	d := e.waitForDeployment("arena-1", "the game server's name back", func(d *appsv1.Deployment) error {
+		if d.UID != before.UID {
+			return fmt.Errorf("the Deployment was replaced (UID %s, was %s), not repaired", d.UID, before.UID)
+		}
+		if d.Generation <= renamed.Generation {
+			return fmt.Errorf("generation %d, the rename's", d.Generation)
+		}
+		return nil
+	})
 	var onGamePort []string
 	for _, c := range d.Spec.Template.Spec.Containers {
 		if slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.ContainerPort == 7777 }) {
@@ -289,8 +246,9 @@ func TestOwnershipRenamedContainer(t *testing.T) {
 		}
 	}
 	if names := containerNames(d); len(names) != 1 || len(onGamePort) != 1 || onGamePort[0] != "game-server" {
-		t.Errorf("after the rename back: containers %v, on the game port %v; want game-server alone", names, onGamePort)
+		t.Errorf("after the rename: containers %v, on the game port %v; want game-server alone", names, onGamePort)
 	}
+	e.waitForReadyAtGeneration("arena-1")
 }
 
 // TestOwnershipDeletedDeploymentRecreated: `kubectl delete deploy` of a

@@ -131,14 +131,35 @@ func (e *env) mergePatchDeployment(name, patch string) *appsv1.Deployment {
 	return e.patchDeployment(name, types.MergePatchType, patch)
 }
 
-// shortenProgressDeadline sets the Deployments' progressDeadlineSeconds, a
-// field of the user's that the controller leaves alone, so that a broken
-// content fails in seconds rather than in the default ten minutes.
+// shortenProgressDeadline sets the sessions' progressDeadlineSeconds, which
+// the controller puts on their Deployments, so that a broken content fails
+// in seconds rather than in the default ten minutes.
 func (e *env) shortenProgressDeadline(names ...string) {
 	e.t.Helper()
 	for _, name := range names {
-		e.mergePatchDeployment(name, `{"spec":{"progressDeadlineSeconds":5}}`)
+		e.setProgressDeadline(name, "5")
 	}
+}
+
+// setProgressDeadline sets a session's spec.progressDeadlineSeconds to
+// seconds ("null" unsets it), and waits until its Deployment has it: the
+// deadline is the session's, and the controller writes it.
+func (e *env) setProgressDeadline(name, seconds string) {
+	e.t.Helper()
+	patch := fmt.Sprintf(`{"spec":{"progressDeadlineSeconds":%s}}`, seconds)
+	if _, err := e.game.GamesV1().GameSessions(e.ns).Patch(e.ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		e.t.Fatalf("patch GameSession %s with %s: %v", name, patch, err)
+	}
+	want := seconds
+	if want == "null" {
+		want = "600"
+	}
+	e.waitForDeployment(name, "progressDeadlineSeconds "+want, func(d *appsv1.Deployment) error {
+		if got := fmt.Sprint(ptr.Deref(d.Spec.ProgressDeadlineSeconds, 600)); got != want {
+			return fmt.Errorf("progressDeadlineSeconds %s", got)
+		}
+		return nil
+	})
 }
 
 func (e *env) revisionExists(name string) error {
@@ -577,7 +598,7 @@ func TestRolloutStateFixForwardIgnoresStaleDeadline(t *testing.T) {
 	// A longer deadline for the fix: kube-controller-manager must see
 	// progress within it after the freeze, on 2 busy cores. The canary stays
 	// timed out on the broken content meanwhile.
-	e.mergePatchDeployment(canary, `{"spec":{"progressDeadlineSeconds":120}}`)
+	e.setProgressDeadline(canary, "120")
 	if d := e.waitKCMObserved(canary); !progressDeadlineExceeded(d) {
 		t.Fatalf("the failed canary's Deployment no longer reports ProgressDeadlineExceeded: %+v", d.Status.Conditions)
 	}
@@ -1112,7 +1133,7 @@ func TestRolloutStateHaltHoldsAcrossMitigation(t *testing.T) {
 	// than the 5 s that made the brake fire quickly, and a halt on the fix
 	// would be right, but not what this test is about.
 	for _, name := range names[1:] { // names[0], the failed canary, is gone
-		e.mergePatchDeployment(name, `{"spec":{"progressDeadlineSeconds":600}}`)
+		e.setProgressDeadline(name, "null")
 	}
 	fix := content("fixed")
 	e.updateProfile("classic", func(cm *corev1.ConfigMap) { cm.Data = fix })

@@ -15,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
@@ -412,14 +411,10 @@ func TestRolloutCanaryHaltsAndRollsBack(t *testing.T) {
 		cm.Annotations = map[string]string{rollout.AnnotationCanary: "1", rollout.AnnotationMaxFailed: "0"}
 	})
 	e.createReadySessions("classic", sessions)
-	// The Deployment controller's default deadline is 10 minutes; the field
-	// is the user's, so the test may shorten it.
+	// The Deployment controller's default deadline is 10 minutes; the
+	// sessions' own setting shortens it.
 	for i := range sessions {
-		_, err := e.kube.AppsV1().Deployments(e.ns).Patch(e.ctx, sessionName(i), types.MergePatchType,
-			[]byte(`{"spec":{"progressDeadlineSeconds":5}}`), metav1.PatchOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		e.setProgressDeadline(sessionName(i), "5")
 	}
 
 	e.updateProfile("classic", func(cm *corev1.ConfigMap) { cm.Data = brokenData })

@@ -93,8 +93,9 @@ func TestHealth(t *testing.T) {
 	for _, name := range []string{"ready", "paused-a", "canary-a", "canary-b", "halting-a", "halting-b"} {
 		h.waitFor(name, gamesv1.ConditionReady, gamesv1.ReasonDeploymentReady)
 	}
-	// Fail the halting profile's canary fast; the field is the user's.
-	h.patchDeployment("halting-a", `{"spec":{"progressDeadlineSeconds":5}}`)
+	// Fail the halting profile's canary fast: the session's own deadline,
+	// which the controller puts on its Deployment.
+	h.patchSession("halting-a", `{"spec":{"progressDeadlineSeconds":5}}`)
 	h.updateProfileData("paused", map[string]string{"game.cfg": "v1"})
 	h.updateProfileData("canary", brokenData)
 	h.updateProfileData("halting", brokenData)
@@ -409,8 +410,8 @@ func (h *harness) createSession(name, profile string) {
 	}
 }
 
-func (h *harness) patchDeployment(name, patch string) {
-	_, err := h.kube.AppsV1().Deployments(h.ns).Patch(h.ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+func (h *harness) patchSession(name, patch string) {
+	_, err := h.game.GamesV1().GameSessions(h.ns).Patch(h.ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -39,6 +39,8 @@ var containerLimits = []limit{
 	{[]string{"image"}, "maxLength", 512},
 	{[]string{"volumeMounts"}, "maxItems", 128},
 	{[]string{"volumeMounts", "[]", "mountPath"}, "maxLength", 1024},
+	{[]string{"ports"}, "maxItems", 64},
+	{[]string{"ports", "[]", "name"}, "maxLength", 15},
 }
 
 func main() {
