@@ -11,8 +11,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
+	"github.com/example/gamesession-controller/pkg/rollout"
 )
 
 // The write ledger checks that no Deployment is written more than once per
@@ -203,6 +205,13 @@ func (w *world) noteDelivered(r apiResource, ev watchEvent, prev object) {
 		case prev == nil || prev.GetUID() != ev.obj.GetUID():
 			w.creditAppeared(w.cachedSessionsOf(name))
 		}
+		// The policy's progress deadline is a setting of the sessions'
+		// Deployments: a change of it is one of their desired state.
+		if prev != nil && ev.kind != watch.Deleted && policyDeadline(prev) != policyDeadline(ev.obj) {
+			for session := range w.cachedSessionsOf(name) {
+				w.credit(session)
+			}
+		}
 	case deploymentsResource:
 		if !ev.known && ev.change.author != byController && ownedFieldsChanged(ev.change) {
 			w.credit(ev.obj.GetName())
@@ -364,4 +373,15 @@ func nameOf(ch change) string {
 		return ch.new.GetName()
 	}
 	return ch.old.GetName()
+}
+
+// policyDeadline is the progress deadline a profile's policy gives the
+// Deployments of its sessions: "" where a policy that does not parse leaves
+// them as they are.
+func policyDeadline(profile object) string {
+	p, err := rollout.PolicyFor(profile.GetAnnotations(), rollout.DefaultPolicy())
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprint(ptr.Deref(p.ProgressDeadlineSeconds, defaultProgressDeadlineSeconds))
 }

@@ -59,10 +59,12 @@ var (
 		{rollout.AnnotationMaxRolling, []string{"", "1", "1", "2", "34%"}},
 		{rollout.AnnotationMaxFailed, []string{"", "", "0", "1"}},
 		{rollout.AnnotationPaused, []string{"", "", "", "true", "false"}},
+		{rollout.AnnotationProgressDeadline, []string{"", "", "30s", "2m"}},
 	}
 	worldInvalidPolicy = [][2]string{
 		{rollout.AnnotationMaxRolling, "0"}, {rollout.AnnotationCanary, "-1"},
 		{rollout.AnnotationPaused, "yes"}, {rollout.AnnotationMaxFailed, "1.5"},
+		{rollout.AnnotationProgressDeadline, "90"},
 	}
 )
 
