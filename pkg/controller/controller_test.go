@@ -162,6 +162,35 @@ func (f *fixture) cacheRevisionOf(profile *corev1.ConfigMap) {
 	}
 }
 
+// patchedResourceVersion is the resourceVersion a patch sets, "" if none: a
+// JSON patch's replace operation of it, or metadata.resourceVersion of a
+// merge patch.
+func patchedResourceVersion(pt types.PatchType, data []byte) (string, error) {
+	if pt == types.JSONPatchType {
+		var ops []struct {
+			Op, Path string
+			Value    any
+		}
+		if err := json.Unmarshal(data, &ops); err != nil {
+			return "", err
+		}
+		for _, op := range ops {
+			if op.Op == "replace" && op.Path == "/metadata/resourceVersion" {
+				rv, _ := op.Value.(string)
+				return rv, nil
+			}
+		}
+		return "", nil
+	}
+	var precondition struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+	}
+	err := json.Unmarshal(data, &precondition)
+	return precondition.Metadata.ResourceVersion, err
+}
+
 // deploymentGeneration does what the fake does not and the Ready condition
 // depends on: like the API server, it sets metadata.generation to 1 on create
 // and bumps it on every spec change, whether by update or by patch.
@@ -173,15 +202,11 @@ func (f *fixture) deploymentGeneration(action core.Action) (bool, runtime.Object
 	}
 	// A patch that names a resourceVersion applies only to that version.
 	if patch, ok := action.(core.PatchAction); ok && before != nil {
-		var precondition struct {
-			Metadata struct {
-				ResourceVersion string `json:"resourceVersion"`
-			} `json:"metadata"`
-		}
-		if err := json.Unmarshal(patch.GetPatch(), &precondition); err != nil {
+		rv, err := patchedResourceVersion(patch.GetPatchType(), patch.GetPatch())
+		if err != nil {
 			return true, nil, err
 		}
-		if rv := precondition.Metadata.ResourceVersion; rv != "" && rv != before.ResourceVersion {
+		if rv != "" && rv != before.ResourceVersion {
 			return true, nil, apierrors.NewConflict(appsv1.Resource("deployments"), name, errors.New("the object has been modified"))
 		}
 	}

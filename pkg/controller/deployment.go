@@ -3,14 +3,17 @@ package controller
 import (
 	"cmp"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
@@ -287,8 +290,9 @@ func profileVolumeIndex(t *corev1.PodTemplateSpec) int {
 	return slices.IndexFunc(t.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == profileVolumeName })
 }
 
-// deploymentPatch returns a strategic merge patch that sets the controller's
-// fields of observed to desired.
+// deploymentPatch returns a patch, and its type, that sets the controller's
+// fields of observed to desired: for a profile change alone profilePatch,
+// else a strategic merge patch.
 //
 // The patch carries observed's resourceVersion, which makes it conditional:
 // it applies to exactly the Deployment the sync read, or the API server
@@ -299,15 +303,16 @@ func profileVolumeIndex(t *corev1.PodTemplateSpec) int {
 // condition costs nothing there; during a rollout kube-controller-manager's
 // status writes can make it fail, and the retry is quiet and quick.
 //
-// Only the parts that differ are sent. A profile change patches the hash
-// annotation and the profile volume's revision (merged into the volumes by
-// name): the API server applies that at about the cost of an update, and a
-// patch that rewrites the pod spec at half as much again, which a fan-out of
-// thousands pays in full (docs/performance.md). Any other difference of the
-// template replaces it whole ($patch: replace), which is what undoes a hand
-// edit, a renamed container included.
-func deploymentPatch(observed, desired *appsv1.Deployment) ([]byte, error) {
+// Only the parts that differ are sent. A profile change replaces the hash
+// annotation and the profile volume (profilePatch). Any other difference of
+// the template replaces it whole ($patch: replace), which is what undoes a
+// hand edit, a renamed container included.
+func deploymentPatch(observed, desired *appsv1.Deployment) (types.PatchType, []byte, error) {
 	diff := deploymentChanges(observed, desired)
+	if diff == (deploymentDiff{profile: true}) {
+		patch, err := profilePatch(observed, desired)
+		return types.JSONPatchType, patch, err
+	}
 	obs, des := &observed.Spec, &desired.Spec
 	metadata := map[string]any{"resourceVersion": observed.ResourceVersion}
 	spec := map[string]any{}
@@ -347,8 +352,31 @@ func deploymentPatch(observed, desired *appsv1.Deployment) ([]byte, error) {
 	if len(spec) > 0 {
 		patch["spec"] = spec
 	}
-	return json.Marshal(patch)
+	data, err := json.Marshal(patch)
+	return types.StrategicMergePatchType, data, err
 }
+
+// profilePatch is the write of a profile fan-out, thousands at a time: a
+// JSON patch (RFC 6902) that replaces the hash annotation and the profile
+// volume, and nothing else. The API server applies it to the stored JSON
+// along the two paths only, where a strategic merge patch converts the whole
+// Deployment and walks it with the type's merge keys, which on a full pod
+// template costs markedly more (docs/performance.md). Its first operation
+// sets the resourceVersion it was computed from, which makes it as
+// conditional as the strategic merge patch: a Deployment changed since the
+// read (the volume's index included) is refused with a Conflict.
+func profilePatch(observed, desired *appsv1.Deployment) ([]byte, error) {
+	volume := &desired.Spec.Template.Spec.Volumes[profileVolumeIndex(&desired.Spec.Template)]
+	return json.Marshal([]map[string]any{
+		{"op": "replace", "path": "/metadata/resourceVersion", "value": observed.ResourceVersion},
+		{"op": "replace", "path": "/spec/template/metadata/annotations/" + jsonPointerEscape(gamesv1.ProfileHashAnnotation),
+			"value": desired.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]},
+		{"op": "replace", "path": fmt.Sprintf("/spec/template/spec/volumes/%d", profileVolumeIndex(&observed.Spec.Template)), "value": volume},
+	})
+}
+
+// jsonPointerEscape escapes a key for a JSON pointer (RFC 6901).
+var jsonPointerEscape = strings.NewReplacer("~", "~0", "/", "~1").Replace
 
 // itemPatch is a strategic merge patch item that turns the list item observed
 // into desired, or adds desired where observed is nil.

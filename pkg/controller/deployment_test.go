@@ -6,12 +6,17 @@ import (
 	"slices"
 	"testing"
 
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/utils/ptr"
+
+	"github.com/example/gamesession-controller/internal/testutil"
+	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 )
 
 func TestDeploymentNeedsUpdateAndPatch(t *testing.T) {
@@ -127,10 +132,10 @@ func TestDeploymentNeedsUpdateAndPatch(t *testing.T) {
 }
 
 // applyPatch applies deploymentPatch(observed, desired) to observed as the API
-// server does, with the same strategic merge code.
+// server does, with the same strategic merge and JSON patch code.
 func applyPatch(t *testing.T, observed, desired *appsv1.Deployment) *appsv1.Deployment {
 	t.Helper()
-	patch, err := deploymentPatch(observed, desired)
+	patchType, patch, err := deploymentPatch(observed, desired)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +143,18 @@ func applyPatch(t *testing.T, observed, desired *appsv1.Deployment) *appsv1.Depl
 	if err != nil {
 		t.Fatal(err)
 	}
-	merged, err := strategicpatch.StrategicMergePatch(original, patch, appsv1.Deployment{})
+	var merged []byte
+	switch patchType {
+	case types.StrategicMergePatchType:
+		merged, err = strategicpatch.StrategicMergePatch(original, patch, appsv1.Deployment{})
+	case types.JSONPatchType:
+		var ops jsonpatch.Patch
+		if ops, err = jsonpatch.DecodePatch(patch); err == nil {
+			merged, err = ops.Apply(original)
+		}
+	default:
+		t.Fatalf("patch type %s", patchType)
+	}
 	if err != nil {
 		t.Fatalf("applying %s: %v", patch, err)
 	}
@@ -154,18 +170,41 @@ func applyPatch(t *testing.T, observed, desired *appsv1.Deployment) *appsv1.Depl
 func TestDeploymentPatchIsConditional(t *testing.T) {
 	session := newSession(testNamespace, "arena-1", "classic")
 	observed := apiServerDeployment(session, "old")
-	patch, err := deploymentPatch(observed, NewDeployment(session, "new"))
-	if err != nil {
-		t.Fatal(err)
+	for name, desired := range map[string]*appsv1.Deployment{
+		"profile change": NewDeployment(session, "new"),
+		"image change":   NewDeployment(withImage(session, "registry.example.com/arena:2"), "old"),
+	} {
+		patchType, patch, err := deploymentPatch(observed, desired)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rv string
+		switch patchType {
+		case types.JSONPatchType:
+			var ops []struct{ Op, Path, Value any }
+			if err := json.Unmarshal(patch, &ops); err == nil && len(ops) > 0 && ops[0].Op == "replace" && ops[0].Path == "/metadata/resourceVersion" {
+				rv, _ = ops[0].Value.(string)
+			}
+		default:
+			var got struct {
+				Metadata struct {
+					ResourceVersion string `json:"resourceVersion"`
+				} `json:"metadata"`
+			}
+			if err := json.Unmarshal(patch, &got); err == nil {
+				rv = got.Metadata.ResourceVersion
+			}
+		}
+		if rv != observed.ResourceVersion || rv == "" {
+			t.Errorf("%s: %s patch %s does not carry the observed resourceVersion %q", name, patchType, patch, observed.ResourceVersion)
+		}
 	}
-	var got struct {
-		Metadata struct {
-			ResourceVersion string `json:"resourceVersion"`
-		} `json:"metadata"`
-	}
-	if err := json.Unmarshal(patch, &got); err != nil || got.Metadata.ResourceVersion != observed.ResourceVersion || observed.ResourceVersion == "" {
-		t.Errorf("patch %s does not carry the observed resourceVersion %q", patch, observed.ResourceVersion)
-	}
+}
+
+func withImage(session *gamesv1.GameSession, image string) *gamesv1.GameSession {
+	s := session.DeepCopy()
+	s.Spec.Image = image
+	return s
 }
 
 // A profile change is the fan-out's write, thousands at a time: it patches the
@@ -173,13 +212,14 @@ func TestDeploymentPatchIsConditional(t *testing.T) {
 func TestDeploymentPatchOfProfileChangeIsMinimal(t *testing.T) {
 	session := newSession(testNamespace, "arena-1", "classic")
 	observed := apiServerDeployment(session, "old")
-	patch, err := deploymentPatch(observed, NewDeployment(session, "new"))
+	patchType, patch, err := deploymentPatch(observed, NewDeployment(session, "new"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := fmt.Sprintf(`{"metadata":{"resourceVersion":%q},"spec":{"template":{"metadata":{"annotations":{"games.example.com/profile-hash":"new"}},`+
-		`"spec":{"volumes":[{"configMap":{"defaultMode":420,"name":"classic-new"},"name":"profile"}]}}}}`, observed.ResourceVersion)
-	if string(patch) != want {
+	want := fmt.Sprintf(`[{"op":"replace","path":"/metadata/resourceVersion","value":%q},`+
+		`{"op":"replace","path":"/spec/template/metadata/annotations/games.example.com~1profile-hash","value":"new"},`+
+		`{"op":"replace","path":"/spec/template/spec/volumes/0","value":{"name":"profile","configMap":{"name":"classic-new","defaultMode":420}}}]`, observed.ResourceVersion)
+	if patchType != types.JSONPatchType || string(patch) != want {
 		t.Errorf("patch:\n got %s\nwant %s", patch, want)
 	}
 }
@@ -195,5 +235,37 @@ func containerNames(d *appsv1.Deployment) []string {
 func TestManagedDeploymentSelector(t *testing.T) {
 	if got, want := ManagedDeploymentSelector(), "app.kubernetes.io/managed-by=gamesession-controller"; got != want {
 		t.Errorf("ManagedDeploymentSelector() = %q, want %q", got, want)
+	}
+}
+
+// With a full pod template too, a profile change sends the hash annotation
+// and the profile volume, and nothing else; and one patch undoes any mix of
+// hand edits, from which the next sync finds nothing to write.
+func TestDeploymentPatchOfRealisticTemplate(t *testing.T) {
+	session := testutil.RealisticGameSession("arena-1", "classic")
+	session.Namespace, session.UID = testNamespace, "session-uid"
+	observed := NewDeployment(session, "old")
+	observed.ResourceVersion = "7"
+	patchType, patch, err := deploymentPatch(observed, NewDeployment(session, "new"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ops []struct{ Op, Path string }
+	if err := json.Unmarshal(patch, &ops); err != nil || patchType != types.JSONPatchType || len(ops) != 3 || len(patch) > 400 {
+		t.Errorf("profile change: %s patch of %d bytes, want 3 operations: the resourceVersion, the annotation and the volume: %s", patchType, len(patch), patch)
+	}
+	if patched := applyPatch(t, observed, NewDeployment(session, "new")); deploymentNeedsUpdate(patched, NewDeployment(session, "new")) {
+		t.Errorf("the profile patch did not bring the Deployment to the new revision:\n%+v", patched.Spec.Template)
+	}
+
+	desired := NewDeployment(session, "old")
+	edited := observed.DeepCopy()
+	addHandEdits(edited)
+	edited.Spec.Template.Spec.Containers[1].Name = "renamed"
+	edited.Spec.Template.Spec.SecurityContext = nil
+	edited.Spec.Template.Labels["extra"] = "x"
+	patched := applyPatch(t, edited, desired)
+	if deploymentNeedsUpdate(patched, desired) {
+		t.Errorf("one patch did not undo the hand edits:\n%+v", patched.Spec.Template)
 	}
 }

@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -508,7 +507,7 @@ func (c *Controller) patchDeployment(ctx context.Context, session *gamesv1.GameS
 	if !deploymentNeedsUpdate(observed, desired) {
 		return observed, false, nil
 	}
-	patch, err := deploymentPatch(observed, desired)
+	patchType, patch, err := deploymentPatch(observed, desired)
 	if err != nil {
 		return nil, false, err
 	}
@@ -526,7 +525,7 @@ func (c *Controller) patchDeployment(ctx context.Context, session *gamesv1.GameS
 	// A Conflict means the Deployment changed since it was read: the sync
 	// runs again, quietly, once the cache has the new version.
 	patched, err := c.kubeClient.AppsV1().Deployments(session.Namespace).Patch(ctx, desired.Name,
-		types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: Name})
+		patchType, patch, metav1.PatchOptions{FieldManager: Name})
 	c.revisions.wrote(key, write, patched, err)
 	if err != nil {
 		return nil, false, err

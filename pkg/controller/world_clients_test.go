@@ -196,7 +196,7 @@ func (w *world) getDeployment(a core.GetAction) (bool, runtime.Object, error) {
 func (w *world) patchDeployment(a core.PatchAction) (bool, runtime.Object, error) {
 	name := a.GetName()
 	w.controllerTried[name] = true
-	if pt := a.GetPatchType(); pt != types.MergePatchType && pt != types.StrategicMergePatchType {
+	if pt := a.GetPatchType(); pt != types.MergePatchType && pt != types.StrategicMergePatchType && pt != types.JSONPatchType {
 		return w.unexpected(a)
 	}
 	patch := string(a.GetPatch())

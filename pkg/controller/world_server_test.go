@@ -310,6 +310,11 @@ func (s *apiServer) patch(by author, r apiResource, name string, pt types.PatchT
 		patched, err = jsonpatch.MergePatch(original, data)
 	case types.StrategicMergePatchType:
 		patched, err = strategicpatch.StrategicMergePatch(original, data, newEmpty(r))
+	case types.JSONPatchType:
+		var ops jsonpatch.Patch
+		if ops, err = jsonpatch.DecodePatch(data); err == nil {
+			patched, err = ops.Apply(original)
+		}
 	default:
 		return nil, apierrors.NewBadRequest("unsupported patch type " + string(pt))
 	}
