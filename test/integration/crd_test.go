@@ -46,7 +46,7 @@ func TestCRDValidation(t *testing.T) {
 		}, []string{"each containerPort and protocol pair may appear only once"}},
 		// What the whole pod template would let through to fail later.
 		{"image not a reference", func(s *gamesv1.GameSession) { s.Spec.Image = "registry.example.com/Arena:1.0" },
-			[]string{"spec.image", "container image reference"}},
+			[]string{"spec.image", "should match"}},
 		{"image set twice", func(s *gamesv1.GameSession) { s.Spec.Template = templateOf(gameServer("arena:2")) },
 			[]string{"image is set twice"}},
 		{"no image anywhere", func(s *gamesv1.GameSession) {
@@ -68,7 +68,7 @@ func TestCRDValidation(t *testing.T) {
 		}, []string{"resources are set twice"}},
 		{"a template image not a reference", func(s *gamesv1.GameSession) {
 			s.Spec.Template = templateOf(corev1.Container{Name: "metrics", Image: "Metrics:1"})
-		}, []string{"each image in spec.template.spec.containers"}},
+		}, []string{"spec.template.spec.containers[0].image", "should match"}},
 		{"a sidecar without an image", func(s *gamesv1.GameSession) {
 			s.Spec.Template = templateOf(corev1.Container{Name: "metrics"})
 		}, []string{"other than the game server's needs an image"}},

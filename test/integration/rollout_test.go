@@ -29,15 +29,18 @@ import (
 // project's kwok stage hack/kwok/pod-never-ready.yaml matches its hash.
 var brokenData = map[string]string{"game.cfg": "crash-on-start"}
 
-// The kwok stage names the broken content by its hash: if the hash function
-// changed, the canary test would roll a content whose pods get Ready.
+// The kwok stages name the broken content by its hash: if the hash function
+// changed, the canary test would roll a content whose pods get Ready (and the
+// slow stage would make broken pods Ready after all).
 func TestKwokStageHashIsTheBrokenProfile(t *testing.T) {
-	stage, err := os.ReadFile("../../hack/kwok/pod-never-ready.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(stage), "'"+dataHash(brokenData)+"'") {
-		t.Errorf("hack/kwok/pod-never-ready.yaml does not name %s, the hash of %v", dataHash(brokenData), brokenData)
+	for _, file := range []string{"pod-never-ready.yaml", "pod-sim-slow-ready.yaml"} {
+		stage, err := os.ReadFile("../../hack/kwok/" + file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(stage), "'"+dataHash(brokenData)+"'") {
+			t.Errorf("hack/kwok/%s does not name %s, the hash of %v", file, dataHash(brokenData), brokenData)
+		}
 	}
 }
 

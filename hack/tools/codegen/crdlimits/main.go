@@ -7,7 +7,8 @@
 // over the template (container images, mounts, names) as if a request could
 // hold millions of containers, and refuses the CRD. The bounds set here are
 // far above what a game server pod uses, and each is stated in the field's
-// description so that kubectl explain shows it.
+// description so that kubectl explain shows it. The images of the template
+// get spec.image's pattern.
 //
 // Usage: crdlimits FILE (rewritten in place).
 package main
@@ -77,6 +78,14 @@ func run(file string) error {
 				return err
 			}
 		}
+		// The template's images follow spec.image's pattern: an OpenAPI
+		// pattern is compiled once, where a CEL matches() over every
+		// container costs each write of a session (its status included) a
+		// multiple of it.
+		pattern, ok := dig(v, "schema", "openAPIV3Schema", "properties", "spec", "properties", "image", "pattern").(string)
+		if !ok {
+			return fmt.Errorf("%s: spec.image has no pattern", file)
+		}
 		for _, list := range []string{"containers", "initContainers"} {
 			for _, l := range containerLimits {
 				l.path = append([]string{list, "[]"}, l.path...)
@@ -84,6 +93,12 @@ func run(file string) error {
 					return err
 				}
 			}
+			image, ok := dig(podSpec, "properties", list, "items", "properties", "image").(map[string]any)
+			if !ok {
+				return fmt.Errorf("%s: no image in spec.template.spec.%s", file, list)
+			}
+			image["pattern"] = pattern
+			image["description"] = image["description"].(string) + "\nIn a GameSession, an image reference as spec.image describes it."
 		}
 	}
 	out, err := yaml.Marshal(crd)

@@ -163,7 +163,7 @@ type ProfileRolloutStatus struct {
 type BlockedSession struct {
 	// name of the GameSession.
 	Name string `json:"name"`
-	// reason it cannot progress: DeploymentPaused, ContainerConflict,
+	// reason it cannot progress: DeploymentPaused,
 	// DeploymentInvalid, or another Ready reason of the session.
 	Reason string `json:"reason"`
 }

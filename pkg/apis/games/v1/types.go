@@ -165,8 +165,7 @@ type GameSession struct {
 // +kubebuilder:validation:XValidation:rule="!(has(self.template) && has(self.template.spec)) || !has(self.template.spec.restartPolicy) || self.template.spec.restartPolicy == 'Always'",message="spec.template.spec.restartPolicy must be Always (or unset): a Deployment's pods always restart"
 // +kubebuilder:validation:XValidation:rule="!(has(self.template) && has(self.template.spec)) || !has(self.template.spec.activeDeadlineSeconds)",message="spec.template.spec.activeDeadlineSeconds must not be set: a Deployment does not allow it; a game server that must end should exit by itself"
 // +kubebuilder:validation:XValidation:rule="!(has(self.template) && has(self.template.spec)) || !has(self.template.spec.ephemeralContainers)",message="spec.template.spec.ephemeralContainers must not be set: ephemeral containers are added to running pods with kubectl debug, not to a template"
-// +kubebuilder:validation:XValidation:rule="!(has(self.template) && has(self.template.spec)) || self.template.spec.containers.all(c, !has(c.image) || c.image.matches('^((?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(?:[.](?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$'))",message="each image in spec.template.spec.containers must be a container image reference such as registry.example.com/arena:1.4.2: a lowercase repository path, optionally a registry host first, and optionally a :tag or an @sha256: digest"
-// +kubebuilder:validation:XValidation:rule="!(has(self.template) && has(self.template.spec)) || !has(self.template.spec.initContainers) || self.template.spec.initContainers.all(c, has(c.image) && c.image.matches('^((?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(?:[.](?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$'))",message="each init container in spec.template.spec.initContainers needs an image, a container image reference such as registry.example.com/tools:1.0"
+// +kubebuilder:validation:XValidation:rule="!(has(self.template) && has(self.template.spec)) || !has(self.template.spec.initContainers) || self.template.spec.initContainers.all(c, has(c.image))",message="each init container in spec.template.spec.initContainers needs an image"
 // +kubebuilder:validation:XValidation:rule="!(has(self.template) && has(self.template.spec)) || self.template.spec.containers.all(c, c.name == self.container || has(c.image))",message="each container of spec.template.spec.containers other than the game server's needs an image"
 // +kubebuilder:validation:XValidation:rule="!(has(self.template) && has(self.template.spec)) || !has(self.template.spec.initContainers) || self.template.spec.initContainers.all(i, !self.template.spec.containers.exists(c, c.name == i.name))",message="a container name may appear only once across spec.template.spec.containers and initContainers"
 // +kubebuilder:validation:XValidation:rule="!(has(self.template) && has(self.template.spec)) || self.template.spec.containers.all(c, self.template.spec.containers.exists_one(d, d.name == c.name))",message="container names in spec.template.spec.containers must be unique"
@@ -186,15 +185,18 @@ type GameSessionSpec struct {
 	ProfileRef string `json:"profileRef"`
 
 	// image is the game server's container image, e.g.
-	// registry.example.com/arena:1.4.2: a registry host, a lowercase path, and
-	// a tag or digest. Set it here or as the image of the game server's
-	// container in template, not both.
+	// registry.example.com/arena:1.4.2: optionally a registry host (and
+	// port), a lowercase repository path, optionally a :tag and an
+	// @sha256: digest; the pattern below is that grammar, as container
+	// runtimes parse it. Set it here or as the image of the game server's
+	// container in template, not both. The template's images are checked
+	// against the same pattern.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=512
 	// +kubebuilder:validation:XValidation:rule="!self.matches('\\\\s')",message="image must not contain whitespace"
 	// +kubebuilder:validation:XValidation:rule="self == self.trim()",message="image must not begin or end with a whitespace character (Kubernetes refuses an image with leading or trailing Unicode space, such as a no-break space)"
-	// +kubebuilder:validation:XValidation:rule="self.matches('^((?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(?:[.](?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$')",message="image must be a container image reference such as registry.example.com/arena:1.4.2: a lowercase repository path, optionally a registry host first, and optionally a :tag or an @sha256: digest"
+	// +kubebuilder:validation:Pattern=`^((?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(?:[.](?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$`
 	Image string `json:"image,omitempty"`
 
 	// replicas is the number of game server pods. Defaults to 1, at most 100:
@@ -245,27 +247,29 @@ type GameSessionSpec struct {
 	// progress before it reports ProgressDeadlineExceeded, which a profile
 	// rollout's brake counts as a failed session. Unset, the profile's
 	// rollout policy decides (annotation
-	// rollout.games.example.com/progress-deadline), and without one the
-	// Deployment's value stays (600 seconds by default).
+	// rollout.games.example.com/progress-deadline), and without one it is
+	// the Deployment default, 600 seconds.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	ProgressDeadlineSeconds *int32 `json:"progressDeadlineSeconds,omitempty"`
 
 	// minReadySeconds is how long a new pod must be ready before it counts as
-	// available. Unset, the Deployment's value stays (0 by default).
+	// available. Unset, it is the Deployment default, 0.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	MinReadySeconds *int32 `json:"minReadySeconds,omitempty"`
 
 	// revisionHistoryLimit is how many old ReplicaSets the Deployment keeps
-	// for rollback. Unset, the Deployment's value stays (10 by default).
+	// for rollback. Unset, it is the Deployment default, 10.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	RevisionHistoryLimit *int32 `json:"revisionHistoryLimit,omitempty"`
 
 	// strategy is how the Deployment replaces the game server pods, as in a
 	// Deployment: RollingUpdate (maxSurge and maxUnavailable, 25% each by
-	// default) or Recreate. Unset, the Deployment's strategy stays.
+	// default) or Recreate. Unset, it is the Deployment default,
+	// RollingUpdate with 25% each. The session owns these settings as it
+	// owns the pod template: a hand edit of them on the Deployment is undone.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="!has(self.type) || self.type in ['RollingUpdate', 'Recreate']",message="strategy.type must be RollingUpdate or Recreate"
 	// +kubebuilder:validation:XValidation:rule="!has(self.rollingUpdate) || !has(self.type) || self.type == 'RollingUpdate'",message="strategy.rollingUpdate may be set only when strategy.type is RollingUpdate"
@@ -349,7 +353,7 @@ type GameSessionStatus struct {
 	// update replicas and readyReplicas may exceed spec.replicas, by up to
 	// the strategy's maxSurge, while old pods drain.
 	// +optional
-	UpdatedReplicas int32 `json:"updatedReplicas,omitempty"`
+	UpdatedReplicas int32 `json:"updatedReplicas"`
 
 	// selector is the label selector of the game server pods, in string form,
 	// for the scale subresource (kubectl scale, HorizontalPodAutoscaler).

@@ -25,7 +25,7 @@ package v1
 type BlockedSessionApplyConfiguration struct {
 	// name of the GameSession.
 	Name *string `json:"name,omitempty"`
-	// reason it cannot progress: DeploymentPaused, ContainerConflict,
+	// reason it cannot progress: DeploymentPaused,
 	// DeploymentInvalid, or another Ready reason of the session.
 	Reason *string `json:"reason,omitempty"`
 }

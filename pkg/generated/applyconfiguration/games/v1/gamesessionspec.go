@@ -44,9 +44,12 @@ type GameSessionSpecApplyConfiguration struct {
 	// namespace field: a session can only use its own namespace's profiles.
 	ProfileRef *string `json:"profileRef,omitempty"`
 	// image is the game server's container image, e.g.
-	// registry.example.com/arena:1.4.2: a registry host, a lowercase path, and
-	// a tag or digest. Set it here or as the image of the game server's
-	// container in template, not both.
+	// registry.example.com/arena:1.4.2: optionally a registry host (and
+	// port), a lowercase repository path, optionally a :tag and an
+	// @sha256: digest; the pattern below is that grammar, as container
+	// runtimes parse it. Set it here or as the image of the game server's
+	// container in template, not both. The template's images are checked
+	// against the same pattern.
 	Image *string `json:"image,omitempty"`
 	// replicas is the number of game server pods. Defaults to 1, at most 100:
 	// a session is the game servers of one match or shard, rolled out and
@@ -75,18 +78,20 @@ type GameSessionSpecApplyConfiguration struct {
 	// progress before it reports ProgressDeadlineExceeded, which a profile
 	// rollout's brake counts as a failed session. Unset, the profile's
 	// rollout policy decides (annotation
-	// rollout.games.example.com/progress-deadline), and without one the
-	// Deployment's value stays (600 seconds by default).
+	// rollout.games.example.com/progress-deadline), and without one it is
+	// the Deployment default, 600 seconds.
 	ProgressDeadlineSeconds *int32 `json:"progressDeadlineSeconds,omitempty"`
 	// minReadySeconds is how long a new pod must be ready before it counts as
-	// available. Unset, the Deployment's value stays (0 by default).
+	// available. Unset, it is the Deployment default, 0.
 	MinReadySeconds *int32 `json:"minReadySeconds,omitempty"`
 	// revisionHistoryLimit is how many old ReplicaSets the Deployment keeps
-	// for rollback. Unset, the Deployment's value stays (10 by default).
+	// for rollback. Unset, it is the Deployment default, 10.
 	RevisionHistoryLimit *int32 `json:"revisionHistoryLimit,omitempty"`
 	// strategy is how the Deployment replaces the game server pods, as in a
 	// Deployment: RollingUpdate (maxSurge and maxUnavailable, 25% each by
-	// default) or Recreate. Unset, the Deployment's strategy stays.
+	// default) or Recreate. Unset, it is the Deployment default,
+	// RollingUpdate with 25% each. The session owns these settings as it
+	// owns the pod template: a hand edit of them on the Deployment is undone.
 	Strategy *appsv1.DeploymentStrategy `json:"strategy,omitempty"`
 }
 
