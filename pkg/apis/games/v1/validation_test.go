@@ -64,3 +64,22 @@ func TestImageReferencePattern(t *testing.T) {
 		}
 	}
 }
+
+// The API server stores a CRD as one etcd object, whose request is limited to
+// 1.5 MiB (etcd's default --max-request-bytes) and 3 MiB per request body: the
+// whole pod template's schema, descriptions included, must stay well within.
+func TestCRDSizeWithinTheAPIServersLimits(t *testing.T) {
+	raw, err := os.ReadFile("../../../../artifacts/crd/games.example.com_gamesessions.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	asJSON, err := yaml.YAMLToJSON(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const limit = 1 << 20 // a third of headroom below etcd's 1.5 MiB
+	if len(asJSON) > limit {
+		t.Errorf("the GameSession CRD is %d bytes as JSON, more than %d", len(asJSON), limit)
+	}
+	t.Logf("the GameSession CRD is %d bytes as JSON", len(asJSON))
+}
