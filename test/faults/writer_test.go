@@ -16,15 +16,16 @@ import (
 
 const (
 	writerAnnotation = "faults.example.com/writer"
+	writerLabel      = "faults.example.com/pass"
 	// wrongEvery: the other writer sets a wrong spec.replicas on one
 	// Deployment in wrongEvery.
 	wrongEvery = 20
 )
 
 // TestFaultOtherWriter has another writer edit the controller's Deployments
-// all through a fan-out, in passes over every Deployment: an annotation with
-// its pass number and spec.minReadySeconds, which the controller does not
-// own and must leave alone, and on some a wrong spec.replicas, which the
+// all through a fan-out, in passes over every Deployment: an annotation and a
+// label with its pass number, which the controller does not own and must
+// leave alone, and on some a wrong spec.replicas, which the
 // controller owns and must put back. At the end every Deployment carries the
 // new hash, the session's replicas and the writer's last values, and rolled
 // once: the writer's fields do not touch the pod template.
@@ -57,8 +58,8 @@ func TestFaultOtherWriter(t *testing.T) {
 		if got := d.Annotations[writerAnnotation]; got != strconv.Itoa(passes) {
 			lost = append(lost, fmt.Sprintf("%s: annotation %s=%q, want %d", name, writerAnnotation, got, passes))
 		}
-		if got := d.Spec.MinReadySeconds; got != minReadySeconds(passes) {
-			lost = append(lost, fmt.Sprintf("%s: minReadySeconds %d, want %d", name, got, minReadySeconds(passes)))
+		if got := d.Labels[writerLabel]; got != passLabel(passes) {
+			lost = append(lost, fmt.Sprintf("%s: label %s=%q, want %q", name, writerLabel, got, passLabel(passes)))
 		}
 	}
 	report(t, lost, "fields of the other writer lost")
@@ -68,9 +69,8 @@ func TestFaultOtherWriter(t *testing.T) {
 	tracker.checkHashes(e.hashes, deployments)
 }
 
-// minReadySeconds is what the other writer sets in a pass: never 0, the
-// default, so that a lost value shows.
-func minReadySeconds(pass int) int32 { return int32(1 + pass%3) }
+// passLabel is the label value the other writer sets in a pass.
+func passLabel(pass int) string { return "pass-" + strconv.Itoa(pass) }
 
 // otherWriter patches every Deployment, pass after pass, until stopped.
 type otherWriter struct {
@@ -117,15 +117,15 @@ func (w *otherWriter) writePass(ctx context.Context, pass int) error {
 		wg.Go(func() {
 			for i := range work {
 				name := w.e.names[i]
-				spec := map[string]any{"minReadySeconds": minReadySeconds(pass)}
+				edit := map[string]any{"metadata": map[string]any{
+					"annotations": map[string]string{writerAnnotation: strconv.Itoa(pass)},
+					"labels":      map[string]string{writerLabel: passLabel(pass)},
+				}}
 				if i%wrongEvery == wrongEvery/2 {
-					spec["replicas"] = w.e.replicas[name] + 1
+					edit["spec"] = map[string]any{"replicas": w.e.replicas[name] + 1}
 					w.wrong.Add(1)
 				}
-				patch, _ := json.Marshal(map[string]any{
-					"metadata": map[string]any{"annotations": map[string]string{writerAnnotation: strconv.Itoa(pass)}},
-					"spec":     spec,
-				})
+				patch, _ := json.Marshal(edit)
 				// A merge patch, like kubectl annotate or scale: no
 				// resourceVersion, so no conflicts, and only these fields.
 				if _, err := w.e.kube.AppsV1().Deployments(w.e.ns).Patch(ctx, name, types.MergePatchType, patch,
