@@ -175,6 +175,13 @@ func (w *world) noteDelivered(r apiResource, ev watchEvent, prev object) {
 		if ev.kind != watch.Deleted && (prev == nil || prev.GetUID() != ev.obj.GetUID() || prev.GetGeneration() != ev.obj.GetGeneration()) {
 			w.credit(ev.obj.GetName())
 		}
+		// What the controller's cache shows of a profileRef sets the
+		// session back as the server's change does: a cache that hands over
+		// pf-y, pf-x, pf-y, all edited before the first, is three moves.
+		if ev.kind != watch.Deleted && (prev == nil || prev.GetUID() != ev.obj.GetUID() ||
+			prev.(*gamesv1.GameSession).Spec.ProfileRef != ev.obj.(*gamesv1.GameSession).Spec.ProfileRef) {
+			w.refEpoch[ev.obj.GetName()]++
+		}
 		// A session that changes profiles moves to the new profile's
 		// revision, which may take a second write once that revision is in
 		// the cache, as a profile appearing does.

@@ -146,6 +146,7 @@ var foundByLongRuns = []struct {
 	seed uint64
 	what string
 }{
+	{326611, "harness: a profileRef the cache hands over (pf-y, pf-x, pf-y, all edited before) lets the session move again"},
 	{42931, "budget: a session moved through a live read, its Deployment outside the cache, holds its slot"},
 	{52997, "budget: a live read that shows the controller's own write keeps the move counted"},
 	{29340, "revision: a label-only write is shown by its resourceVersion, not by an older object of the same generation"},
