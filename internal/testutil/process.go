@@ -88,7 +88,43 @@ type ControllerProcess struct {
 // loopback ports (args may not set those two flags). env adds to the process
 // environment. The process is killed when the test ends; its log is printed
 // if the test failed.
+//
+// A port found free can be taken by another process before the controller
+// binds it (the tests of a package run in parallel, beside a control plane):
+// a controller that exits on a port in use is started again on new ports,
+// up to three times.
 func StartController(t testing.TB, binary, name string, env []string, args ...string) *ControllerProcess {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		p := startController(t, binary, name, env, args...)
+		if attempt == 3 || !p.lostItsPort() {
+			return p
+		}
+		t.Logf("%s: a port taken before it could bind it; starting it again on others", name)
+	}
+}
+
+// lostItsPort waits until the process serves both its ports, or exits, and
+// reports whether it exited because a port was in use.
+func (p *ControllerProcess) lostItsPort() bool {
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		log, _ := os.ReadFile(p.LogPath)
+		select {
+		case <-p.exited:
+			log, _ = os.ReadFile(p.LogPath)
+			return strings.Contains(string(log), "address already in use")
+		default:
+		}
+		if strings.Count(string(log), `"Serving"`) >= 2 {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return false
+}
+
+func startController(t testing.TB, binary, name string, env []string, args ...string) *ControllerProcess {
 	t.Helper()
 	p := &ControllerProcess{
 		t:           t,
