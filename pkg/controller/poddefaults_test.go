@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/example/gamesession-controller/internal/fuzzinput"
+	"github.com/example/gamesession-controller/internal/testutil"
 )
 
 // bareTemplate is a template with nothing the server defaults set: one
@@ -381,7 +382,7 @@ func TestDefaultPodTemplateRandom(t *testing.T) {
 		if !equality.Semantic.DeepEqual(twice, once) {
 			t.Fatalf("template %d: defaulting twice differs from once:\n%s", i, leafChanges(once, twice))
 		}
-		before, after := jsonLeafValues(written), jsonLeafValues(once)
+		before, after := testutil.JSONLeaves(written, false), testutil.JSONLeaves(once, false)
 		for path, was := range before {
 			now, ok := after[path]
 			// null is how grpc.service, which has no omitempty, is unset.
@@ -412,7 +413,7 @@ func roundedUp(was, now string) bool {
 
 // leafChanges lists the JSON leaves that differ between a and b.
 func leafChanges(a, b any) string {
-	la, lb := jsonLeafValues(a), jsonLeafValues(b)
+	la, lb := testutil.JSONLeaves(a, false), testutil.JSONLeaves(b, false)
 	var out strings.Builder
 	for path, v := range la {
 		if lb[path] != v {
@@ -425,30 +426,4 @@ func leafChanges(a, b any) string {
 		}
 	}
 	return out.String()
-}
-
-// jsonLeafValues flattens v's JSON form into its leaves by path.
-func jsonLeafValues(v any) map[string]string {
-	data, _ := json.Marshal(v)
-	var tree any
-	_ = json.Unmarshal(data, &tree)
-	leaves := map[string]string{}
-	var walk func(string, any)
-	walk = func(path string, node any) {
-		switch n := node.(type) {
-		case map[string]any:
-			for k, child := range n {
-				walk(strings.TrimPrefix(path+"."+k, "."), child)
-			}
-		case []any:
-			for i, child := range n {
-				walk(fmt.Sprintf("%s[%d]", path, i), child)
-			}
-		default:
-			leaf, _ := json.Marshal(n)
-			leaves[path] = string(leaf)
-		}
-	}
-	walk("", tree)
-	return leaves
 }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/example/gamesession-controller/internal/fuzzinput"
+	"github.com/example/gamesession-controller/internal/testutil"
 	"github.com/example/gamesession-controller/pkg/controller"
 )
 
@@ -191,7 +192,7 @@ func randomStrategy(r *rand.Rand) appsv1.DeploymentStrategy {
 // "- path: value" / "+ path: value" pair a line, as readable as the paths
 // kubectl explain takes.
 func jsonDiff(ours, theirs any) string {
-	a, b := jsonLeaves(ours), jsonLeaves(theirs)
+	a, b := testutil.JSONLeaves(ours, true), testutil.JSONLeaves(theirs, true)
 	var paths []string
 	for p := range a {
 		paths = append(paths, p)
@@ -223,40 +224,4 @@ func jsonDiff(ours, theirs any) string {
 		fmt.Fprintf(&out, "  - %s\n  + %s\n", ja, jb)
 	}
 	return out.String()
-}
-
-// jsonLeaves flattens v's JSON form into its leaves by path
-// (spec.containers[0].ports[1].protocol), each with its JSON value.
-func jsonLeaves(v any) map[string]string {
-	data, err := json.Marshal(v)
-	if err != nil {
-		return map[string]string{"": fmt.Sprintf("(no JSON: %v)", err)}
-	}
-	var tree any
-	_ = json.Unmarshal(data, &tree)
-	leaves := map[string]string{}
-	var walk func(path string, node any)
-	walk = func(path string, node any) {
-		switch n := node.(type) {
-		case map[string]any:
-			if len(n) == 0 {
-				leaves[path] = "{}"
-			}
-			for k, child := range n {
-				walk(strings.TrimPrefix(path+"."+k, "."), child)
-			}
-		case []any:
-			if len(n) == 0 {
-				leaves[path] = "[]"
-			}
-			for i, child := range n {
-				walk(fmt.Sprintf("%s[%d]", path, i), child)
-			}
-		default:
-			leaf, _ := json.Marshal(n)
-			leaves[path] = string(leaf)
-		}
-	}
-	walk("", tree)
-	return leaves
 }
