@@ -39,8 +39,15 @@ var templateHazards = []struct {
 	apply func(r *rand.Rand, s *gamesv1.GameSession)
 }{
 	{"uppercase repository", func(_ *rand.Rand, s *gamesv1.GameSession) { gameServerOf(s).Image = "registry.example.com/Arena:1" }},
-	{"image set twice", func(_ *rand.Rand, s *gamesv1.GameSession) { s.Spec.Image = "registry.example.com/arena:2" }},
-	{"no image at all", func(_ *rand.Rand, s *gamesv1.GameSession) { gameServerOf(s).Image = "" }},
+	// These two set and clear both places, so that drawn together, in
+	// either order, they remain a mistake.
+	{"image set twice", func(_ *rand.Rand, s *gamesv1.GameSession) {
+		s.Spec.Image = "registry.example.com/arena:2"
+		if gs := gameServerOf(s); gs.Image == "" {
+			gs.Image = "registry.example.com/arena:3"
+		}
+	}},
+	{"no image at all", func(_ *rand.Rand, s *gamesv1.GameSession) { gameServerOf(s).Image, s.Spec.Image = "", "" }},
 	{"sidecar without image", func(_ *rand.Rand, s *gamesv1.GameSession) {
 		s.Spec.Template.Spec.Containers = append(s.Spec.Template.Spec.Containers, corev1.Container{Name: "bare"})
 	}},
