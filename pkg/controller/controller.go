@@ -76,6 +76,13 @@ type Options struct {
 	// RevisionHistoryLimit is how many of a profile's newest revisions are
 	// kept for rollback besides those in use (see staleRevisions).
 	RevisionHistoryLimit int
+
+	// MaxMovingSessions and MaxMovesPerMinute are the cluster-wide budget of
+	// profile moves, across all profiles: at most that many sessions moved
+	// to a new revision and not yet Ready at once, and at most that many
+	// moves started in any minute (see clusterBudget). Zero is no limit.
+	MaxMovingSessions int
+	MaxMovesPerMinute int
 }
 
 // Informers are the informers a Controller reads. Each must come from a
@@ -123,7 +130,11 @@ type Informers struct {
 //   - plans: the latest rollout plan of each profile (profilesync.go), what
 //     session syncs read to know whose turn it is. A plan is computed from
 //     the caches and the profile's ProfileRollout, where what a rollout must
-//     remember (halt, stable revision) lives: a restart recomputes it.
+//     remember (halt, stable revision, start) lives: a restart recomputes it.
+//   - budget: the cluster-wide budget's grants and waiting sessions
+//     (budget.go). A restart rebuilds the grants from the caches (every
+//     Deployment still rolling a revision), and its waiting sessions sync
+//     again on their own, their caches being new.
 type Controller struct {
 	kubeClient kubernetes.Interface
 	gameClient clientset.Interface
@@ -158,6 +169,7 @@ type Controller struct {
 	plans                *profilePlans
 	rolloutDefaults      rollout.Policy
 	revisionHistoryLimit int
+	budget               *clusterBudget
 
 	// workersRunning counts live session workers, for the health check.
 	workersRunning atomic.Int32
@@ -231,6 +243,7 @@ func NewController(
 		plans:                newProfilePlans(),
 		rolloutDefaults:      *opts.RolloutDefaults,
 		revisionHistoryLimit: opts.RevisionHistoryLimit,
+		budget:               newClusterBudget(opts.Clock, opts.MaxMovingSessions, opts.MaxMovesPerMinute),
 	}
 	// The fan-out reads c.queue at call time, so tests may swap the queue.
 	c.fanOut = newProfileFanOut(opts.Clock, opts.ProfileChangeDelay, c.sessionKeysOf,
@@ -347,6 +360,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	if !cache.WaitForNamedCacheSync(Name, ctx.Done(), c.cachesSynced...) {
 		return fmt.Errorf("%s: caches did not sync before shutdown", Name)
 	}
+	c.seedBudget()
 
 	var wg sync.WaitGroup
 	// One profile worker: profile syncs are few (one per profile change,

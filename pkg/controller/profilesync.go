@@ -73,6 +73,11 @@ type profilePlan struct {
 	plan     rollout.Plan
 	memory   rollout.Memory // what the rollout remembers after this plan
 	revision revisionState
+	// started is when the rollout towards hash began: max-defer counts
+	// from it, and the ProfileRollout records it (status.startTime).
+	started time.Time
+	// window is the policy's maintenance window, "" if none.
+	window string
 }
 
 func newProfilePlans() *profilePlans {
@@ -180,6 +185,15 @@ func (c *Controller) syncProfile(ctx context.Context, key string) error {
 	if !pp.plan.Settled || !revision.available {
 		c.profileQueue.AddAfter(key, replanInterval)
 	}
+	// The window opening or closing, and max-defer passing, change the plan
+	// with no event to announce them. A second late is a second past the
+	// change, whatever the rounding of the queue's clock.
+	now := c.clock.Now()
+	for _, at := range []time.Time{pp.plan.Resumes, pp.plan.WindowCloses, pp.plan.DeferralEnds} {
+		if !at.IsZero() {
+			c.profileQueue.AddAfter(key, max(0, at.Sub(now))+time.Second)
+		}
+	}
 	return errors.Join(createErr, deleteErr, writeErr)
 }
 
@@ -273,9 +287,20 @@ func (c *Controller) planRollout(ctx context.Context, profile *corev1.ConfigMap,
 		// settle before the profile changed again: its content is stable.
 		memory.StableHash = previousTarget
 	}
-	plan := rollout.Decide(policy, members, memory)
-	next := &profilePlan{hash: hash, policy: policy.String(), plan: plan, revision: revision,
-		memory: rollout.Memory{Halted: plan.Phase == rollout.PhaseHalted, StableHash: memory.StableHash}}
+	// The start as the API stores it, to the second, so that a restarted
+	// controller counts max-defer from the same instant.
+	now := c.clock.Now()
+	memory.Started = now.Truncate(time.Second)
+	switch {
+	case prev != nil && prev.hash == hash:
+		memory.Started = prev.started
+	case stored != nil && stored.Status.TargetHash == hash && stored.Status.StartTime != nil:
+		memory.Started = stored.Status.StartTime.Time
+	}
+	plan := rollout.Decide(policy, members, memory, now)
+	next := &profilePlan{hash: hash, policy: policy.String(), plan: plan, revision: revision, started: memory.Started,
+		window: windowString(policy),
+		memory: rollout.Memory{Halted: plan.Phase == rollout.PhaseHalted, StableHash: memory.StableHash, Started: memory.Started}}
 	if plan.Settled && plan.Failed == 0 {
 		next.memory.StableHash = hash
 	}
@@ -300,14 +325,23 @@ func (c *Controller) planRollout(ctx context.Context, profile *corev1.ConfigMap,
 		c.metrics.ForgetRollout(profile.Namespace, profile.Name)
 	} else {
 		c.metrics.ObserveRollout(profile.Namespace, profile.Name, metrics.RolloutProgress{
-			Total: plan.Total, Moved: plan.Moved, Ready: plan.Ready, Failed: plan.Failed,
+			Total: plan.Total, Moved: plan.Moved, Ready: plan.Ready, Failed: plan.Failed, Deferred: plan.Deferred,
 			Halted: plan.Phase == rollout.PhaseHalted, Paused: plan.Phase == rollout.PhasePaused,
+			Waiting: plan.Phase == rollout.PhaseWaiting,
 		})
 	}
 	klog.FromContext(ctx).V(4).Info("Planned rollout", "revision", RevisionName(profile.Name, hash),
 		"phase", plan.Phase, "moved", plan.Moved, "ready", plan.Ready, "failed", plan.Failed, "total", plan.Total,
-		"admitted", len(plan.Admitted), "blocked", len(plan.Blocked), "stuck", plan.Stuck)
+		"deferred", plan.Deferred, "admitted", len(plan.Admitted), "blocked", len(plan.Blocked), "stuck", plan.Stuck)
 	return next
+}
+
+// windowString is the policy's window as written, "" if it has none.
+func windowString(policy rollout.Policy) string {
+	if policy.Window == nil {
+		return ""
+	}
+	return policy.Window.String()
 }
 
 // allReadyOn reports whether every member runs content hash and is Ready.
@@ -408,7 +442,7 @@ func (c *Controller) rolloutMembers(profile *corev1.ConfigMap, hash string) []ro
 			// A move the API server made and the cache does not show yet
 			// holds its slot.
 			if m, answered, ok := c.movedOutOfSight(profile, key, hash); ok && answered {
-				m.Blocked = memberBlocked(session, d)
+				m.Blocked, m.Busy = memberBlocked(session, d), isBusy(session)
 				members = append(members, m)
 				continue
 			}
@@ -421,6 +455,7 @@ func (c *Controller) rolloutMembers(profile *corev1.ConfigMap, hash string) []ro
 			Ready:    deploymentComplete(d),
 			Failed:   onTarget && progressDeadlineExceeded(d),
 			Blocked:  memberBlocked(session, d),
+			Busy:     isBusy(session),
 		})
 	}
 	return members
@@ -543,14 +578,21 @@ func newProfileRollout(profile *corev1.ConfigMap) *gamesv1.ProfileRollout {
 func rolloutStatus(profile *corev1.ConfigMap, pp *profilePlan, prev *gamesv1.ProfileRolloutStatus, now metav1.Time) *gamesv1.ProfileRolloutStatus {
 	p := pp.plan
 	s := &gamesv1.ProfileRolloutStatus{
-		TargetHash:     pp.hash,
-		TargetRevision: RevisionName(profile.Name, pp.hash),
-		Phase:          gamesv1.RolloutPhase(p.Phase),
-		TotalSessions:  int32(p.Total),
-		MovedSessions:  int32(p.Moved),
-		ReadySessions:  int32(p.Ready),
-		FailedSessions: int32(p.Failed),
-		Policy:         pp.policy,
+		TargetHash:       pp.hash,
+		TargetRevision:   RevisionName(profile.Name, pp.hash),
+		Phase:            gamesv1.RolloutPhase(p.Phase),
+		TotalSessions:    int32(p.Total),
+		MovedSessions:    int32(p.Moved),
+		ReadySessions:    int32(p.Ready),
+		FailedSessions:   int32(p.Failed),
+		DeferredSessions: int32(p.Deferred),
+		Policy:           pp.policy,
+	}
+	if !p.Resumes.IsZero() {
+		s.ResumeTime = &metav1.Time{Time: p.Resumes.Truncate(time.Second)}
+	}
+	if !p.DeferralEnds.IsZero() {
+		s.DeferralEndTime = &metav1.Time{Time: p.DeferralEnds.Truncate(time.Second)}
 	}
 	if pp.memory.StableHash != "" {
 		s.StableHash, s.StableRevision = pp.memory.StableHash, RevisionName(profile.Name, pp.memory.StableHash)
@@ -567,6 +609,9 @@ func rolloutStatus(profile *corev1.ConfigMap, pp *profilePlan, prev *gamesv1.Pro
 	}
 	if prev == nil || prev.TargetHash != pp.hash {
 		s.StartTime, s.CompletionTime = &now, nil
+		if !pp.started.IsZero() {
+			s.StartTime = &metav1.Time{Time: pp.started}
+		}
 	}
 	if p.Settled && s.CompletionTime == nil {
 		s.CompletionTime = &now
@@ -626,6 +671,8 @@ func phaseReason(p rollout.Plan) string {
 		return gamesv1.ReasonRolloutHalted
 	case p.Phase == rollout.PhasePaused:
 		return gamesv1.ReasonRolloutPaused
+	case p.Phase == rollout.PhaseWaiting:
+		return gamesv1.ReasonOutsideWindow
 	case p.Stuck:
 		return gamesv1.ReasonSessionsBlocked
 	}
@@ -643,6 +690,10 @@ func rolloutMessage(s *gamesv1.ProfileRolloutStatus, pp *profilePlan) string {
 		return fmt.Sprintf(MessageRolloutStatusHalted, s.TargetRevision)
 	case p.Phase == rollout.PhasePaused:
 		return fmt.Sprintf(MessageRolloutStatusPaused, s.TargetRevision, pp.policy)
+	case p.Phase == rollout.PhaseWaiting:
+		return fmt.Sprintf(MessageRolloutStatusWaiting, s.TargetRevision, pp.window, p.Resumes.UTC().Format(time.RFC3339))
+	case onlyDeferredLeft(p):
+		return fmt.Sprintf(MessageRolloutStatusDeferred, s.TargetRevision, pp.policy, deferredUntil(p))
 	case p.Stuck:
 		return fmt.Sprintf(MessageRolloutStatusBlocked, s.TargetRevision, blockedList(p.Blocked))
 	case p.Settled:
@@ -651,6 +702,21 @@ func rolloutMessage(s *gamesv1.ProfileRolloutStatus, pp *profilePlan) string {
 		return fmt.Sprintf(MessageRolloutStatusCanary, s.TargetRevision, p.Canary)
 	}
 	return fmt.Sprintf(MessageRolloutStatusRolling, s.TargetRevision, pp.policy)
+}
+
+// onlyDeferredLeft reports whether every session not yet moved is busy and
+// waits until idle.
+func onlyDeferredLeft(p rollout.Plan) bool {
+	return p.Deferred > 0 && p.Moved+p.Deferred == p.Total && p.Phase == rollout.PhaseRolling
+}
+
+// deferredUntil says when deferred sessions move without being idle, for a
+// message: "" if never.
+func deferredUntil(p rollout.Plan) string {
+	if p.DeferralEnds.IsZero() {
+		return ""
+	}
+	return fmt.Sprintf(MessageDeferredUntil, p.DeferralEnds.UTC().Format(time.RFC3339))
 }
 
 // blockedList names blocked members for a message: the first three, and how
@@ -679,14 +745,18 @@ func rolloutStepped(prev, next *gamesv1.ProfileRolloutStatus) bool {
 	// The number of sessions changes by a tenth, or to or from none.
 	joined := prev.TotalSessions != next.TotalSessions && (prev.TotalSessions == 0 || next.TotalSessions == 0 ||
 		10*abs(prev.TotalSessions-next.TotalSessions) >= min(prev.TotalSessions, next.TotalSessions))
-	if joined || prev.FailedSessions != next.FailedSessions ||
+	// Busy sessions turning idle one by one are no step, unless a tenth
+	// of them did, or the last one.
+	deferred := (prev.DeferredSessions == 0) != (next.DeferredSessions == 0) ||
+		tenth(prev.DeferredSessions, next.TotalSessions) != tenth(next.DeferredSessions, next.TotalSessions)
+	if joined || deferred || prev.FailedSessions != next.FailedSessions ||
 		tenth(prev.MovedSessions, next.TotalSessions) != tenth(next.MovedSessions, next.TotalSessions) ||
 		tenth(prev.ReadySessions, next.TotalSessions) != tenth(next.ReadySessions, next.TotalSessions) {
 		return true
 	}
 	a, b := *prev, *next
-	a.TotalSessions, a.MovedSessions, a.ReadySessions = 0, 0, 0
-	b.TotalSessions, b.MovedSessions, b.ReadySessions = 0, 0, 0
+	a.TotalSessions, a.MovedSessions, a.ReadySessions, a.DeferredSessions = 0, 0, 0, 0
+	b.TotalSessions, b.MovedSessions, b.ReadySessions, b.DeferredSessions = 0, 0, 0, 0
 	return !equality.Semantic.DeepEqual(a, b)
 }
 
@@ -712,6 +782,12 @@ func (c *Controller) announce(profile *corev1.ConfigMap, policyErr error, prev, 
 	p := next.plan
 	revision := RevisionName(profile.Name, next.hash)
 	progress := fmt.Sprintf(MessageRolloutProgress, p.Moved, p.Total, revision, p.Ready, p.Failed)
+	if p.Deferred > 0 {
+		progress += fmt.Sprintf(MessageProgressDeferred, p.Deferred)
+	}
+	if onlyDeferredLeft(p) && (prev == nil || !onlyDeferredLeft(prev.plan)) {
+		c.recorder.Eventf(profile, corev1.EventTypeNormal, EventReasonRolloutDeferred, MessageRolloutDeferred, progress, deferredUntil(p))
+	}
 	if p.Stuck && (prev == nil || !prev.plan.Stuck) {
 		c.recorder.Eventf(profile, corev1.EventTypeWarning, EventReasonRolloutBlocked, MessageRolloutHeldUp, progress, blockedList(p.Blocked))
 	}
@@ -742,7 +818,10 @@ func (c *Controller) announce(profile *corev1.ConfigMap, policyErr error, prev, 
 		c.recorder.Eventf(profile, corev1.EventTypeWarning, EventReasonRolloutHalted, MessageRolloutHalted, progress, p.MaxFailed)
 	case p.Phase == rollout.PhasePaused:
 		c.recorder.Eventf(profile, corev1.EventTypeNormal, EventReasonRolloutPaused, MessageRolloutPaused, progress)
-	case prevPhase == rollout.PhasePaused:
+	case p.Phase == rollout.PhaseWaiting:
+		c.recorder.Eventf(profile, corev1.EventTypeNormal, EventReasonRolloutWaiting, MessageRolloutWaiting,
+			next.window, p.Resumes.UTC().Format(time.RFC3339), progress)
+	case prevPhase == rollout.PhasePaused || prevPhase == rollout.PhaseWaiting:
 		c.recorder.Eventf(profile, corev1.EventTypeNormal, EventReasonRolloutResumed, MessageRolloutResumed, progress)
 	}
 }

@@ -43,9 +43,14 @@ const (
 	MessageProfileGone              = "The profile is missing: the Deployment keeps the revision it runs"
 	MessageProfileGoneSpecApplied   = "The profile is missing: the Deployment keeps revision %q, which still exists, and the session's spec is applied with it"
 	MessageSessionHalted            = "Runs revision %q; the rollout of profile %q to revision %q is halted, as too many sessions moved to it failed: fix the profile, or edit it back to its previous content"
+	MessageSessionBusy              = "Runs revision %q; the session is busy (label " + gamesv1.BusyLabel + "=" + gamesv1.BusyLabelValue + "), so its move to revision %q of profile %q waits until it is idle%s"
+	MessageBusyUntil                = ", or until %s (max-defer %s)"
+	MessageSessionOutsideWindow     = "Runs revision %q; the rollout of profile %q to revision %q waits for its maintenance window (%s), which opens at %s"
+	MessageWaitingForClusterBudget  = "Runs revision %q; its move to revision %q waits for room in the cluster-wide rollout budget (%s)"
 
 	// Events of a profile's rollout, on the profile ConfigMap.
 	MessageRolloutProgress      = "moved %d of %d sessions to revision %s, %d ready, %d failed"
+	MessageProgressDeferred     = ", %d busy (deferred)"
 	MessageRolloutStarted       = "Rolling out revision %s to %d sessions (%s): %s"
 	MessageRolloutAdvanced      = "Rollout advanced: %s"
 	MessageRolloutCompleted     = "Rolled revision %s out to all %d sessions (%d failed)"
@@ -57,6 +62,9 @@ const (
 	MessageRevisionCreateFailed = "Revision %q of the profile's current content cannot be created, so no session moves to it: %v"
 	MessageRevisionAvailable    = "Revision %q exists"
 	MessageRolloutHeldUp        = "Rollout held up: %s; these sessions cannot progress: %s. Resume, fix or delete them"
+	MessageRolloutWaiting       = "Rollout waits for its maintenance window (%s), which opens at %s: %s"
+	MessageRolloutDeferred      = "Every idle session moved: %s; the busy ones move once idle%s"
+	MessageDeferredUntil        = ", or at %s (max-defer)"
 
 	// Messages of a ProfileRollout's status.
 	MessageRolloutStatusComplete = "Every session runs revision %s"
@@ -65,6 +73,8 @@ const (
 	MessageRolloutStatusPaused   = "The rollout of revision %s is paused (%s)"
 	MessageRolloutStatusHalted   = "The rollout of revision %s is halted: too many sessions moved to it failed. Fix the profile, or edit it back to its previous content, to go on"
 	MessageRolloutStatusBlocked  = "The rollout of revision %s is held up by sessions that cannot progress: %s. Resume, fix or delete them"
+	MessageRolloutStatusWaiting  = "The rollout of revision %s waits for its maintenance window (%s), which opens at %s"
+	MessageRolloutStatusDeferred = "Rolling out revision %s (%s): every idle session moved; busy sessions move once idle%s"
 )
 
 // Reasons of the Events the controller records beyond the condition reasons:
@@ -82,6 +92,8 @@ const (
 	EventReasonRolloutPolicyInvalid = "RolloutPolicyInvalid"
 	EventReasonRevisionConflict     = gamesv1.ReasonRevisionNameTaken
 	EventReasonRolloutBlocked       = "RolloutBlocked"
+	EventReasonRolloutWaiting       = "RolloutWaiting"
+	EventReasonRolloutDeferred      = "RolloutDeferred"
 )
 
 // sessionStatus builds a session's new status from its old one. It changes

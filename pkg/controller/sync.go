@@ -57,6 +57,7 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 		// its ownerReference, and deleting a session never waits on us.
 		logger.V(4).Info("GameSession deleted")
 		c.expectations.forget(key)
+		c.wake(c.budget.forget(key))
 		for _, revision := range c.revisions.forgetSession(key) {
 			// Nothing else may hold it: its profile sync looks again.
 			revisionNamespace, revisionName, _ := cache.SplitMetaNamespaceKey(revision)
@@ -86,6 +87,9 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 		logger.V(4).Info("Waiting for the cache to show the last Deployment write")
 		return nil
 	}
+	// The cache shows the last write: a move it completed, or a move that
+	// was refused or overtaken, frees its place in the cluster-wide budget.
+	c.settleMove(key, session, deployment)
 	status := newSessionStatus(session)
 	result, err := c.reconcileDeployment(ctx, session, profile, deployment, status)
 	// Requeues are decided here, from what the steps returned.
@@ -242,15 +246,27 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 		}
 	}
 
+	key := cache.MetaObjectToName(session).String()
+	if rolled := rolledProfileHash(observed, profile.Name); result.choice.hash == target && rolled != "" && rolled != target &&
+		!c.admitMove(key, target) {
+		// A move of a running session: the cluster-wide budget has no room.
+		// Its own spec is still applied, with the revision it runs.
+		result.choice = revisionChoice{hash: rolled, reason: gamesv1.ReasonWaitingForClusterBudget,
+			message: fmt.Sprintf(MessageWaitingForClusterBudget, RevisionName(profile.Name, rolled),
+				RevisionName(profile.Name, target), c.budget)}
+	}
 	current, patched, err := c.patchDeployment(ctx, session, observed, c.desiredDeployment(session, profile, result.choice.hash))
 	switch {
 	case apierrors.IsInvalid(err):
+		// Refused: no move is under way, and none holds a budget slot.
+		c.wake(c.budget.release(key))
 		status.leftAsIs(observed, target)
 		status.deploymentInvalid(err)
 		return result, nil
 	case err != nil:
 		return result, err
 	}
+	c.settleMove(key, session, current)
 	result.wrote = result.wrote || patched
 	status.profileResolved(result.choice.hash, target)
 	status.deployment(current)

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -21,10 +22,16 @@ import (
 // profile (a new session, or one whose profileRef changed) starts on the
 // stable revision while the rollout is unproven (canary, paused, halted), so
 // that neither bypasses the gate.
+//
+// A session whose Deployment runs another revision of the profile does not
+// move while it is busy (deferral), nor outside the maintenance window: the
+// session's own labels and the clock are checked here, at the moment of the
+// write, and not only by the plan, which may be older than either.
 func (c *Controller) turnOf(session *gamesv1.GameSession, profile *corev1.ConfigMap, target, rolled string,
 	hasDeployment bool) (revisionChoice, bool) {
 	policy, err := c.policyOf(profile)
 	key := profileKey(profile.Namespace, profile.Name)
+	now := c.clock.Now()
 	var pp *profilePlan
 	if err == nil && policy.Unpaced() {
 		// Even without a policy, a halt holds until the content changes:
@@ -35,6 +42,9 @@ func (c *Controller) turnOf(session *gamesv1.GameSession, profile *corev1.Config
 		haltedPlan := pp != nil && pp.hash == target && pp.plan.Phase == rollout.PhaseHalted
 		haltedRecord := pp == nil && memoryOf(c.storedRollout(profile), target).Halted
 		if !haltedPlan && !haltedRecord {
+			if choice, busy := c.deferred(session, profile, policy, target, rolled, hasDeployment, now); busy {
+				return choice, false
+			}
 			return revisionChoice{}, true
 		}
 	} else {
@@ -50,22 +60,83 @@ func (c *Controller) turnOf(session *gamesv1.GameSession, profile *corev1.Config
 			!c.revisionAvailable(profile.Namespace, profile.Name, stable) {
 			return revisionChoice{}, true
 		}
-		return waitingChoice(pp.plan, profile.Name, stable, target), false
+		return waitingChoice(pp.plan, profile.Name, stable, target, policy), false
+	}
+	if policy.Window != nil && !policy.Window.Open(now) && pp.plan.Phase != rollout.PhaseWaiting &&
+		pp.plan.Phase != rollout.PhasePaused && pp.plan.Phase != rollout.PhaseHalted {
+		// The window closed since the plan: a new one says so to all.
+		choice := waitingChoice(rollout.Plan{Phase: rollout.PhaseWaiting, Resumes: policy.Window.NextOpen(now)},
+			profile.Name, rolled, target, policy)
+		choice.planNeeded = true
+		return choice, false
+	}
+	if choice, busy := c.deferred(session, profile, policy, target, rolled, hasDeployment, now); busy {
+		return choice, false
 	}
 	if pp.plan.Admits(session.Name) {
 		return revisionChoice{}, true
 	}
-	return waitingChoice(pp.plan, profile.Name, rolled, target), false
+	return waitingChoice(pp.plan, profile.Name, rolled, target, policy), false
+}
+
+// deferred returns the choice of a busy session whose move waits (until it is
+// idle, or the policy's max-defer passes since the rollout started), and
+// whether it waits. A session without a Deployment running a revision of the
+// profile has no match to protect from this rollout.
+func (c *Controller) deferred(session *gamesv1.GameSession, profile *corev1.ConfigMap, policy rollout.Policy,
+	target, rolled string, hasDeployment bool, now time.Time) (revisionChoice, bool) {
+	if !isBusy(session) || !hasDeployment || rolled == "" {
+		return revisionChoice{}, false
+	}
+	running, targetRevision := RevisionName(profile.Name, rolled), RevisionName(profile.Name, target)
+	choice := revisionChoice{hash: rolled, reason: gamesv1.ReasonSessionBusy}
+	if policy.MaxDefer == nil {
+		choice.message = fmt.Sprintf(MessageSessionBusy, running, targetRevision, profile.Name, "")
+		return choice, true
+	}
+	started := c.rolloutStart(profile, target)
+	if started.IsZero() {
+		started = now // the rollout begins: its plan records it
+	}
+	ends := started.Add(*policy.MaxDefer)
+	if !now.Before(ends) {
+		return revisionChoice{}, false
+	}
+	choice.requeueAfter = ends.Sub(now)
+	choice.message = fmt.Sprintf(MessageSessionBusy, running, targetRevision, profile.Name,
+		fmt.Sprintf(MessageBusyUntil, ends.UTC().Format(time.RFC3339), policy.MaxDefer))
+	return choice, true
+}
+
+// isBusy reports whether the session carries the busy label.
+func isBusy(session *gamesv1.GameSession) bool {
+	return session.Labels[gamesv1.BusyLabel] == gamesv1.BusyLabelValue
+}
+
+// rolloutStart returns when the rollout of profile towards target began, as
+// the latest plan or the ProfileRollout records it; the zero time if
+// neither knows of it yet.
+func (c *Controller) rolloutStart(profile *corev1.ConfigMap, target string) time.Time {
+	if pp := c.plans.latest(profileKey(profile.Namespace, profile.Name)); pp != nil && pp.hash == target && !pp.started.IsZero() {
+		return pp.started
+	}
+	if stored := c.storedRollout(profile); stored != nil && stored.Status.TargetHash == target && stored.Status.StartTime != nil {
+		return stored.Status.StartTime.Time
+	}
+	return time.Time{}
 }
 
 // waitingChoice is the choice of a session that runs hash while the rollout
 // of profile to target has not reached it. Its message names no counts, so a
 // session is written when it starts waiting and when the rollout pauses,
 // halts or is held up, not at every step of the rollout.
-func waitingChoice(plan rollout.Plan, profile, hash, target string) revisionChoice {
+func waitingChoice(plan rollout.Plan, profile, hash, target string, policy rollout.Policy) revisionChoice {
 	running, targetRevision := RevisionName(profile, hash), RevisionName(profile, target)
 	choice := revisionChoice{hash: hash}
 	switch {
+	case plan.Phase == rollout.PhaseWaiting && policy.Window != nil:
+		choice.reason, choice.message = gamesv1.ReasonOutsideWindow, fmt.Sprintf(MessageSessionOutsideWindow,
+			running, profile, targetRevision, policy.Window, plan.Resumes.UTC().Format(time.RFC3339))
 	case plan.Phase == rollout.PhaseHalted:
 		choice.reason, choice.message = gamesv1.ReasonRolloutHalted, fmt.Sprintf(MessageSessionHalted, running, profile, targetRevision)
 	case plan.Phase == rollout.PhasePaused:

@@ -351,7 +351,7 @@ func (w *world) budgetOf(profile string) (int, bool) {
 			for i := range members {
 				members[i].Name = fmt.Sprint(i)
 			}
-			budget = max(budget, rollout.Decide(policy, members, rollout.Memory{}).MaxRolling)
+			budget = max(budget, rollout.Decide(policy, members, rollout.Memory{}, w.clock.Now()).MaxRolling)
 		}
 	}
 	return budget, true

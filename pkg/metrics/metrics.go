@@ -71,6 +71,13 @@ type ControllerMetrics struct {
 	RolloutSessions *prometheus.GaugeVec
 	RolloutHalted   *prometheus.GaugeVec
 	RolloutPaused   *prometheus.GaugeVec
+	// RolloutWaiting is 1 while a profile's rollout waits for its
+	// maintenance window to open.
+	RolloutWaiting *prometheus.GaugeVec
+	// BudgetSessions counts the sessions of the cluster-wide rollout
+	// budget, by state: moving (granted a move, not yet Ready) and waiting
+	// (refused one for want of room).
+	BudgetSessions *prometheus.GaugeVec
 }
 
 // Values of the state label of RolloutSessions.
@@ -79,6 +86,14 @@ const (
 	RolloutMoved  = "moved"
 	RolloutReady  = "ready"
 	RolloutFailed = "failed"
+	// RolloutDeferred: busy sessions not moved yet, waiting until idle.
+	RolloutDeferred = "deferred"
+)
+
+// Values of the state label of BudgetSessions.
+const (
+	BudgetMoving  = "moving"
+	BudgetWaiting = "waiting"
 )
 
 // NewControllerMetrics returns a fresh, unregistered set of a controller's series.
@@ -109,7 +124,7 @@ func NewControllerMetrics() *ControllerMetrics {
 		RolloutSessions: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace,
 			Name:      "rollout_sessions",
-			Help:      "Sessions of a profile whose rollout is in progress, by state: total, moved, ready, failed.",
+			Help:      "Sessions of a profile whose rollout is in progress, by state: total, moved, ready, failed, deferred (busy, not moved until idle).",
 		}, []string{"namespace", "profile", "state"}),
 		RolloutHalted: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace,
@@ -121,6 +136,16 @@ func NewControllerMetrics() *ControllerMetrics {
 			Name:      "rollout_paused",
 			Help:      "1 while a profile's rollout is paused by its annotation.",
 		}, []string{"namespace", "profile"}),
+		RolloutWaiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace,
+			Name:      "rollout_waiting_for_window",
+			Help:      "1 while a profile's rollout waits for its maintenance window to open.",
+		}, []string{"namespace", "profile"}),
+		BudgetSessions: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace,
+			Name:      "cluster_budget_sessions",
+			Help:      "Sessions of the cluster-wide rollout budget, by state: moving (moved to a new revision, not yet Ready), waiting (for room in the budget).",
+		}, []string{"state"}),
 	}
 	// Start every sync result at zero, so rate() and alerts on errors work
 	// before the first error ever happens.
@@ -136,7 +161,7 @@ func NewControllerMetrics() *ControllerMetrics {
 // Collectors returns the series, for a registry to register.
 func (m *ControllerMetrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.Syncs, m.Dropped, m.SyncDuration, m.ProfileFanOut,
-		m.RolloutSessions, m.RolloutHalted, m.RolloutPaused}
+		m.RolloutSessions, m.RolloutHalted, m.RolloutPaused, m.RolloutWaiting, m.BudgetSessions}
 }
 
 // RolloutProgress is one profile's rollout, as ObserveRollout records it.
@@ -145,18 +170,28 @@ type RolloutProgress struct {
 	// of them, those on the new revision, those moved and Ready, and those
 	// moved and past their progress deadline (the states of RolloutSessions).
 	Total, Moved, Ready, Failed int
-	// Halted and Paused are the rollout's phase, for RolloutHalted and
-	// RolloutPaused.
-	Halted, Paused bool
+	// Deferred counts the busy sessions waiting until idle.
+	Deferred int
+	// Halted, Paused and Waiting are the rollout's phase, for RolloutHalted,
+	// RolloutPaused and RolloutWaiting.
+	Halted, Paused, Waiting bool
 }
 
 // ObserveRollout records the progress of a profile's rollout in progress.
 func (m *ControllerMetrics) ObserveRollout(namespace, profile string, p RolloutProgress) {
-	for state, n := range map[string]int{RolloutTotal: p.Total, RolloutMoved: p.Moved, RolloutReady: p.Ready, RolloutFailed: p.Failed} {
+	for state, n := range map[string]int{RolloutTotal: p.Total, RolloutMoved: p.Moved, RolloutReady: p.Ready,
+		RolloutFailed: p.Failed, RolloutDeferred: p.Deferred} {
 		m.RolloutSessions.WithLabelValues(namespace, profile, state).Set(float64(n))
 	}
 	m.RolloutHalted.WithLabelValues(namespace, profile).Set(boolGauge(p.Halted))
 	m.RolloutPaused.WithLabelValues(namespace, profile).Set(boolGauge(p.Paused))
+	m.RolloutWaiting.WithLabelValues(namespace, profile).Set(boolGauge(p.Waiting))
+}
+
+// ObserveBudget records the cluster-wide budget's sessions.
+func (m *ControllerMetrics) ObserveBudget(moving, waiting int) {
+	m.BudgetSessions.WithLabelValues(BudgetMoving).Set(float64(moving))
+	m.BudgetSessions.WithLabelValues(BudgetWaiting).Set(float64(waiting))
 }
 
 // ForgetRollout deletes a profile's rollout series: its rollout completed, or
@@ -166,6 +201,7 @@ func (m *ControllerMetrics) ForgetRollout(namespace, profile string) {
 	m.RolloutSessions.DeletePartialMatch(labels)
 	m.RolloutHalted.Delete(labels)
 	m.RolloutPaused.Delete(labels)
+	m.RolloutWaiting.Delete(labels)
 }
 
 func boolGauge(b bool) float64 {

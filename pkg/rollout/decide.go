@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -30,6 +31,10 @@ type Member struct {
 	// (a conflict, an invalid spec). A blocked member is never admitted past
 	// the canary, and one that holds a canary or budget slot is reported.
 	Blocked string
+	// Busy reports whether the session is busy (a match is running): a
+	// rollout does not move it until it is idle, or until the policy's
+	// MaxDefer has passed since the rollout started.
+	Busy bool
 }
 
 // Memory is what a rollout remembers between plans, across restarts and
@@ -43,6 +48,9 @@ type Memory struct {
 	// StableHash is the content whose rollout last completed, "" if none is
 	// known.
 	StableHash string
+	// Started is when the rollout towards the current target began, the zero
+	// time if it has just begun. MaxDefer counts from it.
+	Started time.Time
 }
 
 // BlockedMember is a member that holds a canary or budget slot and cannot
@@ -68,6 +76,9 @@ const (
 	PhasePaused Phase = "Paused"
 	// PhaseHalted means the brake: too many moved sessions failed.
 	PhaseHalted Phase = "Halted"
+	// PhaseWaiting means the policy's maintenance window is closed: nothing
+	// moves until it opens (Plan.Resumes).
+	PhaseWaiting Phase = "Waiting"
 )
 
 // Plan is Decide's answer.
@@ -88,6 +99,10 @@ type Plan struct {
 	Rolling int
 	// Failed is the number of moved members that failed.
 	Failed int
+	// Deferred is the number of busy members not on the target whose move
+	// waits until they are idle or MaxDefer passes. They count neither as
+	// failed nor against the budget.
+	Deferred int
 
 	// MaxRolling is the policy's MaxRolling resolved against Total.
 	MaxRolling int
@@ -116,6 +131,16 @@ type Plan struct {
 	// is unblocked: nothing is admitted, and every member that is moving is
 	// blocked.
 	Stuck bool
+
+	// Resumes is when the closed maintenance window opens, for a plan in
+	// PhaseWaiting; WindowCloses when the open one closes, for a plan that
+	// is not settled. Each is the zero time otherwise. The controller plans
+	// again at that time.
+	Resumes, WindowCloses time.Time
+	// DeferralEnds is when MaxDefer passes and the deferred members move
+	// too; the zero time if none is deferred, or the policy defers them
+	// until they are idle.
+	DeferralEnds time.Time
 }
 
 // Admits reports whether the named member may move now. It is cheap enough to
@@ -141,25 +166,61 @@ func (p Plan) NewSessionsOnTarget() bool {
 // built by hand with a malformed or negative value is treated as paused, as
 // PolicyFor treats an annotation that does not parse, and the value resolves
 // to 0 (MaxRolling to at least 1).
-func Decide(policy Policy, members []Member, memory Memory) Plan {
+//
+// now is the time of the plan: it decides whether the maintenance window is
+// open, and whether MaxDefer has passed since memory.Started.
+func Decide(policy Policy, members []Member, memory Memory, now time.Time) Plan {
 	sorted := slices.Clone(members)
 	slices.SortFunc(sorted, compareMembers)
 
 	plan := tally(sorted)
 	malformed := plan.resolve(policy)
+	deferring := plan.deferral(policy, memory, now)
+	closed := policy.Window != nil && !policy.Window.Open(now)
 	var candidates []Member
-	plan.Phase, candidates = plan.phase(sorted, policy.Paused || malformed, memory.Halted)
+	plan.Phase, candidates = plan.phase(sorted, policy.Paused || malformed, memory.Halted, closed)
+	for _, m := range sorted {
+		if !m.OnTarget && m.Busy && deferring {
+			plan.Deferred++
+		}
+	}
 	admittable := candidates
 	if plan.Phase == PhaseRolling {
 		// Past the canary, a member that cannot take a write waits without
 		// taking a slot from those that can.
-		admittable = slices.DeleteFunc(slices.Clone(candidates), func(m Member) bool { return m.Blocked != "" })
+		admittable = slices.DeleteFunc(slices.Clone(admittable), func(m Member) bool { return m.Blocked != "" })
+	}
+	if deferring {
+		// A busy member waits without taking a slot, in the canary too.
+		admittable = slices.DeleteFunc(slices.Clone(admittable), func(m Member) bool { return m.Busy })
 	}
 	plan.Admitted = names(admittable, max(0, plan.MaxRolling-plan.Rolling))
 	plan.StableHash = cmp.Or(memory.StableHash, mostRun(sorted))
 	plan.Settled = plan.Phase == PhaseComplete && plan.Ready+plan.Failed == plan.Total
 	plan.blocked(sorted, candidates)
+	if policy.Window != nil && plan.Phase == PhaseWaiting {
+		plan.Resumes = policy.Window.NextOpen(now)
+	} else if policy.Window != nil && !plan.Settled {
+		plan.WindowCloses = policy.Window.NextClose(now)
+	}
+	if plan.Deferred == 0 {
+		plan.DeferralEnds = time.Time{}
+	}
 	return plan
+}
+
+// deferral reports whether busy members wait, and sets DeferralEnds to when
+// they stop waiting (zero for never).
+func (p *Plan) deferral(policy Policy, memory Memory, now time.Time) bool {
+	if policy.MaxDefer == nil {
+		return true
+	}
+	if memory.Started.IsZero() {
+		// The rollout begins now: MaxDefer counts from now.
+		memory.Started = now
+	}
+	p.DeferralEnds = memory.Started.Add(*policy.MaxDefer)
+	return now.Before(p.DeferralEnds)
 }
 
 // blocked fills in the members that hold a slot, or the rollout's end, and
@@ -213,6 +274,7 @@ func compareMembers(a, b Member) int {
 		compareBool(a.Ready, b.Ready),
 		compareBool(a.Failed, b.Failed),
 		strings.Compare(a.Blocked, b.Blocked),
+		compareBool(a.Busy, b.Busy),
 	)
 }
 
@@ -284,7 +346,7 @@ func scale(v intstr.IntOrString, total int, roundUp bool) (int, error) {
 // canaries. A halt, remembered or found now, comes first: a rollout whose
 // every member moved but too many failed is halted, not complete, so that
 // its content never becomes the stable one.
-func (p *Plan) phase(sorted []Member, paused, halted bool) (Phase, []Member) {
+func (p *Plan) phase(sorted []Member, paused, halted, closed bool) (Phase, []Member) {
 	switch {
 	case halted || (p.MaxFailed >= 0 && p.Failed > p.MaxFailed):
 		return PhaseHalted, nil
@@ -292,6 +354,8 @@ func (p *Plan) phase(sorted []Member, paused, halted bool) (Phase, []Member) {
 		return PhaseComplete, nil
 	case paused:
 		return PhasePaused, nil
+	case closed:
+		return PhaseWaiting, nil
 	}
 	canaries, rest := sorted[:p.Canary], sorted[p.Canary:]
 	if waiting := notOnTarget(canaries); len(waiting) > 0 {

@@ -290,7 +290,7 @@ func TestDecide(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Decide(tc.policy, tc.members, Memory{})
+			got := Decide(tc.policy, tc.members, Memory{}, testNow)
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("Decide(%v) =\n  %+v\nwant\n  %+v", tc.policy, got, tc.want)
 			}
@@ -308,7 +308,7 @@ func TestDecideMovesInNameOrder(t *testing.T) {
 	}
 	before := slices.Clone(members)
 
-	got := Decide(policy(t, "2", "0", "", false), members, Memory{})
+	got := Decide(policy(t, "2", "0", "", false), members, Memory{}, testNow)
 
 	if want := []string{"gs-a", "gs-aa"}; !slices.Equal(got.Admitted, want) {
 		t.Errorf("Admitted = %q, want %q", got.Admitted, want)
@@ -341,7 +341,7 @@ func TestDecideStable(t *testing.T) {
 		for i := range tc.onTarget {
 			members = append(members, Member{Name: name(100 + i), Hash: "new", OnTarget: true})
 		}
-		if got := Decide(DefaultPolicy(), members, Memory{}).StableHash; got != tc.want {
+		if got := Decide(DefaultPolicy(), members, Memory{}, testNow).StableHash; got != tc.want {
 			t.Errorf("%s: Stable = %q, want %q", tc.name, got, tc.want)
 		}
 	}
@@ -349,7 +349,7 @@ func TestDecideStable(t *testing.T) {
 
 func TestPlanAdmits(t *testing.T) {
 	members := fleet(10, 2, 0, 0)
-	plan := Decide(policy(t, "5", "0", "", false), members, Memory{})
+	plan := Decide(policy(t, "5", "0", "", false), members, Memory{}, testNow)
 	if want := span(2, 5); !slices.Equal(plan.Admitted, want) {
 		t.Fatalf("Admitted = %q, want %q", plan.Admitted, want)
 	}

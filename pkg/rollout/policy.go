@@ -31,7 +31,20 @@ const (
 	// seconds such as "90s" or "2m". It is what makes the brake fire in a
 	// minute or two rather than the Deployment default's ten.
 	AnnotationProgressDeadline = "rollout.games.example.com/progress-deadline"
+	// AnnotationMaxDefer is how long after a rollout started its busy
+	// sessions may hold their move back: a duration such as "30m" or "2h",
+	// after which busy sessions move too, or "never" (the default), with
+	// which a busy session moves only once it is idle. "0s" does not defer.
+	AnnotationMaxDefer = "rollout.games.example.com/max-defer"
+	// AnnotationWindow is the maintenance window: the rollout moves sessions
+	// only within it, for example "Mon-Fri 02:00-06:00 Europe/Berlin" (see
+	// [Window]). Absent: any time.
+	AnnotationWindow = "rollout.games.example.com/window"
 )
+
+// MaxDeferNever is the max-defer value with which busy sessions wait until
+// they are idle, however long that takes.
+const MaxDeferNever = "never"
 
 // wantIntOrPercent describes the accepted syntax in error messages.
 const wantIntOrPercent = `want a non-negative integer such as "10" or a percentage such as "10%"`
@@ -52,6 +65,12 @@ type Policy struct {
 	// ProgressDeadlineSeconds is the progress deadline of the Deployments of
 	// sessions that set none; nil leaves them the Deployment default.
 	ProgressDeadlineSeconds *int32
+	// MaxDefer is how long after the rollout started busy sessions may
+	// hold their move back; nil defers them until they are idle.
+	MaxDefer *time.Duration
+	// Window is the maintenance window outside which nothing moves; nil
+	// allows any time.
+	Window *Window
 }
 
 // DefaultPolicy is the unpaced policy: every session moves at once, as it did
@@ -65,9 +84,10 @@ func DefaultPolicy() Policy {
 
 // Unpaced reports whether the policy moves every session at once, whatever
 // the number of sessions: MaxRolling is a percentage of at least 100%, there
-// is no canary, no brake, and no pause. A MaxRolling given as a number is
-// never unpaced, since a profile may grow past it. Sessions of an unpaced
-// profile move without waiting for a plan; the controller still plans, to
+// is no canary, no brake, no pause and no window. A MaxRolling given as a
+// number is never unpaced, since a profile may grow past it. Sessions of an
+// unpaced profile move without waiting for a plan (busy ones still wait
+// until they are idle, or max-defer passes); the controller still plans, to
 // record the rollout.
 func (p Policy) Unpaced() bool {
 	rolling, percent, err := parse(p.MaxRolling.String())
@@ -75,7 +95,7 @@ func (p Policy) Unpaced() bool {
 		return false
 	}
 	canary, _, err := parse(p.Canary.String())
-	return err == nil && canary == 0 && p.MaxFailed == nil && !p.Paused
+	return err == nil && canary == 0 && p.MaxFailed == nil && !p.Paused && p.Window == nil
 }
 
 // String renders the policy compactly for Events and logs, for example
@@ -94,6 +114,12 @@ func (p Policy) String() string {
 	}
 	if p.ProgressDeadlineSeconds != nil {
 		parts = append(parts, "progress-deadline "+(time.Duration(*p.ProgressDeadlineSeconds)*time.Second).String())
+	}
+	if p.MaxDefer != nil {
+		parts = append(parts, "max-defer "+p.MaxDefer.String())
+	}
+	if p.Window != nil {
+		parts = append(parts, "window "+p.Window.String())
 	}
 	if p.Paused {
 		parts = append(parts, "paused")
@@ -172,6 +198,16 @@ func PolicyFor(annotations map[string]string, defaults Policy) (Policy, error) {
 		p.ProgressDeadlineSeconds = &v
 		errs = append(errs, annotationError(AnnotationProgressDeadline, err))
 	}
+	if s, ok := annotations[AnnotationMaxDefer]; ok {
+		v, err := ParseMaxDefer(s)
+		p.MaxDefer = v
+		errs = append(errs, annotationError(AnnotationMaxDefer, err))
+	}
+	if s, ok := annotations[AnnotationWindow]; ok {
+		v, err := ParseWindow(s)
+		p.Window = v
+		errs = append(errs, annotationError(AnnotationWindow, err))
+	}
 	if err := errors.Join(errs...); err != nil {
 		paused := defaults
 		paused.Paused = true
@@ -205,6 +241,19 @@ func parseProgressDeadline(s string) (int32, error) {
 		return 0, fmt.Errorf("invalid value %q: want at most %ds", s, math.MaxInt32)
 	}
 	return int32(d / time.Second), nil
+}
+
+// ParseMaxDefer parses a max-defer value: "never" (nil), or a
+// non-negative duration such as "30m".
+func ParseMaxDefer(s string) (*time.Duration, error) {
+	if s == MaxDeferNever {
+		return nil, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return nil, fmt.Errorf(`invalid value %q: want a duration such as "30m" or "2h", or "never"`, s)
+	}
+	return &d, nil
 }
 
 // parsePaused accepts exactly "true" and "false": a looser reading such as

@@ -8,9 +8,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
+
+// testNow is the time of the plans of the tests: a Tuesday, 03:00 UTC.
+var testNow = time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
 
 // TestDecideProperties checks invariants of Decide on random profiles. Each
 // case has its own seed, so a failure names the seed that reproduces it.
@@ -29,7 +33,7 @@ func TestDecideProperties(t *testing.T) {
 		phases[plan.Phase]++
 	}
 	// The invariants say little about a phase the cases never reach.
-	for _, phase := range []Phase{PhaseComplete, PhaseCanary, PhaseRolling, PhasePaused, PhaseHalted} {
+	for _, phase := range []Phase{PhaseComplete, PhaseCanary, PhaseRolling, PhasePaused, PhaseHalted, PhaseWaiting} {
 		if phases[phase] < cases/100 {
 			t.Errorf("only %d of %d cases reached phase %s: %v", phases[phase], cases, phase, phases)
 		}
@@ -49,6 +53,21 @@ func randomPolicy(rng *rand.Rand) Policy {
 	}
 	if rng.IntN(2) == 0 {
 		p.MaxFailed = new(randomIntOrPercent(rng, 6, 40)) // small, so that the brake acts
+	}
+	// A third defer busy members for ever, a third for a while that has or
+	// has not passed since the memory's start, a third not at all.
+	switch rng.IntN(3) {
+	case 1:
+		p.MaxDefer = new(time.Duration(rng.IntN(120)) * time.Minute)
+	case 2:
+		p.MaxDefer = new(time.Duration(0))
+	}
+	// A window open at testNow, and one closed.
+	switch rng.IntN(10) {
+	case 0:
+		p.Window, _ = ParseWindow("Tue 02:00-04:00")
+	case 1:
+		p.Window, _ = ParseWindow("Mon,Wed-Sun 02:00-04:00 Europe/Berlin")
 	}
 	return p
 }
@@ -76,6 +95,9 @@ func randomMemory(rng *rand.Rand) Memory {
 	if rng.IntN(2) == 0 {
 		m.StableHash = []string{"r1", "r2", "r9"}[rng.IntN(3)]
 	}
+	if rng.IntN(2) == 0 {
+		m.Started = testNow.Add(-time.Duration(rng.IntN(120)) * time.Minute)
+	}
 	return m
 }
 
@@ -85,7 +107,7 @@ func randomMemory(rng *rand.Rand) Memory {
 // it is set elsewhere too, to check that it is ignored there.
 func randomMembers(rng *rand.Rand) []Member {
 	n := rng.IntN(61)
-	moved, ready, failed := rng.Float64(), rng.Float64(), rng.Float64()/4
+	moved, ready, failed, busy := rng.Float64(), rng.Float64(), rng.Float64()/4, rng.Float64()/2
 	seen := make(map[string]bool, n)
 	members := make([]Member, 0, n)
 	for len(members) < n {
@@ -94,7 +116,7 @@ func randomMembers(rng *rand.Rand) []Member {
 			continue
 		}
 		seen[name] = true
-		m := Member{Name: name, Ready: rng.Float64() < ready, Failed: rng.Float64() < failed}
+		m := Member{Name: name, Ready: rng.Float64() < ready, Failed: rng.Float64() < failed, Busy: rng.Float64() < busy}
 		if rng.IntN(8) == 0 {
 			m.Blocked = []string{"DeploymentPaused", "ContainerConflict"}[rng.IntN(2)]
 		}
@@ -113,19 +135,20 @@ func randomMembers(rng *rand.Rand) []Member {
 // breaks for this policy and these members.
 func checkDecide(rng *rand.Rand, policy Policy, members []Member, memory Memory) (Plan, error) {
 	before := slices.Clone(members)
-	plan := Decide(policy, members, memory)
+	plan := Decide(policy, members, memory, testNow)
 	if !slices.Equal(members, before) {
 		return plan, fmt.Errorf("Decide modified its input")
 	}
 
 	shuffled := slices.Clone(members)
 	rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
-	if again := Decide(policy, shuffled, memory); !reflect.DeepEqual(again, plan) {
+	if again := Decide(policy, shuffled, memory, testNow); !reflect.DeepEqual(again, plan) {
 		return plan, fmt.Errorf("Decide depends on input order:\n  %+v\nthen\n  %+v", plan, again)
 	}
 
 	for _, check := range []func(Policy, []Member, Memory, Plan) error{
 		checkCounts, checkResolved, checkAdmitted, checkBudget, checkPhase, checkAdmits, checkStable, checkBlocked,
+		checkDeferred, checkWindow,
 	} {
 		if err := check(policy, members, memory, plan); err != nil {
 			return plan, fmt.Errorf("%w\nplan: %+v", err, plan)
@@ -234,6 +257,8 @@ func checkPhase(policy Policy, members []Member, memory Memory, plan Plan) error
 	complete := plan.Moved == plan.Total
 	halted := memory.Halted || policy.MaxFailed != nil && plan.Failed > plan.MaxFailed
 	paused := policy.Paused || malformed(policy)
+	closed := policy.Window != nil && !policy.Window.Open(testNow)
+	deferring := deferringAt(policy, memory, testNow)
 
 	var want Phase
 	switch {
@@ -243,6 +268,8 @@ func checkPhase(policy Policy, members []Member, memory Memory, plan Plan) error
 		want = PhaseComplete
 	case paused:
 		want = PhasePaused
+	case closed:
+		want = PhaseWaiting
 	case allOnTargetAndReady(canaries):
 		want = PhaseRolling
 	default:
@@ -253,7 +280,7 @@ func checkPhase(policy Policy, members []Member, memory Memory, plan Plan) error
 	}
 
 	switch plan.Phase {
-	case PhaseComplete, PhaseHalted, PhasePaused:
+	case PhaseComplete, PhaseHalted, PhasePaused, PhaseWaiting:
 		if len(plan.Admitted) > 0 {
 			return fmt.Errorf("%s admitted %q", plan.Phase, plan.Admitted)
 		}
@@ -261,7 +288,7 @@ func checkPhase(policy Policy, members []Member, memory Memory, plan Plan) error
 		var canaryNames, waiting []string
 		for _, m := range canaries {
 			canaryNames = append(canaryNames, m.Name)
-			if !m.OnTarget {
+			if !m.OnTarget && !(m.Busy && deferring) {
 				waiting = append(waiting, m.Name)
 			}
 		}
@@ -279,7 +306,7 @@ func checkPhase(policy Policy, members []Member, memory Memory, plan Plan) error
 		for _, m := range sorted[plan.Canary:] {
 			if !m.OnTarget {
 				left++
-				if m.Blocked == "" {
+				if m.Blocked == "" && !(m.Busy && deferring) {
 					rest = append(rest, m.Name)
 				}
 			}
@@ -290,6 +317,61 @@ func checkPhase(policy Policy, members []Member, memory Memory, plan Plan) error
 		if want := rest[:min(slots, len(rest))]; !slices.Equal(plan.Admitted, want) {
 			return fmt.Errorf("Rolling admitted %q, want %q", plan.Admitted, want)
 		}
+	}
+	return nil
+}
+
+// deferringAt reports whether busy members wait at now: max-defer "never",
+// or less time than it since the rollout started (an unknown start is now).
+func deferringAt(policy Policy, memory Memory, now time.Time) bool {
+	if policy.MaxDefer == nil {
+		return true
+	}
+	started := memory.Started
+	if started.IsZero() {
+		started = now
+	}
+	return now.Sub(started) < *policy.MaxDefer
+}
+
+// checkDeferred checks that no busy member is admitted while busy members
+// wait, that Deferred counts exactly the busy members off the target then,
+// and that DeferralEnds says when they stop waiting.
+func checkDeferred(policy Policy, members []Member, memory Memory, plan Plan) error {
+	deferring := deferringAt(policy, memory, testNow)
+	want := 0
+	for _, m := range members {
+		if !m.OnTarget && m.Busy && deferring {
+			want++
+			if plan.Admits(m.Name) {
+				return fmt.Errorf("admitted busy member %q while busy members wait", m.Name)
+			}
+		}
+	}
+	if plan.Deferred != want {
+		return fmt.Errorf("Deferred = %d, want %d", plan.Deferred, want)
+	}
+	switch {
+	case want == 0 || policy.MaxDefer == nil:
+		if !plan.DeferralEnds.IsZero() {
+			return fmt.Errorf("DeferralEnds %v with %d deferred under max-defer %v", plan.DeferralEnds, want, policy.MaxDefer)
+		}
+	case !plan.DeferralEnds.After(testNow):
+		return fmt.Errorf("DeferralEnds %v is not after the plan's time while members wait", plan.DeferralEnds)
+	}
+	return nil
+}
+
+// checkWindow checks that a closed window says when it opens, and an open
+// one when it closes, unless the rollout settled.
+func checkWindow(policy Policy, _ []Member, _ Memory, plan Plan) error {
+	switch {
+	case plan.Phase == PhaseWaiting && !plan.Resumes.After(testNow):
+		return fmt.Errorf("Waiting, resumes at %v", plan.Resumes)
+	case plan.Phase != PhaseWaiting && !plan.Resumes.IsZero():
+		return fmt.Errorf("%s, resumes at %v", plan.Phase, plan.Resumes)
+	case policy.Window != nil && policy.Window.Open(testNow) && !plan.Settled && !plan.WindowCloses.After(testNow):
+		return fmt.Errorf("open window, closes at %v", plan.WindowCloses)
 	}
 	return nil
 }

@@ -47,6 +47,13 @@ type Options struct {
 	RolloutMaxRolling string
 	RolloutCanary     string
 	RolloutMaxFailed  string
+	// RolloutMaxDefer is how long busy sessions may hold back their move
+	// after a rollout started: a duration, or "never".
+	RolloutMaxDefer string
+	// MaxMovingSessions and MaxMovesPerMinute are the cluster-wide budget of
+	// profile moves, across all profiles. 0: no limit.
+	MaxMovingSessions int
+	MaxMovesPerMinute int
 	// RevisionHistoryLimit is how many of each profile's newest revisions
 	// are kept for rollback besides those in use.
 	RevisionHistoryLimit int
@@ -103,6 +110,15 @@ func NewOptions() *Options {
 		RolloutMaxRolling:    "100%",
 		RolloutCanary:        "0",
 		RevisionHistoryLimit: 5,
+		// A busy session (a match running) is never restarted by a rollout
+		// unless a profile says how long it may wait.
+		RolloutMaxDefer: rollout.MaxDeferNever,
+		// Bounds on an accident, such as one sync editing every profile at
+		// once, not a tuning: restarting 500 game servers at once, and a
+		// thousand a minute, is within what a cluster of a few hundred nodes
+		// absorbs. docs/rollouts.md says how to size them.
+		MaxMovingSessions: 500,
+		MaxMovesPerMinute: 1000,
 
 		LeaderElectionID: "gamesession-controller",
 		// The timings of kube-controller-manager: a standby takes over at
@@ -131,6 +147,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 
 	fs.StringVar(&o.RolloutMaxRolling, "rollout-max-rolling", o.RolloutMaxRolling, "Default rollout budget of a profile: at most this many (N) or this share (N%) of its sessions moved to a new revision and not yet Ready at once. A profile's annotation "+rollout.AnnotationMaxRolling+" overrides it.")
 	fs.StringVar(&o.RolloutCanary, "rollout-canary", o.RolloutCanary, "Default canary of a profile's rollouts: the first N (or N%) sessions move first, and the rest wait until they are Ready. 0: no canary. Annotation "+rollout.AnnotationCanary+".")
+	fs.StringVar(&o.RolloutMaxDefer, "rollout-max-defer", o.RolloutMaxDefer, "Default time busy sessions (label "+gamesv1.BusyLabel+"="+gamesv1.BusyLabelValue+") may hold back their move after a rollout started: a duration such as 30m, after which they move busy or not, or \"never\". Annotation "+rollout.AnnotationMaxDefer+".")
+	fs.IntVar(&o.MaxMovingSessions, "max-moving-sessions", o.MaxMovingSessions, "Cluster-wide budget: at most this many sessions, across all profiles, moved to a new profile revision and not yet Ready at once. 0: no limit.")
+	fs.IntVar(&o.MaxMovesPerMinute, "max-moves-per-minute", o.MaxMovesPerMinute, "Cluster-wide budget: at most this many profile moves started in any minute, across all profiles. 0: no limit.")
 	fs.StringVar(&o.RolloutMaxFailed, "rollout-max-failed", o.RolloutMaxFailed, "Default brake of a profile's rollouts: halt when more than N (or N%) of the sessions moved to a new revision fail (ProgressDeadlineExceeded). Empty: no brake. Annotation "+rollout.AnnotationMaxFailed+".")
 	fs.IntVar(&o.RevisionHistoryLimit, "revision-history-limit", o.RevisionHistoryLimit, "How many of a profile's newest unused revisions are kept for rollback, besides the current one and those a Deployment mounts, which are always kept.")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Run the controller only while holding a Lease, so that several replicas can run with one active. Enable whenever more than one replica may run.")
@@ -168,6 +187,10 @@ func (o *Options) Validate() error {
 	}
 	if _, err := o.RolloutDefaults(); err != nil {
 		return err
+	}
+	if o.MaxMovingSessions < 0 || o.MaxMovesPerMinute < 0 {
+		return fmt.Errorf("--max-moving-sessions and --max-moves-per-minute must not be negative (0 is no limit), got %d and %d",
+			o.MaxMovingSessions, o.MaxMovesPerMinute)
 	}
 	if o.RevisionHistoryLimit < 0 {
 		return fmt.Errorf("--revision-history-limit must not be negative, got %d", o.RevisionHistoryLimit)
@@ -212,6 +235,9 @@ func (o *Options) RolloutDefaults() (rollout.Policy, error) {
 			return p, fmt.Errorf("--rollout-max-failed: %w", err)
 		}
 		p.MaxFailed = &maxFailed
+	}
+	if p.MaxDefer, err = rollout.ParseMaxDefer(o.RolloutMaxDefer); err != nil {
+		return p, fmt.Errorf("--rollout-max-defer: %w", err)
 	}
 	return p, nil
 }

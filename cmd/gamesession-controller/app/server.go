@@ -151,6 +151,8 @@ func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interf
 			Metrics:              controllerMetrics,
 			RolloutDefaults:      &rolloutDefaults,
 			RevisionHistoryLimit: o.RevisionHistoryLimit,
+			MaxMovingSessions:    o.MaxMovingSessions,
+			MaxMovesPerMinute:    o.MaxMovesPerMinute,
 		})
 	if err != nil {
 		return err

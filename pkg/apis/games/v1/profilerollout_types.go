@@ -44,6 +44,9 @@ const (
 	RolloutPhaseRolling  RolloutPhase = "Rolling"
 	RolloutPhasePaused   RolloutPhase = "Paused"
 	RolloutPhaseHalted   RolloutPhase = "Halted"
+	// RolloutPhaseWaiting: the maintenance window is closed; resumeTime
+	// says when it opens.
+	RolloutPhaseWaiting RolloutPhase = "Waiting"
 )
 
 // ProfileRollout is the rollout state of one profile ConfigMap: which
@@ -68,6 +71,7 @@ const (
 // +kubebuilder:printcolumn:name="Moved",type=integer,JSONPath=`.status.movedSessions`
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readySessions`
 // +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.failedSessions`
+// +kubebuilder:printcolumn:name="Busy",type=integer,JSONPath=`.status.deferredSessions`
 // +kubebuilder:printcolumn:name="Total",type=integer,JSONPath=`.status.totalSessions`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.message`,priority=1
@@ -107,7 +111,8 @@ type ProfileRolloutStatus struct {
 	// +optional
 	HaltedHash string `json:"haltedHash,omitempty"`
 
-	// phase is Canary, Rolling, Paused, Halted or Complete.
+	// phase is Canary, Rolling, Paused, Halted, Waiting (outside the
+	// maintenance window) or Complete.
 	// +optional
 	Phase RolloutPhase `json:"phase,omitempty"`
 
@@ -124,6 +129,21 @@ type ProfileRolloutStatus struct {
 	ReadySessions int32 `json:"readySessions"`
 	// +optional
 	FailedSessions int32 `json:"failedSessions"`
+	// deferredSessions is the number of sessions not on the target that are
+	// busy (the games.example.com/busy label) and whose move waits until
+	// they are idle or the policy's max-defer passes. They count neither as
+	// failed nor against the budget.
+	// +optional
+	DeferredSessions int32 `json:"deferredSessions"`
+
+	// resumeTime is when the closed maintenance window opens and the
+	// rollout resumes; set only in the Waiting phase.
+	// +optional
+	ResumeTime *metav1.Time `json:"resumeTime,omitempty"`
+	// deferralEndTime is when the policy's max-defer passes and busy
+	// sessions move too; unset when none is deferred or max-defer is never.
+	// +optional
+	DeferralEndTime *metav1.Time `json:"deferralEndTime,omitempty"`
 
 	// blocked names sessions that hold a canary or budget slot and cannot
 	// progress, with why (at most 10 of them).

@@ -18,6 +18,17 @@ const (
 	// the profile data the pods were started with. Changing it is what makes
 	// the Deployment roll out when the profile changes.
 	ProfileHashAnnotation = "games.example.com/profile-hash"
+
+	// BusyLabel on a GameSession, with the value BusyLabelValue, says that a
+	// match is running on its game servers: a profile rollout does not
+	// restart them until the label is gone (or has another value), or the
+	// profile's max-defer has passed. Whoever starts matches sets it, with
+	// `kubectl label gamesession NAME games.example.com/busy=true`, and
+	// removes it when the match ends (`games.example.com/busy-`). It is a
+	// label so that `kubectl get gs -l games.example.com/busy=true` lists
+	// the busy sessions; it reaches neither the Deployment nor the pods.
+	BusyLabel      = "games.example.com/busy"
+	BusyLabelValue = "true"
 )
 
 // Condition types reported in GameSessionStatus.Conditions.
@@ -94,6 +105,16 @@ const (
 	// session waits on a rollout held up by sessions that cannot progress,
 	// which the message names.
 	ReasonRolloutBlocked = "RolloutBlocked"
+	// ReasonSessionBusy: the session is busy (BusyLabel), so the move to the
+	// new revision waits until it is idle or the profile's max-defer passes.
+	ReasonSessionBusy = "SessionBusy"
+	// ReasonOutsideWindow: the profile's maintenance window is closed; the
+	// move waits until it opens, at the time the message gives.
+	ReasonOutsideWindow = "OutsideWindow"
+	// ReasonWaitingForClusterBudget: the controller's cluster-wide budget
+	// (sessions moving at once, moves started per minute, across all
+	// profiles) has no room for the move yet.
+	ReasonWaitingForClusterBudget = "WaitingForClusterBudget"
 	// ReasonRevisionPending: the revision of the profile's current content
 	// is being created; the session keeps the revision it runs.
 	ReasonRevisionPending = "RevisionPending"

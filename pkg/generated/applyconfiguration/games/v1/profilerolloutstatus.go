@@ -44,7 +44,8 @@ type ProfileRolloutStatusApplyConfiguration struct {
 	// recreating of sessions or Deployments, no restart and no failover of
 	// the controller releases it. Changing the profile's content does.
 	HaltedHash *string `json:"haltedHash,omitempty"`
-	// phase is Canary, Rolling, Paused, Halted or Complete.
+	// phase is Canary, Rolling, Paused, Halted, Waiting (outside the
+	// maintenance window) or Complete.
 	Phase *gamesv1.RolloutPhase `json:"phase,omitempty"`
 	// totalSessions is the number of the profile's sessions with a
 	// Deployment; movedSessions those whose Deployment runs the target,
@@ -55,6 +56,17 @@ type ProfileRolloutStatusApplyConfiguration struct {
 	MovedSessions  *int32 `json:"movedSessions,omitempty"`
 	ReadySessions  *int32 `json:"readySessions,omitempty"`
 	FailedSessions *int32 `json:"failedSessions,omitempty"`
+	// deferredSessions is the number of sessions not on the target that are
+	// busy (the games.example.com/busy label) and whose move waits until
+	// they are idle or the policy's max-defer passes. They count neither as
+	// failed nor against the budget.
+	DeferredSessions *int32 `json:"deferredSessions,omitempty"`
+	// resumeTime is when the closed maintenance window opens and the
+	// rollout resumes; set only in the Waiting phase.
+	ResumeTime *metav1.Time `json:"resumeTime,omitempty"`
+	// deferralEndTime is when the policy's max-defer passes and busy
+	// sessions move too; unset when none is deferred or max-defer is never.
+	DeferralEndTime *metav1.Time `json:"deferralEndTime,omitempty"`
 	// blocked names sessions that hold a canary or budget slot and cannot
 	// progress, with why (at most 10 of them).
 	Blocked []BlockedSessionApplyConfiguration `json:"blocked,omitempty"`
@@ -157,6 +169,30 @@ func (b *ProfileRolloutStatusApplyConfiguration) WithReadySessions(value int32) 
 // If called multiple times, the FailedSessions field is set to the value of the last call.
 func (b *ProfileRolloutStatusApplyConfiguration) WithFailedSessions(value int32) *ProfileRolloutStatusApplyConfiguration {
 	b.FailedSessions = &value
+	return b
+}
+
+// WithDeferredSessions sets the DeferredSessions field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the DeferredSessions field is set to the value of the last call.
+func (b *ProfileRolloutStatusApplyConfiguration) WithDeferredSessions(value int32) *ProfileRolloutStatusApplyConfiguration {
+	b.DeferredSessions = &value
+	return b
+}
+
+// WithResumeTime sets the ResumeTime field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ResumeTime field is set to the value of the last call.
+func (b *ProfileRolloutStatusApplyConfiguration) WithResumeTime(value metav1.Time) *ProfileRolloutStatusApplyConfiguration {
+	b.ResumeTime = &value
+	return b
+}
+
+// WithDeferralEndTime sets the DeferralEndTime field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the DeferralEndTime field is set to the value of the last call.
+func (b *ProfileRolloutStatusApplyConfiguration) WithDeferralEndTime(value metav1.Time) *ProfileRolloutStatusApplyConfiguration {
+	b.DeferralEndTime = &value
 	return b
 }
 

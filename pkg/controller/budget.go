@@ -1,0 +1,258 @@
+package controller
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/clock"
+
+	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
+)
+
+// clusterBudget bounds the profile moves of all profiles together: at most
+// maxMoving sessions moved to a new revision of their profile and not yet
+// Ready (or failed) at once, and at most perMinute moves started in any
+// minute. A profile's own policy paces its sessions; this is the cluster's
+// limit, so that one GitOps sync editing fifty profiles cannot restart every
+// game server at once.
+//
+// Only moves count: a session whose Deployment runs a revision of its
+// profile and is to run another one. A new session's first Deployment, or a
+// change of a session's own spec, restarts no running match of a profile
+// rollout and is not held back.
+//
+// What it holds is a ledger of grants, rebuilt from the caches when the
+// controller starts (see seed): a restarted controller or a new leader
+// counts the sessions still rolling as moving, and as moves started in its
+// first minute, since it cannot tell when they started. Sessions refused a grant
+// wait in a first-come queue; a release or a freed minute wakes as many of
+// them as there is room for, so waiting costs no polling.
+type clusterBudget struct {
+	clock     clock.PassiveClock
+	maxMoving int // 0: no limit
+	perMinute int // 0: no limit
+
+	mu sync.Mutex
+	// moving maps a session key to the content it was granted a move to.
+	moving map[string]string
+	// starts are the times of the grants within the last minute, oldest
+	// first.
+	starts []time.Time
+	// waiting are the sessions refused a grant, in the order they were.
+	waiting []string
+}
+
+// budgetWake says which waiting sessions to sync now, and which one to sync
+// after a delay (the budget per minute frees room then).
+type budgetWake struct {
+	now   []string
+	later string
+	after time.Duration
+}
+
+func newClusterBudget(clk clock.PassiveClock, maxMoving, perMinute int) *clusterBudget {
+	return &clusterBudget{clock: clk, maxMoving: max(0, maxMoving), perMinute: max(0, perMinute), moving: map[string]string{}}
+}
+
+// limited reports whether the budget limits anything.
+func (b *clusterBudget) limited() bool {
+	return b.maxMoving > 0 || b.perMinute > 0
+}
+
+// admit grants the session a move to target if the budget has room, and
+// records it. A session granted a move to target before is granted again
+// without counting twice (a write retried after a conflict). A refused
+// session waits for its wake.
+func (b *clusterBudget) admit(key, target string) (granted bool, wake budgetWake) {
+	if !b.limited() {
+		return true, budgetWake{}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.clock.Now()
+	if b.moving[key] == target {
+		return true, b.wakeLocked(now)
+	}
+	if b.roomLocked(now) == 0 {
+		if !slices.Contains(b.waiting, key) {
+			b.waiting = append(b.waiting, key)
+		}
+		return false, b.wakeLocked(now)
+	}
+	b.moving[key] = target
+	b.starts = append(b.starts, now)
+	b.waiting = slices.DeleteFunc(b.waiting, func(k string) bool { return k == key })
+	return true, b.wakeLocked(now)
+}
+
+// release ends a session's move: its Deployment is Ready or failed on the
+// content it moved to, its write was refused, or the session is gone. It
+// returns the waiting sessions the room it frees may admit.
+func (b *clusterBudget) release(key string) budgetWake {
+	if !b.limited() {
+		return budgetWake{}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.moving[key]; !ok {
+		return budgetWake{}
+	}
+	delete(b.moving, key)
+	return b.wakeLocked(b.clock.Now())
+}
+
+// forget drops a deleted session, moving or waiting.
+func (b *clusterBudget) forget(key string) budgetWake {
+	wake := b.release(key)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.waiting = slices.DeleteFunc(b.waiting, func(k string) bool { return k == key })
+	return wake
+}
+
+// movingTo returns the content the session was granted a move to, "" if none.
+func (b *clusterBudget) movingTo(key string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.moving[key]
+}
+
+// counts returns how many sessions are moving and how many wait.
+func (b *clusterBudget) counts() (moving, waiting int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.moving), len(b.waiting)
+}
+
+// seed records the moves a controller finds under way when it starts: the
+// sessions whose Deployments still roll a revision of their profile. Each
+// counts as moving and as started now: the budget per minute cannot be
+// overrun by a restart, at the price of a slower first minute.
+func (b *clusterBudget) seed(moving map[string]string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.clock.Now()
+	for key, hash := range moving {
+		if _, ok := b.moving[key]; !ok {
+			b.moving[key] = hash
+			b.starts = append(b.starts, now)
+		}
+	}
+}
+
+// roomLocked is how many more moves may start now.
+func (b *clusterBudget) roomLocked(now time.Time) int {
+	i := 0
+	for i < len(b.starts) && now.Sub(b.starts[i]) >= time.Minute {
+		i++
+	}
+	b.starts = b.starts[i:]
+	room := -1
+	if b.maxMoving > 0 {
+		room = max(0, b.maxMoving-len(b.moving))
+	}
+	if b.perMinute > 0 {
+		perMinute := max(0, b.perMinute-len(b.starts))
+		if room < 0 || perMinute < room {
+			room = perMinute
+		}
+	}
+	return room
+}
+
+// wakeLocked takes as many waiting sessions off the queue as there is room
+// for now. When only the budget per minute keeps the rest waiting, the first
+// of them is to be woken when the oldest start leaves the minute; a release
+// wakes them otherwise.
+func (b *clusterBudget) wakeLocked(now time.Time) budgetWake {
+	var wake budgetWake
+	room := b.roomLocked(now)
+	n := min(room, len(b.waiting))
+	wake.now = slices.Clone(b.waiting[:n])
+	b.waiting = b.waiting[n:]
+	movingFull := b.maxMoving > 0 && len(b.moving) >= b.maxMoving
+	if len(b.waiting) > 0 && room == 0 && !movingFull && len(b.starts) > 0 {
+		wake.later, wake.after = b.waiting[0], b.starts[0].Add(time.Minute).Sub(now)
+	}
+	return wake
+}
+
+// seedBudget gives a starting controller's budget the moves under way: every
+// session whose Deployment, in the caches just synced, runs a revision and
+// has neither completed nor failed its rollout. Some of them roll for a
+// change of their own spec, not a profile move: counting them too keeps the
+// budget on the safe side until they are Ready.
+func (c *Controller) seedBudget() {
+	if !c.budget.limited() {
+		return
+	}
+	moving := map[string]string{}
+	deployments, err := c.deploymentLister.List(labels.Everything())
+	if err != nil {
+		return // a lister over a synced cache does not fail
+	}
+	for _, d := range deployments {
+		ref := metav1.GetControllerOf(d)
+		hash := d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]
+		if ref == nil || ref.Kind != gameSessionKind.Kind || hash == "" || d.Spec.Paused ||
+			deploymentComplete(d) || progressDeadlineExceeded(d) {
+			continue
+		}
+		moving[d.Namespace+"/"+ref.Name] = hash
+	}
+	c.budget.seed(moving)
+	c.logger.Info("Cluster-wide rollout budget", "maxMovingSessions", c.budget.maxMoving,
+		"maxMovesPerMinute", c.budget.perMinute, "moving", len(moving))
+}
+
+// admitMove asks the cluster-wide budget for a session's move from rolled to
+// target, and wakes the sessions a grant or a refusal lets move.
+func (c *Controller) admitMove(key, target string) bool {
+	granted, wake := c.budget.admit(key, target)
+	c.wake(wake)
+	return granted
+}
+
+// settleMove ends a session's move in the budget once its Deployment d (as
+// the controller last wrote or saw it) no longer rolls the content it moved
+// to: Ready, failed, paused, or moved elsewhere.
+func (c *Controller) settleMove(key string, session *gamesv1.GameSession, d *appsv1.Deployment) {
+	target := c.budget.movingTo(key)
+	if target == "" || d == nil {
+		return
+	}
+	if blocks(d, session) || d.Spec.Paused || d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation] != target ||
+		deploymentComplete(d) || progressDeadlineExceeded(d) {
+		c.wake(c.budget.release(key))
+	}
+}
+
+// wake queues the sessions the budget has room for.
+func (c *Controller) wake(w budgetWake) {
+	for _, key := range w.now {
+		c.queue.Add(key)
+	}
+	if w.later != "" {
+		c.queue.AddAfter(w.later, w.after)
+	}
+	moving, waiting := c.budget.counts()
+	c.metrics.ObserveBudget(moving, waiting)
+}
+
+// String is the budget as the flags set it, for messages.
+func (b *clusterBudget) String() string {
+	var parts []string
+	if b.maxMoving > 0 {
+		parts = append(parts, fmt.Sprintf("at most %d sessions moving at once", b.maxMoving))
+	}
+	if b.perMinute > 0 {
+		parts = append(parts, fmt.Sprintf("at most %d moves started per minute", b.perMinute))
+	}
+	return strings.Join(parts, ", ")
+}

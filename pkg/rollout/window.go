@@ -1,0 +1,190 @@
+package rollout
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Window is a recurring maintenance window: the hours of some days of the
+// week, in a time zone, during which a rollout may restart game servers.
+//
+// It is written "[DAYS ]HH:MM-HH:MM[ ZONE]", for example
+//
+//	"02:00-06:00"                       every day, UTC
+//	"Mon-Fri 02:00-06:00 Europe/Berlin" weekdays, Berlin time
+//	"Sat,Sun 22:00-04:00 America/New_York"
+//
+// DAYS are three-letter day names, ranges of them, or both, separated by
+// commas; without DAYS the window opens every day. A window whose end is not
+// after its start ends the next day: "Sat 22:00-04:00" opens Saturday night
+// and closes on Sunday morning. "24:00" ends a window at midnight. ZONE is an
+// IANA time zone name, UTC if absent. Times are wall-clock times of the
+// zone: on a day the clocks change, the window is an hour longer or shorter.
+type Window struct {
+	days       [7]bool // by time.Weekday
+	start, end int     // minutes since midnight; end may be <= start (the next day)
+	location   *time.Location
+	spec       string
+}
+
+// ParseWindow parses a maintenance window (see [Window]). Its errors quote the
+// value and say what is expected.
+func ParseWindow(s string) (*Window, error) {
+	bad := func(why string) error {
+		return fmt.Errorf(`invalid value %q: %s; want "[DAYS ]HH:MM-HH:MM[ ZONE]" such as "Mon-Fri 02:00-06:00 Europe/Berlin"`, s, why)
+	}
+	fields := strings.Fields(s)
+	if len(fields) == 0 || len(fields) > 3 {
+		return nil, bad("want one to three parts")
+	}
+	w := &Window{location: time.UTC, spec: strings.Join(fields, " ")}
+	// The hours are the only part with a colon: find them, and the days
+	// before them and the zone after them.
+	hours := -1
+	for i, f := range fields {
+		if strings.Contains(f, ":") {
+			hours = i
+			break
+		}
+	}
+	if hours < 0 || hours > 1 || len(fields)-hours > 2 {
+		return nil, bad("no HH:MM-HH:MM")
+	}
+	if hours == 1 {
+		if err := w.parseDays(fields[0]); err != nil {
+			return nil, bad(err.Error())
+		}
+	} else {
+		w.days = [7]bool{true, true, true, true, true, true, true}
+	}
+	from, to, ok := strings.Cut(fields[hours], "-")
+	if !ok {
+		return nil, bad("no HH:MM-HH:MM")
+	}
+	var err error
+	if w.start, err = parseClock(from, false); err != nil {
+		return nil, bad(err.Error())
+	}
+	if w.end, err = parseClock(to, true); err != nil {
+		return nil, bad(err.Error())
+	}
+	if w.start == w.end%(24*60) && w.end != 24*60 {
+		return nil, bad("the window is empty, or has no end: use 00:00-24:00 for a whole day")
+	}
+	if hours+1 < len(fields) {
+		zone := fields[hours+1]
+		if w.location, err = time.LoadLocation(zone); err != nil || zone == "Local" {
+			return nil, bad(fmt.Sprintf("unknown time zone %q", zone))
+		}
+	}
+	return w, nil
+}
+
+var weekdays = map[string]time.Weekday{
+	"sun": time.Sunday, "mon": time.Monday, "tue": time.Tuesday, "wed": time.Wednesday,
+	"thu": time.Thursday, "fri": time.Friday, "sat": time.Saturday,
+}
+
+// parseDays parses "Mon-Fri", "Sat,Sun", "Mon,Wed-Fri". A range may wrap
+// around the week: "Fri-Mon" is Friday to Monday.
+func (w *Window) parseDays(s string) error {
+	for part := range strings.SplitSeq(s, ",") {
+		first, last, isRange := strings.Cut(part, "-")
+		a, okA := weekdays[strings.ToLower(first)]
+		b, okB := a, true
+		if isRange {
+			b, okB = weekdays[strings.ToLower(last)]
+		}
+		if !okA || !okB {
+			return fmt.Errorf("unknown days %q (want Mon, Tue, Wed, Thu, Fri, Sat, Sun, ranges like Mon-Fri)", part)
+		}
+		for d := a; ; d = (d + 1) % 7 {
+			w.days[d] = true
+			if d == b {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// parseClock parses "HH:MM" into minutes since midnight; "24:00" only as an
+// end.
+func parseClock(s string, end bool) (int, error) {
+	h, m, ok := strings.Cut(s, ":")
+	hour, errH := strconv.Atoi(h)
+	minute, errM := strconv.Atoi(m)
+	switch {
+	case !ok || len(h) != 2 || len(m) != 2 || errH != nil || errM != nil:
+	case end && hour == 24 && minute == 0:
+		return 24 * 60, nil
+	case hour >= 0 && hour < 24 && minute >= 0 && minute < 60:
+		return hour*60 + minute, nil
+	}
+	return 0, fmt.Errorf("bad time %q", s)
+}
+
+// String is the window as written, its fields separated by single spaces.
+func (w *Window) String() string { return w.spec }
+
+// Open reports whether t is within the window.
+func (w *Window) Open(t time.Time) bool {
+	for _, o := range w.openings(t, -1, 0) {
+		if !t.Before(o[0]) && t.Before(o[1]) {
+			return true
+		}
+	}
+	return false
+}
+
+// NextOpen returns t if the window is open at t, else when it opens next.
+func (w *Window) NextOpen(t time.Time) time.Time {
+	if w.Open(t) {
+		return t
+	}
+	for _, o := range w.openings(t, 0, 8) {
+		if o[0].After(t) {
+			return o[0]
+		}
+	}
+	return time.Time{} // no day is ever set: ParseWindow does not return such a window
+}
+
+// NextClose returns when the window open at t closes; the zero time if it
+// is not open at t.
+func (w *Window) NextClose(t time.Time) time.Time {
+	var closes time.Time
+	for _, o := range w.openings(t, -1, 0) {
+		if !t.Before(o[0]) && t.Before(o[1]) && o[1].After(closes) {
+			closes = o[1]
+		}
+	}
+	return closes
+}
+
+// openings returns the window's openings that start on the days from first
+// to last days after t's day, in the window's zone, in order.
+func (w *Window) openings(t time.Time, first, last int) [][2]time.Time {
+	local := t.In(w.location)
+	var out [][2]time.Time
+	for offset := first; offset <= last; offset++ {
+		day := time.Date(local.Year(), local.Month(), local.Day()+offset, 0, 0, 0, 0, w.location)
+		if !w.days[day.Weekday()] {
+			continue
+		}
+		start := clockOn(day, w.start, w.location)
+		endDay := day
+		if w.end <= w.start {
+			endDay = day.AddDate(0, 0, 1)
+		}
+		out = append(out, [2]time.Time{start, clockOn(endDay, w.end, w.location)})
+	}
+	return out
+}
+
+// clockOn is the wall-clock time minutes after midnight of day, in loc.
+func clockOn(day time.Time, minutes int, loc *time.Location) time.Time {
+	return time.Date(day.Year(), day.Month(), day.Day(), minutes/60, minutes%60, 0, 0, loc)
+}
