@@ -99,10 +99,16 @@ func (p Policy) Unpaced() bool {
 }
 
 // String renders the policy compactly for Events and logs, for example
-// "max-rolling 10%, canary 1, max-failed 0", "unpaced", or
+// "max-rolling 10%, canary 1, max-failed 0", "unpaced", "unpaced, max-defer
+// 30m0s", or
 // "max-rolling 5, canary 0, paused".
 func (p Policy) String() string {
 	if p.Unpaced() {
+		// max-defer changes which sessions move even when all may: a change
+		// of it is a change of policy, which the controller tells sessions.
+		if p.MaxDefer != nil {
+			return "unpaced, max-defer " + p.MaxDefer.String()
+		}
 		return "unpaced"
 	}
 	parts := []string{

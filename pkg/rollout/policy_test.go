@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -90,6 +91,28 @@ func TestPolicyFor(t *testing.T) {
 				MaxFailed:  new(intstr.FromString("10%")),
 				Paused:     true,
 			},
+		},
+		{
+			name:        "max-defer sets how long busy sessions wait",
+			annotations: map[string]string{AnnotationMaxDefer: "45m"},
+			want:        Policy{MaxRolling: defaults.MaxRolling, Canary: defaults.Canary, MaxFailed: defaults.MaxFailed, MaxDefer: new(45 * time.Minute)},
+		},
+		{
+			name:        "max-defer never waits until idle",
+			annotations: map[string]string{AnnotationMaxDefer: "never"},
+			want:        defaults,
+		},
+		{
+			name:        "bad max-defer pauses",
+			annotations: map[string]string{AnnotationMaxDefer: "1 hour"},
+			want:        pausedDefaults,
+			wantErr:     []string{AnnotationMaxDefer, `"1 hour"`, "want"},
+		},
+		{
+			name:        "bad window pauses",
+			annotations: map[string]string{AnnotationWindow: "Mon-Fri 2am-6am"},
+			want:        pausedDefaults,
+			wantErr:     []string{AnnotationWindow, `"Mon-Fri 2am-6am"`, "want"},
 		},
 		{
 			name:        "paused false runs",
@@ -256,10 +279,27 @@ func TestPolicyString(t *testing.T) {
 			Policy{MaxRolling: intstr.FromInt32(3), Canary: intstr.FromInt32(0), MaxFailed: new(intstr.FromString("10%")), Paused: true},
 			"max-rolling 3, canary 0, max-failed 10%, paused",
 		},
+		{
+			Policy{MaxRolling: intstr.FromString("100%"), Canary: intstr.FromInt32(0), MaxDefer: new(30 * time.Minute)},
+			"unpaced, max-defer 30m0s",
+		},
+		{
+			Policy{MaxRolling: intstr.FromString("100%"), Canary: intstr.FromInt32(0), Window: mustWindow(t, "Mon-Fri 02:00-06:00 Europe/Berlin")},
+			"max-rolling 100%, canary 0, window Mon-Fri 02:00-06:00 Europe/Berlin",
+		},
 	}
 	for _, tc := range tests {
 		if got := tc.policy.String(); got != tc.want {
 			t.Errorf("String() = %q, want %q", got, tc.want)
 		}
 	}
+}
+
+func mustWindow(t *testing.T, s string) *Window {
+	t.Helper()
+	w, err := ParseWindow(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
 }
