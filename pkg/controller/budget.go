@@ -46,6 +46,9 @@ type clusterBudget struct {
 	starts []time.Time
 	// waiting are the sessions refused a grant, in the order they were.
 	waiting []string
+	// reserved are the woken sessions, each with a place kept for it until
+	// its next sync: one that syncs for another reason must not take it.
+	reserved map[string]bool
 }
 
 // budgetWake says which waiting sessions to sync now, and which one to sync
@@ -57,7 +60,8 @@ type budgetWake struct {
 }
 
 func newClusterBudget(clk clock.PassiveClock, maxMoving, perMinute int) *clusterBudget {
-	return &clusterBudget{clock: clk, maxMoving: max(0, maxMoving), perMinute: max(0, perMinute), moving: map[string]string{}}
+	return &clusterBudget{clock: clk, maxMoving: max(0, maxMoving), perMinute: max(0, perMinute),
+		moving: map[string]string{}, reserved: map[string]bool{}}
 }
 
 // limited reports whether the budget limits anything.
@@ -76,10 +80,21 @@ func (b *clusterBudget) admit(key, target string) (granted bool, wake budgetWake
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.clock.Now()
-	if b.moving[key] == target {
+	previous, moving := b.moving[key]
+	if moving && previous == target {
 		return true, b.wakeLocked(now)
 	}
-	if b.roomLocked(now) == 0 {
+	// The places kept for the other woken sessions are not this one's. A
+	// session moving to another content already holds its place among
+	// those moving: a new move of it takes no other.
+	others := len(b.reserved)
+	if b.reserved[key] {
+		others--
+	}
+	if b.rateRoomLocked(now) <= others || (!moving && b.movingRoom() <= others) {
+		// Woken and refused all the same (another took the room first): it
+		// waits again, at the end.
+		delete(b.reserved, key)
 		if !slices.Contains(b.waiting, key) {
 			b.waiting = append(b.waiting, key)
 		}
@@ -87,8 +102,25 @@ func (b *clusterBudget) admit(key, target string) (granted bool, wake budgetWake
 	}
 	b.moving[key] = target
 	b.starts = append(b.starts, now)
+	delete(b.reserved, key)
 	b.waiting = slices.DeleteFunc(b.waiting, func(k string) bool { return k == key })
 	return true, b.wakeLocked(now)
+}
+
+// sweep ends a sync of the session: a place kept for it that the sync did
+// not ask for (it no longer moves, or is not due yet) goes to the next
+// waiting session. Asked for, the place was either taken or refused.
+func (b *clusterBudget) sweep(key string) budgetWake {
+	if !b.limited() {
+		return budgetWake{}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.reserved[key] {
+		return budgetWake{}
+	}
+	delete(b.reserved, key)
+	return b.wakeLocked(b.clock.Now())
 }
 
 // release ends a session's move: its Deployment is Ready or failed on the
@@ -113,6 +145,10 @@ func (b *clusterBudget) forget(key string) budgetWake {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.waiting = slices.DeleteFunc(b.waiting, func(k string) bool { return k == key })
+	if b.reserved[key] {
+		delete(b.reserved, key)
+		wake.now = append(wake.now, b.wakeLocked(b.clock.Now()).now...)
+	}
 	return wake
 }
 
@@ -146,39 +182,54 @@ func (b *clusterBudget) seed(moving map[string]string) {
 	}
 }
 
-// roomLocked is how many more moves may start now.
-func (b *clusterBudget) roomLocked(now time.Time) int {
+// unlimited stands for no limit in the room computations.
+const unlimited = int(^uint(0) >> 1)
+
+// movingRoom is how many more sessions may be moving at once.
+func (b *clusterBudget) movingRoom() int {
+	if b.maxMoving == 0 {
+		return unlimited
+	}
+	return max(0, b.maxMoving-len(b.moving))
+}
+
+// rateRoomLocked is how many more moves may start in the minute up to now.
+// It forgets the starts older than a minute.
+func (b *clusterBudget) rateRoomLocked(now time.Time) int {
 	i := 0
 	for i < len(b.starts) && now.Sub(b.starts[i]) >= time.Minute {
 		i++
 	}
 	b.starts = b.starts[i:]
-	room := -1
-	if b.maxMoving > 0 {
-		room = max(0, b.maxMoving-len(b.moving))
+	if b.perMinute == 0 {
+		return unlimited
 	}
-	if b.perMinute > 0 {
-		perMinute := max(0, b.perMinute-len(b.starts))
-		if room < 0 || perMinute < room {
-			room = perMinute
-		}
-	}
-	return room
+	return max(0, b.perMinute-len(b.starts))
+}
+
+// roomLocked is how many more moves of sessions not moving may start now.
+func (b *clusterBudget) roomLocked(now time.Time) int {
+	return min(b.movingRoom(), b.rateRoomLocked(now))
 }
 
 // wakeLocked takes as many waiting sessions off the queue as there is room
-// for now. When only the budget per minute keeps the rest waiting, the first
-// of them is to be woken when the oldest start leaves the minute; a release
-// wakes them otherwise.
+// for now, beside the places kept already, and keeps a place for each. A
+// release wakes the others.
 func (b *clusterBudget) wakeLocked(now time.Time) budgetWake {
 	var wake budgetWake
-	room := b.roomLocked(now)
+	room := max(0, b.roomLocked(now)-len(b.reserved))
 	n := min(room, len(b.waiting))
 	wake.now = slices.Clone(b.waiting[:n])
 	b.waiting = b.waiting[n:]
-	movingFull := b.maxMoving > 0 && len(b.moving) >= b.maxMoving
-	if len(b.waiting) > 0 && room == 0 && !movingFull && len(b.starts) > 0 {
+	for _, key := range wake.now {
+		b.reserved[key] = true
+	}
+	// When only the budget per minute keeps the first one waiting, it is
+	// woken, with its place kept, once the oldest start leaves the minute.
+	if len(b.waiting) > 0 && room == 0 && b.movingRoom() > len(b.reserved) && len(b.starts) > 0 {
 		wake.later, wake.after = b.waiting[0], b.starts[0].Add(time.Minute).Sub(now)
+		b.waiting = b.waiting[1:]
+		b.reserved[wake.later] = true
 	}
 	return wake
 }
@@ -229,6 +280,7 @@ func (c *Controller) settleMove(key string, session *gamesv1.GameSession, d *app
 	}
 	if blocks(d, session) || d.Spec.Paused || d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation] != target ||
 		deploymentComplete(d) || progressDeadlineExceeded(d) {
+		c.logger.V(4).Info("Move ends in the cluster-wide budget", "gameSession", key, "hash", target)
 		c.wake(c.budget.release(key))
 	}
 }
@@ -240,6 +292,9 @@ func (c *Controller) wake(w budgetWake) {
 	}
 	if w.later != "" {
 		c.queue.AddAfter(w.later, w.after)
+	}
+	if !c.budget.limited() {
+		return
 	}
 	moving, waiting := c.budget.counts()
 	c.metrics.ObserveBudget(moving, waiting)

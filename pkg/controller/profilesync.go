@@ -675,6 +675,8 @@ func phaseReason(p rollout.Plan) string {
 		return gamesv1.ReasonOutsideWindow
 	case p.Stuck:
 		return gamesv1.ReasonSessionsBlocked
+	case waitsOnBusy(p):
+		return gamesv1.ReasonSessionsDeferred
 	}
 	return gamesv1.ReasonRolloutProgressing
 }
@@ -692,7 +694,7 @@ func rolloutMessage(s *gamesv1.ProfileRolloutStatus, pp *profilePlan) string {
 		return fmt.Sprintf(MessageRolloutStatusPaused, s.TargetRevision, pp.policy)
 	case p.Phase == rollout.PhaseWaiting:
 		return fmt.Sprintf(MessageRolloutStatusWaiting, s.TargetRevision, pp.window, p.Resumes.UTC().Format(time.RFC3339))
-	case onlyDeferredLeft(p):
+	case waitsOnBusy(p):
 		return fmt.Sprintf(MessageRolloutStatusDeferred, s.TargetRevision, pp.policy, deferredUntil(p))
 	case p.Stuck:
 		return fmt.Sprintf(MessageRolloutStatusBlocked, s.TargetRevision, blockedList(p.Blocked))
@@ -704,10 +706,12 @@ func rolloutMessage(s *gamesv1.ProfileRolloutStatus, pp *profilePlan) string {
 	return fmt.Sprintf(MessageRolloutStatusRolling, s.TargetRevision, pp.policy)
 }
 
-// onlyDeferredLeft reports whether every session not yet moved is busy and
-// waits until idle.
-func onlyDeferredLeft(p rollout.Plan) bool {
-	return p.Deferred > 0 && p.Moved+p.Deferred == p.Total && p.Phase == rollout.PhaseRolling
+// waitsOnBusy reports whether the rollout waits for busy sessions: some are
+// deferred, and nothing else moves or may move now (the rest moved and are
+// Ready, or wait behind busy canaries).
+func waitsOnBusy(p rollout.Plan) bool {
+	return p.Deferred > 0 && len(p.Admitted) == 0 && p.Rolling == 0 && !p.Stuck &&
+		(p.Phase == rollout.PhaseRolling || p.Phase == rollout.PhaseCanary)
 }
 
 // deferredUntil says when deferred sessions move without being idle, for a
@@ -785,7 +789,7 @@ func (c *Controller) announce(profile *corev1.ConfigMap, policyErr error, prev, 
 	if p.Deferred > 0 {
 		progress += fmt.Sprintf(MessageProgressDeferred, p.Deferred)
 	}
-	if onlyDeferredLeft(p) && (prev == nil || !onlyDeferredLeft(prev.plan)) {
+	if waitsOnBusy(p) && (prev == nil || !waitsOnBusy(prev.plan)) {
 		c.recorder.Eventf(profile, corev1.EventTypeNormal, EventReasonRolloutDeferred, MessageRolloutDeferred, progress, deferredUntil(p))
 	}
 	if p.Stuck && (prev == nil || !prev.plan.Stuck) {

@@ -50,7 +50,7 @@ type action struct {
 }
 
 func (w *world) stepActions() []action {
-	return []action{
+	actions := []action{
 		// The controller's side: informer deliveries, syncs, time.
 		{30, w.deliverOne},
 		{24, w.syncOne},
@@ -82,6 +82,12 @@ func (w *world) stepActions() []action {
 		{1, w.relistCache},
 		{1, w.resyncCache},
 	}
+	if w.matchSafe.on {
+		// Moves are what busy sessions, windows and the budget hold back:
+		// more profile edits make more of them.
+		actions = append(actions, action{4, w.flipBusy}, action{2, w.editMatchSafePolicy}, action{6, w.editProfile})
+	}
+	return actions
 }
 
 func b2i(b bool) int {

@@ -174,8 +174,13 @@ var foundByLongRuns = []struct {
 func TestSequenceRegressions(t *testing.T) {
 	for _, tc := range foundByLongRuns {
 		t.Run(fmt.Sprint(tc.seed), func(t *testing.T) {
-			if w := runSequence(tc.seed); len(w.violations) > 0 {
+			// The sequence as it was found, and match-safe if its seed
+			// makes it so (then it is another sequence of the same seed).
+			if w := runWorld(newWorldOf(tc.seed, false)); len(w.violations) > 0 {
 				t.Fatalf("%s\n%s", tc.what, w.report())
+			}
+			if w := runSequence(tc.seed); len(w.violations) > 0 {
+				t.Fatalf("%s (match-safe)\n%s", tc.what, w.report())
 			}
 		})
 	}
@@ -253,8 +258,9 @@ func runSequences(first uint64, count int) (failed []*world, raced []uint64, cov
 	return failed, raced, covered
 }
 
-func runSequence(seed uint64) *world {
-	w := newWorld(seed)
+func runSequence(seed uint64) *world { return runWorld(newWorld(seed)) }
+
+func runWorld(w *world) *world {
 	defer w.stopController()
 	w.populate()
 	w.startController()
@@ -351,6 +357,9 @@ type world struct {
 	// templateHashes remembers the Deployment controller stand-in's
 	// pod-template hashes, by Deployment UID and generation.
 	templateHashes map[string]string
+	// matchSafe is what the match-safe invariants remember
+	// (world_matchsafe_test.go).
+	matchSafe matchSafeWorld
 
 	alive      bool // false once the controller panicked
 	settling   bool
@@ -362,7 +371,10 @@ type world struct {
 	violations []violation
 }
 
-func newWorld(seed uint64) *world {
+func newWorld(seed uint64) *world { return newWorldOf(seed, matchSafeOf(seed)) }
+
+// newWorldOf is newWorld, match-safe or not.
+func newWorldOf(seed uint64, matchSafe bool) *world {
 	start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	w := &world{
 		seed:       seed,
@@ -403,6 +415,7 @@ func newWorld(seed uint64) *world {
 	if w.rng.IntN(2) == 0 {
 		w.broken[ProfileHash(&corev1.ConfigMap{Data: pick(w, worldProfileData)})] = true
 	}
+	w.matchSafe = newMatchSafeWorld(matchSafe, w.rng)
 	w.actions = w.stepActions()
 	w.server = newAPIServer(w.clock, w.observe)
 	// Bare fakes: the reactors answer every request, so the fakes' object
@@ -412,6 +425,9 @@ func newWorld(seed uint64) *world {
 	w.gameClient = &gamesfake.Clientset{}
 	w.installReactors()
 	w.logf("sequence %d, profile-change delay %v, paced %t, broken content %v", seed, w.profileChangeDelay, w.paced, slices.Sorted(maps.Keys(w.broken)))
+	if matchSafe {
+		w.logf("match-safe: %s", describeBudget(w.matchSafe))
+	}
 	return w
 }
 
@@ -462,6 +478,8 @@ func (w *world) startController() {
 		Clock:              w.clock,
 		// The default rollout policy: every session moves at once.
 		RevisionHistoryLimit: worldRevisionHistoryLimit,
+		MaxMovingSessions:    w.matchSafe.maxMoving,
+		MaxMovesPerMinute:    w.matchSafe.perMinute,
 	})
 	if err != nil {
 		panic(fmt.Sprintf("NewController: %v", err))
@@ -506,6 +524,9 @@ func (w *world) startController() {
 	for _, name := range worldProfileNames {
 		w.noteProfileSeen(name, w.caches[profilesResource].profile(name))
 	}
+	// As Run does once the caches have synced; the rate holds per process.
+	w.matchSafe.moveTimes = nil
+	c.seedBudget()
 	w.call(func() {
 		for _, ic := range w.caches {
 			ic.announce()
@@ -648,15 +669,21 @@ func (w *world) settle() bool {
 		// for a while, the keys still coming back are periodic rechecks.
 		// A progress deadline to pass counts as a delayed key: the
 		// Deployment controller acts once it has.
+		// So does a maintenance window opening or closing, or max-defer
+		// passing, soon: the controller plans again then, with no event.
 		waiting := w.waitingKeys()
 		deadline, progressing := w.kcmNextDeadline()
-		if (len(waiting) == 0 && !progressing) || w.clock.Since(w.lastChange) >= quietPeriod {
+		scheduled, changes := w.nextScheduledChange()
+		if (len(waiting) == 0 && !progressing && !changes) || (w.clock.Since(w.lastChange) >= quietPeriod && !changes) {
 			w.logf("at rest; looking again now and then: %v", waiting)
 			return true
 		}
 		next, ok := w.nextWaiting()
 		if progressing && (!ok || deadline.Before(next)) {
-			next = deadline
+			next, ok = deadline, true
+		}
+		if changes && (!ok || scheduled.Before(next)) {
+			next = scheduled
 		}
 		w.advance(max(next.Sub(w.clock.Now()), time.Millisecond))
 	}

@@ -63,7 +63,7 @@ const (
 	MessageRevisionAvailable    = "Revision %q exists"
 	MessageRolloutHeldUp        = "Rollout held up: %s; these sessions cannot progress: %s. Resume, fix or delete them"
 	MessageRolloutWaiting       = "Rollout waits for its maintenance window (%s), which opens at %s: %s"
-	MessageRolloutDeferred      = "Every idle session moved: %s; the busy ones move once idle%s"
+	MessageRolloutDeferred      = "Rollout waits for busy sessions: %s; they move once idle%s"
 	MessageDeferredUntil        = ", or at %s (max-defer)"
 
 	// Messages of a ProfileRollout's status.
@@ -74,7 +74,7 @@ const (
 	MessageRolloutStatusHalted   = "The rollout of revision %s is halted: too many sessions moved to it failed. Fix the profile, or edit it back to its previous content, to go on"
 	MessageRolloutStatusBlocked  = "The rollout of revision %s is held up by sessions that cannot progress: %s. Resume, fix or delete them"
 	MessageRolloutStatusWaiting  = "The rollout of revision %s waits for its maintenance window (%s), which opens at %s"
-	MessageRolloutStatusDeferred = "Rolling out revision %s (%s): every idle session moved; busy sessions move once idle%s"
+	MessageRolloutStatusDeferred = "Rolling out revision %s (%s): it waits for busy sessions, which move once idle%s"
 )
 
 // Reasons of the Events the controller records beyond the condition reasons:

@@ -50,6 +50,9 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 	ctx = klog.NewContext(ctx, logger)
 	// Taken first, so that every sync, even one that ends early, clears it.
 	rolling := c.fanOut.takeRolling(key)
+	// A place the budget kept for this session and the sync did not take
+	// goes to the next one waiting, however the sync ends.
+	defer func() { c.wake(c.budget.sweep(key)) }()
 
 	session, err := c.sessionLister.GameSessions(namespace).Get(name)
 	if apierrors.IsNotFound(err) {
@@ -251,6 +254,8 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 		!c.admitMove(key, target) {
 		// A move of a running session: the cluster-wide budget has no room.
 		// Its own spec is still applied, with the revision it runs.
+		moving, waiting := c.budget.counts()
+		klog.FromContext(ctx).V(4).Info("Move waits for the cluster-wide budget", "moving", moving, "waiting", waiting)
 		result.choice = revisionChoice{hash: rolled, reason: gamesv1.ReasonWaitingForClusterBudget,
 			message: fmt.Sprintf(MessageWaitingForClusterBudget, RevisionName(profile.Name, rolled),
 				RevisionName(profile.Name, target), c.budget)}

@@ -62,8 +62,10 @@ func (c *Controller) turnOf(session *gamesv1.GameSession, profile *corev1.Config
 		}
 		return waitingChoice(pp.plan, profile.Name, stable, target, policy), false
 	}
-	if policy.Window != nil && !policy.Window.Open(now) && pp.plan.Phase != rollout.PhaseWaiting &&
-		pp.plan.Phase != rollout.PhasePaused && pp.plan.Phase != rollout.PhaseHalted {
+	if stopped(pp.plan) {
+		return waitingChoice(pp.plan, profile.Name, rolled, target, policy), false
+	}
+	if policy.Window != nil && !policy.Window.Open(now) {
 		// The window closed since the plan: a new one says so to all.
 		choice := waitingChoice(rollout.Plan{Phase: rollout.PhaseWaiting, Resumes: policy.Window.NextOpen(now)},
 			profile.Name, rolled, target, policy)
@@ -77,6 +79,17 @@ func (c *Controller) turnOf(session *gamesv1.GameSession, profile *corev1.Config
 		return revisionChoice{}, true
 	}
 	return waitingChoice(pp.plan, profile.Name, rolled, target, policy), false
+}
+
+// stopped reports whether the plan stops the rollout as a whole: halted,
+// paused, outside its window, or held up by blocked sessions. A session then
+// says so, busy or not.
+func stopped(plan rollout.Plan) bool {
+	switch plan.Phase {
+	case rollout.PhaseHalted, rollout.PhasePaused, rollout.PhaseWaiting:
+		return true
+	}
+	return plan.Stuck
 }
 
 // deferred returns the choice of a busy session whose move waits (until it is

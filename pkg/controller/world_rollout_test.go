@@ -80,6 +80,7 @@ func (w *world) randomPolicy() map[string]string {
 		bad := pick(w, worldInvalidPolicy)
 		a[bad[0]] = bad[1]
 	}
+	w.addMatchSafePolicy(a)
 	return a
 }
 
@@ -88,6 +89,11 @@ func describePolicy(a map[string]string) string {
 	for _, p := range worldPolicyValues {
 		if v, ok := a[p.key]; ok {
 			parts = append(parts, strings.TrimPrefix(p.key, "rollout.games.example.com/")+"="+v)
+		}
+	}
+	for _, key := range []string{rollout.AnnotationMaxDefer, rollout.AnnotationWindow} {
+		if v, ok := a[key]; ok {
+			parts = append(parts, strings.TrimPrefix(key, "rollout.games.example.com/")+"="+v)
 		}
 	}
 	if len(parts) == 0 {
@@ -176,6 +182,7 @@ type moveKey struct {
 // noteRolloutChange is told of every server change: it keeps the epochs of
 // profileRef changes and of others' edits of a Deployment's profile volume.
 func (w *world) noteRolloutChange(ch change) {
+	w.noteBudgetChange(ch)
 	switch ch.resource {
 	case sessionsResource:
 		if ch.old == nil || ch.new == nil ||
@@ -208,6 +215,7 @@ func (w *world) noteProfileSeen(name string, p *corev1.ConfigMap) {
 		w.seenProfile[name] = seen
 		w.profileEpoch[name]++
 	}
+	w.noteContentSeen(name, p)
 }
 
 // noteRolloutWritten is told of each ProfileRollout status the controller
@@ -284,6 +292,7 @@ func (w *world) checkMove(before, after *appsv1.Deployment) {
 		w.violate("paused-moved", "Deployment %s %s onto revision %s while the controller's cache shows the rollout policy %s",
 			after.Name, what, worldRevisionName(profile, hash), describePolicy(cached.Annotations))
 	}
+	w.checkMatchSafeMove(s, after, profile, hash, what)
 	w.checkBudget(after, profile, hash, what)
 }
 
@@ -416,7 +425,8 @@ func (w *world) waitsForRollout(name string) bool {
 	}
 	c := meta.FindStatusCondition(s.Status.Conditions, gamesv1.ConditionProfileUpToDate)
 	return c != nil && c.Status == metav1.ConditionFalse &&
-		(slices.Contains(heldReasons, c.Reason) || c.Reason == gamesv1.ReasonRevisionPending)
+		(slices.Contains(heldReasons, c.Reason) || c.Reason == gamesv1.ReasonRevisionPending ||
+			c.Reason == gamesv1.ReasonWaitingForClusterBudget)
 }
 
 // ---- Checked at rest ----
@@ -442,6 +452,10 @@ func rolloutBlockedReason(r *gamesv1.ProfileRollout) string {
 		return gamesv1.ReasonRolloutHalted
 	case st.Phase == gamesv1.RolloutPhasePaused:
 		return gamesv1.ReasonRolloutPaused
+	case st.Phase == gamesv1.RolloutPhaseWaiting:
+		return gamesv1.ReasonOutsideWindow
+	case conditionIs(meta.FindStatusCondition(st.Conditions, gamesv1.ConditionComplete), metav1.ConditionFalse, gamesv1.ReasonSessionsDeferred):
+		return gamesv1.ReasonSessionBusy
 	case conditionIs(meta.FindStatusCondition(st.Conditions, gamesv1.ConditionStalled), metav1.ConditionTrue, "") && len(st.Blocked) > 0:
 		return gamesv1.ReasonRolloutBlocked
 	}
@@ -451,7 +465,7 @@ func rolloutBlockedReason(r *gamesv1.ProfileRollout) string {
 // heldReasons are the ProfileUpToDate reasons of a session that a rollout
 // keeps off its profile's current content.
 var heldReasons = []string{gamesv1.ReasonWaitingForTurn, gamesv1.ReasonRolloutPaused, gamesv1.ReasonRolloutHalted,
-	gamesv1.ReasonRolloutBlocked, gamesv1.ReasonRevisionUnavailable}
+	gamesv1.ReasonRolloutBlocked, gamesv1.ReasonRevisionUnavailable, gamesv1.ReasonSessionBusy, gamesv1.ReasonOutsideWindow}
 
 // heldAtRest reports whether a session at rest says its profile's rollout
 // keeps it off the current content, and checks that the rollout agrees.
@@ -469,7 +483,14 @@ func (w *world) heldAtRest(s *gamesv1.GameSession, profile *corev1.ConfigMap, d 
 			s.Name, describeCondition(upToDate), profile.Name)
 		return true
 	}
+	if w.busyAtRest(s, upToDate) {
+		// Its rollout waits for the busy sessions; checkRolloutsAtRest sees
+		// that it says so.
+		return true
+	}
 	switch want := rolloutBlockedReason(r); {
+	case want == gamesv1.ReasonSessionBusy && upToDate.Reason == gamesv1.ReasonWaitingForTurn:
+		// Idle, behind a busy canary.
 	case want == "":
 		w.violate("rollout-silent", "GameSession %s: ProfileUpToDate is %s at rest, but ProfileRollout %s is %s: neither complete nor visibly stopped",
 			s.Name, describeCondition(upToDate), r.Name, describeRollout(r))
@@ -542,7 +563,10 @@ func (w *world) checkRolloutsAtRest() {
 			if st.HaltedHash != hash {
 				w.violate("rollout-lie", "ProfileRollout %s is Halted, but its haltedHash is %q", r.Name, st.HaltedHash)
 			}
+		case gamesv1.RolloutPhaseWaiting:
+			w.windowClosedAtRest(r, p)
 		default:
+			w.waitsOnBusyAtRest(r)
 			if rolloutBlockedReason(r) == "" {
 				w.violate("rollout-silent", "ProfileRollout %s is %s at rest: neither complete nor visibly stopped", r.Name, describeRollout(r))
 			}

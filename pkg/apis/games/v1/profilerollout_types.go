@@ -26,6 +26,10 @@ const (
 	// cannot progress (a paused, refused or conflicting Deployment), and hold
 	// the canary or the whole budget. status.blocked names them.
 	ReasonSessionsBlocked = "SessionsBlocked"
+	// ReasonSessionsDeferred: every session the rollout could move has
+	// moved; the rest are busy, and move once idle or when max-defer passes
+	// (status.deferralEndTime).
+	ReasonSessionsDeferred = "SessionsDeferred"
 	// ReasonRevisionCreated and ReasonRevisionCreateFailed are the reasons of
 	// RevisionAvailable. RevisionNameTaken (a ConfigMap of the revision's name
 	// that is not a revision) is the third.
