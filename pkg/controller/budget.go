@@ -49,6 +49,9 @@ type clusterBudget struct {
 	// reserved are the woken sessions, each with a place kept for it until
 	// its next sync: one that syncs for another reason must not take it.
 	reserved map[string]bool
+	// seeded are the moving sessions found rolling at the start (seed),
+	// which may not be moves at all: a move of one needs a place of its own.
+	seeded map[string]bool
 }
 
 // budgetWake says which waiting sessions to sync now, and which one to sync
@@ -61,7 +64,7 @@ type budgetWake struct {
 
 func newClusterBudget(clk clock.PassiveClock, maxMoving, perMinute int) *clusterBudget {
 	return &clusterBudget{clock: clk, maxMoving: max(0, maxMoving), perMinute: max(0, perMinute),
-		moving: map[string]string{}, reserved: map[string]bool{}}
+		moving: map[string]string{}, reserved: map[string]bool{}, seeded: map[string]bool{}}
 }
 
 // limited reports whether the budget limits anything.
@@ -85,13 +88,16 @@ func (b *clusterBudget) admit(key, target string) (granted bool, wake budgetWake
 		return true, b.wakeLocked(now)
 	}
 	// The places kept for the other woken sessions are not this one's. A
-	// session moving to another content already holds its place among
-	// those moving: a new move of it takes no other.
+	// session this process let move to another content already holds its
+	// place among those moving: a new move of it takes no other. One found
+	// rolling at the start may have rolled for another reason (its own spec),
+	// so its first move here needs a place like any other.
 	others := len(b.reserved)
 	if b.reserved[key] {
 		others--
 	}
-	if b.rateRoomLocked(now) <= others || (!moving && b.movingRoom() <= others) {
+	holdsPlace := moving && !b.seeded[key]
+	if b.rateRoomLocked(now) <= others || (!holdsPlace && b.movingRoom() <= others) {
 		// Woken and refused all the same (another took the room first): it
 		// waits again, at the end.
 		delete(b.reserved, key)
@@ -103,6 +109,7 @@ func (b *clusterBudget) admit(key, target string) (granted bool, wake budgetWake
 	b.moving[key] = target
 	b.starts = append(b.starts, now)
 	delete(b.reserved, key)
+	delete(b.seeded, key)
 	b.waiting = slices.DeleteFunc(b.waiting, func(k string) bool { return k == key })
 	return true, b.wakeLocked(now)
 }
@@ -136,6 +143,7 @@ func (b *clusterBudget) release(key string) budgetWake {
 		return budgetWake{}
 	}
 	delete(b.moving, key)
+	delete(b.seeded, key)
 	return b.wakeLocked(b.clock.Now())
 }
 
@@ -177,6 +185,7 @@ func (b *clusterBudget) seed(moving map[string]string) {
 	for key, hash := range moving {
 		if _, ok := b.moving[key]; !ok {
 			b.moving[key] = hash
+			b.seeded[key] = true
 			b.starts = append(b.starts, now)
 		}
 	}
@@ -271,14 +280,17 @@ func (c *Controller) admitMove(key, target string) bool {
 }
 
 // settleMove ends a session's move in the budget once its Deployment d (as
-// the controller last wrote or saw it) no longer rolls the content it moved
-// to: Ready, failed, paused, or moved elsewhere.
+// the controller last wrote or saw it; nil if the cache shows none) no longer
+// rolls the content it moved to: Ready, failed, paused, moved elsewhere, or
+// gone. One that left the cache by losing its managed-by label counts as
+// gone: the budget counts the Deployments the controller manages, and its
+// next write puts the label back.
 func (c *Controller) settleMove(key string, session *gamesv1.GameSession, d *appsv1.Deployment) {
 	target := c.budget.movingTo(key)
-	if target == "" || d == nil {
+	if target == "" {
 		return
 	}
-	if blocks(d, session) || d.Spec.Paused || d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation] != target ||
+	if d == nil || blocks(d, session) || d.Spec.Paused || d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation] != target ||
 		deploymentComplete(d) || progressDeadlineExceeded(d) {
 		c.logger.V(4).Info("Move ends in the cluster-wide budget", "gameSession", key, "hash", target)
 		c.wake(c.budget.release(key))

@@ -78,6 +78,14 @@ func TestClusterBudgetSeedCountsAsStarted(t *testing.T) {
 	if ok, _ := b.admit("ns/d", "h"); ok {
 		t.Error("a seeded move counts as started this minute: no fourth start")
 	}
+	clk.Step(time.Minute)
+	if ok, _ := b.admit("ns/b", "h2"); ok {
+		t.Error("a session found rolling moved without a place of its own")
+	}
+	b.release("ns/c")
+	if ok, _ := b.admit("ns/b", "h2"); !ok {
+		t.Error("a session found rolling refused a free place")
+	}
 	if unlimited := newClusterBudget(clk, 0, 0); unlimited.limited() {
 		t.Error("a budget of zeros limits")
 	}

@@ -85,7 +85,9 @@ func (w *world) stepActions() []action {
 	if w.matchSafe.on {
 		// Moves are what busy sessions, windows and the budget hold back:
 		// more profile edits make more of them.
-		actions = append(actions, action{4, w.flipBusy}, action{2, w.editMatchSafePolicy}, action{6, w.editProfile})
+		// Restarts rebuild the budget from the caches.
+		actions = append(actions, action{4, w.flipBusy}, action{2, w.editMatchSafePolicy}, action{6, w.editProfile},
+			action{2, w.restartController})
 	}
 	return actions
 }

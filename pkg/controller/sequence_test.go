@@ -265,6 +265,11 @@ func runWorld(w *world) *world {
 	w.populate()
 	w.startController()
 	steps := 20 + w.rng.IntN(60)
+	if w.matchSafe.on {
+		// Busy sessions, windows and the budget hold moves back: it takes
+		// longer sequences for them to meet each other.
+		steps += 60
+	}
 	for w.step = 1; w.step <= steps && w.alive; w.step++ {
 		w.act()
 	}

@@ -171,8 +171,8 @@ func (w *world) noteContentSeen(name string, p *corev1.ConfigMap) {
 }
 
 // noteBudgetChange is told of every server change: a move stops holding its
-// place once its Deployment is complete, failed, paused, moved elsewhere or
-// gone, or its session is deleted. The controller can only learn of it
+// place once its Deployment is complete, failed, paused, moved elsewhere,
+// gone or no longer labelled as the controller's, or its session is deleted. The controller can only learn of it
 // later, through its cache.
 func (w *world) noteBudgetChange(ch change) {
 	name := nameOf(ch)
@@ -191,7 +191,7 @@ func (w *world) noteBudgetChange(ch change) {
 			d = ch.new.(*appsv1.Deployment)
 		}
 		if d == nil || d.UID != m.uid || d.Spec.Paused || d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation] != m.hash ||
-			deploymentComplete(d) || failedOnTarget(d) {
+			deploymentComplete(d) || failedOnTarget(d) || d.Labels[worldManagedByLabel] != worldManagedByValue {
 			delete(w.matchSafe.clusterMoving, name)
 		}
 	}
@@ -228,10 +228,11 @@ func (w *world) checkMatchSafeMove(s *gamesv1.GameSession, d *appsv1.Deployment,
 	}
 	ms := &w.matchSafe
 	ms.moveTimes = append(ms.moveTimes, now)
-	if live := w.server.session(s.Name); live != nil && live.UID == s.UID {
-		// A session deleted on the server, not yet in the cache, holds no
-		// place: the controller hears of the delete and frees it, and the
-		// garbage collector deletes its Deployment.
+	// A session deleted on the server, not yet in the cache, holds no
+	// place: the controller hears of the delete and frees it, and the
+	// garbage collector deletes its Deployment. Nor does a paused
+	// Deployment, which restarts nothing until it is resumed.
+	if live := w.server.session(s.Name); live != nil && live.UID == s.UID && !d.Spec.Paused {
 		ms.clusterMoving[d.Name] = clusterMove{uid: d.UID, hash: hash}
 	}
 	if ms.maxMoving > 0 {
