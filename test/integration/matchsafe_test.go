@@ -3,12 +3,14 @@ package integration
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -17,8 +19,11 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/example/gamesession-controller/cmd/gamesession-controller/app"
+	"github.com/example/gamesession-controller/internal/controlplane"
+	"github.com/example/gamesession-controller/internal/manifests"
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 	"github.com/example/gamesession-controller/pkg/controller"
+	clientset "github.com/example/gamesession-controller/pkg/generated/clientset/versioned"
 	"github.com/example/gamesession-controller/pkg/rollout"
 )
 
@@ -493,4 +498,77 @@ func TestBusyPodIsReplacedLast(t *testing.T) {
 	if order[len(order)-1] != busyPod {
 		t.Errorf("old pods ended in order %v, want the busy pod %s last", order, busyPod)
 	}
+}
+
+// The matchmaker's rights of artifacts/examples/matchmaker-rbac.yaml: its
+// ServiceAccount marks a session of its namespace busy and idle, and the
+// admission policy refuses any other change it tries; it cannot touch a
+// session of another namespace.
+func TestMatchmakerMayOnlyFlipBusy(t *testing.T) {
+	e := newEnv(t)
+	objs, err := manifests.DecodeFiles("../../artifacts/examples/matchmaker-rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	applier, err := manifests.NewApplier(adminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := applier.Apply(e.ctx, e.ns, objs...); err != nil {
+		t.Fatalf("applying matchmaker-rbac.yaml: %v", err)
+	}
+	e.createProfile("arena", content("v0"), true)
+	e.createSession(newSession("a", "arena", 1))
+	otherNS := controlplane.CreateNamespace(t, e.kube)
+	if _, err := e.game.GamesV1().GameSessions(otherNS).Create(e.ctx, newSession("b", "arena", 1), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg, err := cp.ServiceAccountConfig(e.ctx, e.ns, "matchmaker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	matchmaker := clientset.NewForConfigOrDie(cfg).GamesV1()
+	patch := func(ns, name, body string) error {
+		_, err := matchmaker.GameSessions(ns).Patch(e.ctx, name, types.MergePatchType, []byte(body), metav1.PatchOptions{})
+		return err
+	}
+	busy := fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, gamesv1.BusyLabel)
+	idle := fmt.Sprintf(`{"metadata":{"labels":{%q:null}}}`, gamesv1.BusyLabel)
+	if err := patch(e.ns, "a", busy); err != nil {
+		t.Fatalf("the matchmaker marking a session busy: %v", err)
+	}
+	if err := patch(e.ns, "a", idle); err != nil {
+		t.Fatalf("the matchmaker marking a session idle: %v", err)
+	}
+	if err := patch(otherNS, "b", busy); !apierrors.IsForbidden(err) {
+		t.Errorf("the matchmaker marking a session of another namespace busy: %v, want Forbidden", err)
+	}
+	// The policy may take a moment to be served after its create: wait for
+	// the first refusal, then check each.
+	refusals := map[string]string{
+		"spec":        `{"spec":{"replicas":3}}`,
+		"labels":      `{"metadata":{"labels":{"tier":"gold"}}}`,
+		"annotations": `{"metadata":{"annotations":{"note":"x"}}}`,
+	}
+	e.eventually("the admission policy refusing the matchmaker a spec change", func() (bool, error) {
+		err := patch(e.ns, "a", refusals["spec"])
+		return apierrors.IsInvalid(err) || apierrors.IsForbidden(err), fmt.Errorf("patch answered %v", err)
+	})
+	for what, body := range refusals {
+		err := patch(e.ns, "a", body)
+		if err == nil || !strings.Contains(err.Error(), "may change only the label "+gamesv1.BusyLabel) {
+			t.Errorf("the matchmaker changing the session's %s: %v, want a refusal naming the busy label", what, err)
+		}
+	}
+	if err := patch(e.ns, "a", busy); err != nil {
+		t.Errorf("the matchmaker marking a session busy under the policy: %v", err)
+	}
+	if s := e.session("a"); !isBusyLabelled(s) || ptr.Deref(s.Spec.Replicas, 1) != 1 {
+		t.Errorf("session a: labels %v, replicas %d; want busy, and the spec as it was", s.Labels, ptr.Deref(s.Spec.Replicas, 1))
+	}
+}
+
+func isBusyLabelled(s *gamesv1.GameSession) bool {
+	return s.Labels[gamesv1.BusyLabel] == gamesv1.BusyLabelValue
 }
