@@ -190,6 +190,9 @@ func TestControllerValuesBecomeFlags(t *testing.T) {
 			"rolloutCanary":        1,
 			"rolloutMaxFailed":     0, // 0 halts at the first failure: not "unset"
 			"revisionHistoryLimit": 0,
+			"rolloutMaxDefer":      "45m",
+			"maxMovingSessions":    0, // 0 is no limit: not "unset"
+			"maxMovesPerMinute":    250,
 		},
 		"leaderElection": map[string]any{"namespace": "locks", "id": "arena-lease"},
 		"metrics":        map[string]any{"port": 9090},
@@ -207,6 +210,9 @@ func TestControllerValuesBecomeFlags(t *testing.T) {
 	want.RolloutCanary = "1"
 	want.RolloutMaxFailed = "0"
 	want.RevisionHistoryLimit = 0
+	want.RolloutMaxDefer = "45m"
+	want.MaxMovingSessions = 0
+	want.MaxMovesPerMinute = 250
 	want.LeaderElect = true
 	want.LeaderElectionNamespace = "locks"
 	want.LeaderElectionID = "arena-lease"

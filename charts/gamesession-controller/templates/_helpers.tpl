@@ -125,7 +125,7 @@ in alphabetical order (range over a dict).
 - --namespace=$(POD_NAMESPACE)
 {{- end }}
 {{- $c := .Values.controller }}
-{{- range $flag, $value := dict "workers" $c.workers "kube-api-burst" $c.kubeAPIBurst "revision-history-limit" $c.revisionHistoryLimit }}
+{{- range $flag, $value := dict "workers" $c.workers "kube-api-burst" $c.kubeAPIBurst "revision-history-limit" $c.revisionHistoryLimit "max-moving-sessions" $c.maxMovingSessions "max-moves-per-minute" $c.maxMovesPerMinute }}
 {{- if not (kindIs "invalid" $value) }}
 - --{{ $flag }}={{ int64 $value }}
 {{- end }}
@@ -134,7 +134,7 @@ in alphabetical order (range over a dict).
 {{- if not (kindIs "invalid" $c.kubeAPIQPS) }}
 - --kube-api-qps={{ $c.kubeAPIQPS }}
 {{- end }}
-{{- range $flag, $value := dict "profile-selector" $c.profileSelector "profile-change-delay" $c.profileChangeDelay "resync-period" $c.resyncPeriod "rollout-max-rolling" $c.rolloutMaxRolling "rollout-canary" $c.rolloutCanary "rollout-max-failed" $c.rolloutMaxFailed }}
+{{- range $flag, $value := dict "profile-selector" $c.profileSelector "profile-change-delay" $c.profileChangeDelay "resync-period" $c.resyncPeriod "rollout-max-rolling" $c.rolloutMaxRolling "rollout-canary" $c.rolloutCanary "rollout-max-failed" $c.rolloutMaxFailed "rollout-max-defer" $c.rolloutMaxDefer }}
 {{- /* A number is a value too: rolloutMaxFailed 0 halts at the first failure. */}}
 {{- if and (not (kindIs "invalid" $value)) (ne (toString $value) "") }}
 - {{ printf "--%s=%v" $flag $value | quote }}
