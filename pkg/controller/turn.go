@@ -82,14 +82,13 @@ func (c *Controller) turnOf(session *gamesv1.GameSession, profile *corev1.Config
 }
 
 // stopped reports whether the plan stops the rollout as a whole: halted,
-// paused, outside its window, or held up by blocked sessions. A session then
-// says so, busy or not.
+// paused, or outside its window. A session then says so, busy or not.
 func stopped(plan rollout.Plan) bool {
 	switch plan.Phase {
 	case rollout.PhaseHalted, rollout.PhasePaused, rollout.PhaseWaiting:
 		return true
 	}
-	return plan.Stuck
+	return false
 }
 
 // deferred returns the choice of a busy session whose move waits (until it is
