@@ -43,7 +43,7 @@ verify: ## Check generated code is current, gofmt, go vet, doc comments (hack/go
 	$(GO) vet ./...
 	$(GO) run ./hack/godoclint $$($(GO) list -f '{{.Dir}}' ./...)
 	@# The modules beside the controller's: vetted, and their go.mod tidy.
-	@for m in test/deploy hack/tools/image hack/tools/release; do \
+	@for m in test/deploy hack/tools/image hack/tools/release cmd/kubectl-gamesession; do \
 	  (cd $$m && $(GO) vet ./... && $(GO) mod tidy -diff) || { echo "module $$m: go vet or go mod tidy -diff failed" >&2; exit 1; }; \
 	done
 	@if $(GO) list -m all | grep -q sigs.k8s.io/controller-runtime; then \
@@ -63,6 +63,7 @@ test: verify verify-alerts controlplane ## Verify, check the alerts, then run al
 	@# build cache, minutes without): alone, and with room.
 	$(GO) test -race -count=1 -timeout 40m ./test/image/
 	$(MAKE) test-deploy
+	$(MAKE) test-plugin
 
 .PHONY: test-deploy
 test-deploy: controlplane ## The Helm chart (lint, render vs artifacts/, dry run, helm install, the controller on the chart's RBAC), GitOps health and the release bundle: the test/deploy module.
@@ -71,6 +72,14 @@ test-deploy: controlplane ## The Helm chart (lint, render vs artifacts/, dry run
 	@# controller runs as a process of its own there, and a race build of
 	@# Helm's dependencies costs minutes.
 	cd test/deploy && $(GO) test -count=1 -timeout 30m ./...
+
+.PHONY: test-plugin
+test-plugin: controlplane ## The kubectl plugin (cmd/kubectl-gamesession, a module of its own): unit tests, and its commands against the controller on a local control plane.
+	cd cmd/kubectl-gamesession && $(GO) test -count=1 -timeout 20m ./...
+
+.PHONY: plugin
+plugin: ## Install the kubectl plugin kubectl-gamesession into $GOBIN (kubectl finds it on the PATH as `kubectl gamesession`).
+	cd cmd/kubectl-gamesession && $(GO) install .
 
 .PHONY: helm-lint
 helm-lint: ## helm lint --strict the chart in both RBAC modes (the Helm CLI pinned in hack/tools/release).
