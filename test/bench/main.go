@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/example/gamesession-controller/cmd/gamesession-controller/app"
+	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 	"github.com/example/gamesession-controller/pkg/rollout"
 )
 
@@ -45,6 +46,8 @@ type config struct {
 	compareBin      string
 	pacedMaxRolling string
 	template        string
+	busyShare       float64
+	busyIdleOver    time.Duration
 }
 
 // presets are the defaults of -preset; explicit flags override them.
@@ -87,6 +90,8 @@ func parseFlags(args []string) (config, bool, string, error) {
 	fs.StringVar(&c.compareBin, "compare-bin", "", "Another controller binary (say, built from the previous commit) to measure against this checkout's, fan-out by fan-out in the same run. Implies -fanout-only.")
 	fs.StringVar(&c.pacedMaxRolling, "paced-max-rolling", "10%", "Budget (the profile annotation "+rollout.AnnotationMaxRolling+") of the paced rollout, measured once per size after the unpaced fan-outs, with a kube-controller-manager stand-in reporting moved Deployments complete. Empty: skip it.")
 	fs.StringVar(&c.template, "template", "realistic", "Sessions' pod: realistic (spec.template of two containers, probes, 20 env vars, a preStop drain, scheduling; what game servers run with) or minimal (image, one port and requests, the short fields).")
+	fs.Float64Var(&c.busyShare, "busy-share", 0.3, "Share of the largest profile's sessions that are busy (the "+gamesv1.BusyLabel+" label) when it is edited, turned idle one by one afterwards, measured once after the paced rollout. 0: skip it.")
+	fs.DurationVar(&c.busyIdleOver, "busy-idle-over", 20*time.Second, "Span over which the busy sessions turn idle.")
 	fs.BoolVar(&c.fanOutOnly, "fanout-only", false, "Measure only the fan-outs (with delay 0) and the ceiling variants: for iterating on performance changes.")
 	fs.BoolVar(&internalNoFilter, "internal-nofilter-informer", false, "Internal: run the no-filter informer memory baseline.")
 	fs.StringVar(&internalKubeconfig, "internal-kubeconfig", "", "Internal: kubeconfig of the no-filter baseline.")
@@ -351,6 +356,14 @@ func run(ctx context.Context, cfg config) (err error) {
 			return err
 		}
 		phase("paced rollout", t)
+	}
+
+	if !cfg.fanOutOnly && cfg.busyShare > 0 {
+		t = time.Now()
+		if res.busy, err = e.busyRollout(ctx, cfg.busyShare, cfg.busyIdleOver); err != nil {
+			return err
+		}
+		phase("busy sessions", t)
 	}
 
 	if !cfg.fanOutOnly {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -50,6 +51,7 @@ type rolloutObserver struct {
 	target     string
 	members    map[string]bool      // namespace/name of the profile's Deployments
 	moved      map[string]time.Time // first event with the new hash
+	movedRV    map[string]int64     // its resourceVersion
 	completed  map[string]time.Time // first event with the new hash and complete
 	rolling    map[string]bool      // moved and not complete now
 	maxRolling int
@@ -62,7 +64,7 @@ type rolloutObserver struct {
 // keys. Register it before the edit: it sees only what the watch delivers
 // from then on.
 func (t *tracker) observeRollout(keys []string, target string) *rolloutObserver {
-	o := &rolloutObserver{target: target, members: map[string]bool{}, moved: map[string]time.Time{},
+	o := &rolloutObserver{target: target, members: map[string]bool{}, moved: map[string]time.Time{}, movedRV: map[string]int64{},
 		completed: map[string]time.Time{}, rolling: map[string]bool{}, done: make(chan struct{})}
 	for _, k := range keys {
 		o.members[k] = true
@@ -101,6 +103,7 @@ func (o *rolloutObserver) observe(d *appsv1.Deployment, at time.Time) {
 	complete := deploymentComplete(d)
 	if _, seen := o.moved[key]; onTarget && !seen {
 		o.moved[key] = at
+		o.movedRV[key], _ = strconv.ParseInt(d.ResourceVersion, 10, 64)
 	}
 	if onTarget && !complete {
 		o.rolling[key] = true
@@ -275,19 +278,11 @@ func (e *env) pacedRound(ctx context.Context, p *ctlProc, s *kcmStandIn, h *hotP
 	own0, ownFailed0 := s.requests.snapshot()
 	writes0, conflicts0 := s.writes.Load(), s.conflicts.Load()
 
-	// The hash is known before the edit, so the observer is in place before
-	// anything can move.
-	cm := h.cm.DeepCopy()
-	cm.Data = e.profileData()
-	target := controller.ProfileHash(cm)
-	obs := e.tracker.observeRollout(h.sessions, target)
-	defer e.tracker.stopObserving(obs)
-	start := time.Now()
-	updated, err := e.admin.CoreV1().ConfigMaps(benchNS).Update(ctx, cm, metav1.UpdateOptions{})
+	obs, target, start, err := e.editObserved(ctx, h)
 	if err != nil {
 		return r, err
 	}
-	h.cm, h.hash = updated, target
+	defer e.tracker.stopObserving(obs)
 
 	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute+time.Duration(h.size)*20*time.Millisecond)
 	defer cancel()
@@ -364,6 +359,24 @@ func (e *env) pacedRound(ctx context.Context, p *ctlProc, s *kcmStandIn, h *hotP
 		r.drained.Round(time.Millisecond), len(r.waves), strings.Join(sizes, " "), r.maxInFlight, strings.Join(r.ctl.lines(), ", "),
 		requestLines(r.standIn), flowList(r.events), r.req.coresUsed())
 	return r, nil
+}
+
+// editObserved edits the profile's data and returns the observer of its
+// rollout, the new content hash and when the edit was sent. The hash is known
+// before the edit, so the observer is in place before anything can move.
+func (e *env) editObserved(ctx context.Context, h *hotProfile) (*rolloutObserver, string, time.Time, error) {
+	cm := h.cm.DeepCopy()
+	cm.Data = e.profileData()
+	target := controller.ProfileHash(cm)
+	obs := e.tracker.observeRollout(h.sessions, target)
+	start := time.Now()
+	updated, err := e.admin.CoreV1().ConfigMaps(benchNS).Update(ctx, cm, metav1.UpdateOptions{})
+	if err != nil {
+		e.tracker.stopObserving(obs)
+		return nil, "", start, err
+	}
+	h.cm, h.hash = updated, target
+	return obs, target, start, nil
 }
 
 // waitRolloutForgotten waits until the controller no longer reports a

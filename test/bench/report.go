@@ -36,6 +36,7 @@ type results struct {
 	compare        []*abSeries
 	profiled       *fanRound
 	paced          []pacedRound
+	busy           *busyRound
 }
 
 const (
@@ -61,7 +62,7 @@ func (r *results) markdown() string {
 	w("- Machine: %d CPUs (%s), %s memory, %s, Linux %s\n", m.CPUs, m.CPUModel, m.MemTotal, m.GoVersion, m.Kernel)
 	w("- Control plane: etcd and kube-apiserver from `bin/controlplane`, no kube-controller-manager, no nodes: sessions have `replicas: 0`, so the measurement is the controller against the API server. Everything shares the %d CPUs.", m.CPUs)
 	if len(r.paced) > 0 {
-		w(" The paced rollout alone runs a minimal kube-controller-manager stand-in in the benchmark process (see its section below).")
+		w(" The paced rollout and the busy sessions alone run a minimal kube-controller-manager stand-in in the benchmark process (see its section below).")
 	}
 	w("\n")
 	w("- Encodings: the controller's Kubernetes client and the benchmark's Deployment watch speak protobuf; the GameSession client and the ceiling loop speak JSON.\n")
@@ -118,6 +119,7 @@ func (r *results) markdown() string {
 			num(s.size), requestSummary(d, s.size), d.deploymentWrites()/float64(s.size), yes(ok))
 	}
 	r.writePacedRequestsRow(w)
+	r.writeBusyRows(w)
 	if !r.cfg.fanOutOnly {
 		r.writeStateRows(w)
 	}
@@ -230,6 +232,7 @@ func (r *results) writeDetails(w func(string, ...any)) {
 		w("Client side, the controller's `rest_client_requests_total` by method and code: %s\n\n", flowList(c.client))
 	}
 	r.writePacedDetails(w)
+	r.writeBusyDetails(w)
 	if r.cfg.fanOutOnly {
 		return
 	}
@@ -377,7 +380,7 @@ func flowList(m map[string]float64) string {
 
 func (r *results) phaseList() string {
 	var parts []string
-	for _, name := range []string{"micro-benchmark", "control plane", "setup", "cold start, idle, memory", "fan-out", "profiling", "paced rollout", "client-go defaults"} {
+	for _, name := range []string{"micro-benchmark", "control plane", "setup", "cold start, idle, memory", "fan-out", "profiling", "paced rollout", "busy sessions", "client-go defaults"} {
 		if d, ok := r.phases[name]; ok {
 			parts = append(parts, fmt.Sprintf("%s %s", name, d.Round(time.Second)))
 		}
