@@ -68,9 +68,12 @@ type env struct {
 	pids         map[string]int
 
 	running map[*ctlProc]struct{}
-	hot     []*hotProfile
-	created atomic.Int64 // sessions created so far
-	nonce   atomic.Int64
+	// budgetFlags says, by binary, whether it has the cluster-wide budget's
+	// flags (budgetArgs).
+	budgetFlags map[string]bool
+	hot         []*hotProfile
+	created     atomic.Int64 // sessions created so far
+	nonce       atomic.Int64
 }
 
 // hotProfile is a profile shared by size sessions: the fan-out under test.

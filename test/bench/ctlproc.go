@@ -32,6 +32,27 @@ type ctlProc struct {
 
 var httpClient = &http.Client{Timeout: 10 * time.Second}
 
+// budgetArgs turns the cluster-wide budget off for a binary that has one.
+// The benchmark measures what a fan-out costs the API server; the budget
+// would pace it (and, with no kube-controller-manager to report Deployments
+// complete, hold every move after the first 500). A binary from before the
+// budget (-compare-bin) has no such flags. Later args override these.
+func (e *env) budgetArgs(bin string) []string {
+	if e.budgetFlags == nil {
+		e.budgetFlags = map[string]bool{}
+	}
+	known, seen := e.budgetFlags[bin]
+	if !seen {
+		out, _ := exec.Command(bin, "--help").CombinedOutput()
+		known = strings.Contains(string(out), "-max-moving-sessions")
+		e.budgetFlags[bin] = known
+	}
+	if !known {
+		return nil
+	}
+	return []string{"--max-moving-sessions=0", "--max-moves-per-minute=0"}
+}
+
 // startController runs the binary with the SA kubeconfig, loopback-only
 // metrics and health servers, and args.
 func (e *env) startController(name string, args ...string) (*ctlProc, error) {
@@ -61,7 +82,7 @@ func (e *env) startController(name string, args ...string) (*ctlProc, error) {
 		fmt.Sprintf("--workers=%d", e.cfg.workers),
 		fmt.Sprintf("--kube-api-qps=%g", e.cfg.qps),
 		fmt.Sprintf("--kube-api-burst=%d", e.cfg.burst),
-	}, args...)
+	}, append(e.budgetArgs(e.controllerBin), args...)...)
 	p.cmd = exec.Command(e.controllerBin, all...)
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	p.started = time.Now()

@@ -66,7 +66,7 @@ func (r *results) markdown() string {
 	}
 	w("\n")
 	w("- Encodings: the controller's Kubernetes client and the benchmark's Deployment watch speak protobuf; the GameSession client and the ceiling loop speak JSON.\n")
-	w("- Controller: the binary of this checkout as a process of its own, as ServiceAccount `%s/%s` with `artifacts/rbac` (so API Priority and Fairness classifies it as `%s`), `--workers=%d --kube-api-qps=%g --kube-api-burst=%d`; default `--profile-change-delay` is %s.\n",
+	w("- Controller: the binary of this checkout as a process of its own, as ServiceAccount `%s/%s` with `artifacts/rbac` (so API Priority and Fairness classifies it as `%s`), `--workers=%d --kube-api-qps=%g --kube-api-burst=%d`, and no cluster-wide budget (`--max-moving-sessions=0 --max-moves-per-minute=0`: the fan-outs measure the write path, which the budget would pace); default `--profile-change-delay` is %s.\n",
 		saNamespace, saName, saFlowSchema, r.cfg.workers, r.cfg.qps, r.cfg.burst, r.defaultDelay)
 	w("- Sessions: %s sharing one profile each (the fan-outs), plus %d other profiles with %d session(s) each; %s unrelated ConfigMaps of %d KiB for the memory run.\n",
 		joinInts(r.cfg.sizes), max(r.cfg.profiles-len(r.cfg.sizes), 0), r.cfg.otherPerProfile, num(r.cfg.unrelated), r.cfg.unrelatedSize>>10)
