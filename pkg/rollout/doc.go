@@ -10,8 +10,11 @@
 //	rollout.games.example.com/canary: "1"         # sessions that go first
 //	rollout.games.example.com/max-failed: "0"     # failures tolerated
 //	rollout.games.example.com/paused: "true"      # stop admitting sessions
+//	rollout.games.example.com/max-defer: "2h"     # how long busy sessions wait
+//	rollout.games.example.com/window: "Mon-Fri 02:00-06:00 Europe/Berlin"
 //
-// The package is pure: no API clients, no clocks, no goroutines. The
+// The package is pure: no API clients, no clocks, no goroutines. The time a
+// plan is made for is one of Decide's inputs. The
 // controller reads a profile's [Policy] with [PolicyFor] (policy.go),
 // describes each session of the profile as a [Member], from its informer
 // caches, and [Decide] (decide.go) answers with a [Plan]. A restarted controller
@@ -80,6 +83,21 @@
 // brake halted the rollout towards the current target, and the stable
 // content. A halt holds until the target changes, so that deleting or
 // scaling the failed sessions cannot release it.
+//
+// # Busy members
+//
+// A busy member ([Member.Busy]: a match runs on its game servers) not on the
+// target is deferred: never admitted, counted in [Plan.Deferred], neither as
+// failed nor against max-rolling, until it is idle or the policy's MaxDefer
+// has passed since the rollout started ([Memory.Started]; [Plan.DeferralEnds]
+// says when). A busy canary holds the canary phase like any other.
+//
+// # Maintenance window
+//
+// Outside the policy's [Window] the rollout is in [PhaseWaiting]: nothing is
+// admitted, and [Plan.Resumes] says when the window opens. A halt and a
+// pause come first. Inside it, [Plan.WindowCloses] says when it closes, so
+// that the controller plans again then.
 //
 // # Blocked members
 //
