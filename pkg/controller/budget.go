@@ -286,6 +286,9 @@ func (c *Controller) admitMove(key, target string) bool {
 // gone: the budget counts the Deployments the controller manages, and its
 // next write puts the label back.
 func (c *Controller) settleMove(key string, session *gamesv1.GameSession, d *appsv1.Deployment) {
+	if !c.budget.limited() {
+		return
+	}
 	target := c.budget.movingTo(key)
 	if target == "" {
 		return

@@ -146,14 +146,8 @@ func (w *world) editMatchSafePolicy() bool {
 	if w.rng.IntN(2) == 0 {
 		key, values = rollout.AnnotationWindow, worldWindows
 	}
-	if v := pick(w, values); v == "" {
-		delete(p.Annotations, key)
-	} else {
-		p.Annotations[key] = v
-	}
-	updated, err := w.server.update(byUser, profilesResource, p, true)
-	must(err)
-	w.logf("user: configmap %s rollout policy %s (rv %s)", p.Name, describePolicy(p.Annotations), updated.GetResourceVersion())
+	setOrDelete(p.Annotations, key, pick(w, values))
+	w.updatePolicy(p)
 	return true
 }
 

@@ -127,16 +127,26 @@ func (w *world) editProfilePolicy() bool {
 		p.Annotations[bad[0]] = bad[1]
 	} else {
 		a := pick(w, worldPolicyValues)
-		if v := pick(w, a.values); v == "" {
-			delete(p.Annotations, a.key)
-		} else {
-			p.Annotations[a.key] = v
-		}
+		setOrDelete(p.Annotations, a.key, pick(w, a.values))
 	}
+	w.updatePolicy(p)
+	return true
+}
+
+// setOrDelete sets m[key] to value, or deletes it for "".
+func setOrDelete(m map[string]string, key, value string) {
+	if value == "" {
+		delete(m, key)
+		return
+	}
+	m[key] = value
+}
+
+// updatePolicy writes a profile whose rollout annotations a user changed.
+func (w *world) updatePolicy(p *corev1.ConfigMap) {
 	updated, err := w.server.update(byUser, profilesResource, p, true)
 	must(err)
 	w.logf("user: configmap %s rollout policy %s (rv %s)", p.Name, describePolicy(p.Annotations), updated.GetResourceVersion())
-	return true
 }
 
 // toggleRevisionQuota makes the ConfigMap quota refuse, or accept again,

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -75,11 +76,28 @@ func ParseWindow(s string) (*Window, error) {
 	}
 	if hours+1 < len(fields) {
 		zone := fields[hours+1]
-		if w.location, err = time.LoadLocation(zone); err != nil || zone == "Local" {
+		if w.location, err = loadLocation(zone); err != nil || zone == "Local" {
 			return nil, bad(fmt.Sprintf("unknown time zone %q", zone))
 		}
 	}
 	return w, nil
+}
+
+// locations caches the time zones windows name: a policy is parsed at every
+// sync of every session of its profile, and time.LoadLocation decodes the
+// zone's rules each time it is called.
+var locations sync.Map // zone name → *time.Location
+
+func loadLocation(zone string) (*time.Location, error) {
+	if loc, ok := locations.Load(zone); ok {
+		return loc.(*time.Location), nil
+	}
+	loc, err := time.LoadLocation(zone)
+	if err != nil {
+		return nil, err
+	}
+	locations.Store(zone, loc)
+	return loc, nil
 }
 
 var weekdays = map[string]time.Weekday{

@@ -284,33 +284,19 @@ type budgetWatch struct {
 	moving    map[string]bool
 	moves     []time.Time
 	maxMoving int
-	done      chan struct{}
 }
 
 func (e *env) watchBudget(targets map[string]string) *budgetWatch {
 	e.t.Helper()
-	list, err := e.kube.AppsV1().Deployments(e.ns).List(e.ctx, metav1.ListOptions{})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	w, err := e.kube.AppsV1().Deployments(e.ns).Watch(e.ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	bw := &budgetWatch{targets: targets, moving: map[string]bool{}, done: make(chan struct{})}
+	bw := &budgetWatch{targets: targets, moving: map[string]bool{}}
 	hashes := map[string]string{}
-	for _, d := range list.Items {
+	e.followDeployments(func(d *appsv1.Deployment) {
 		hashes[d.Name] = d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]
-	}
-	go func() {
-		defer close(bw.done)
-		for ev := range w.ResultChan() {
-			d, ok := ev.Object.(*appsv1.Deployment)
-			if !ok {
-				continue
-			}
+	},
+		func(d *appsv1.Deployment) {
 			hash := d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]
 			bw.mu.Lock()
+			defer bw.mu.Unlock()
 			if hash != hashes[d.Name] && hash == bw.targets[d.Name] {
 				bw.moves = append(bw.moves, time.Now())
 			}
@@ -323,10 +309,7 @@ func (e *env) watchBudget(targets map[string]string) *budgetWatch {
 				}
 			}
 			bw.maxMoving = max(bw.maxMoving, n)
-			bw.mu.Unlock()
-		}
-	}()
-	e.t.Cleanup(func() { w.Stop(); <-bw.done })
+		})
 	return bw
 }
 

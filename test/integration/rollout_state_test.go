@@ -935,28 +935,8 @@ type deploymentMoves struct {
 
 func (e *env) watchMoves(target string) *deploymentMoves {
 	e.t.Helper()
-	list, err := e.kube.AppsV1().Deployments(e.ns).List(e.ctx, metav1.ListOptions{})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	w, err := e.kube.AppsV1().Deployments(e.ns).Watch(e.ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
-	if err != nil {
-		e.t.Fatal(err)
-	}
 	dm := &deploymentMoves{target: target, moved: map[string]time.Time{}}
-	for i := range list.Items {
-		dm.observe(&list.Items[i])
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ev := range w.ResultChan() {
-			if d, ok := ev.Object.(*appsv1.Deployment); ok && ev.Type != watch.Error {
-				dm.observe(d)
-			}
-		}
-	}()
-	e.t.Cleanup(func() { w.Stop(); <-done })
+	e.followDeployments(dm.observe, dm.observe)
 	return dm
 }
 

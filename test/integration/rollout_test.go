@@ -210,11 +210,25 @@ type rolloutWatch struct {
 	target      string
 	deployments map[string]*appsv1.Deployment
 	maxRolling  int
-	stop        func()
-	done        chan struct{}
 }
 
 func (e *env) watchRollout(target string) *rolloutWatch {
+	e.t.Helper()
+	rw := &rolloutWatch{target: target, deployments: map[string]*appsv1.Deployment{}}
+	e.followDeployments(func(d *appsv1.Deployment) { rw.deployments[d.Name] = d }, func(d *appsv1.Deployment) {
+		rw.mu.Lock()
+		rw.deployments[d.Name] = d
+		rw.maxRolling = max(rw.maxRolling, rw.rollingLocked())
+		rw.mu.Unlock()
+	})
+	return rw
+}
+
+// followDeployments lists the namespace's Deployments and hands each to
+// listed, then watches from that list's resourceVersion, so that no change
+// falls between the two, and hands the Deployment of each event to changed,
+// in a goroutine of its own, until the test ends.
+func (e *env) followDeployments(listed, changed func(*appsv1.Deployment)) {
 	e.t.Helper()
 	list, err := e.kube.AppsV1().Deployments(e.ns).List(e.ctx, metav1.ListOptions{})
 	if err != nil {
@@ -224,25 +238,19 @@ func (e *env) watchRollout(target string) *rolloutWatch {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	rw := &rolloutWatch{target: target, deployments: map[string]*appsv1.Deployment{}, stop: w.Stop, done: make(chan struct{})}
 	for i := range list.Items {
-		rw.deployments[list.Items[i].Name] = &list.Items[i]
+		listed(&list.Items[i])
 	}
+	done := make(chan struct{})
 	go func() {
-		defer close(rw.done)
+		defer close(done)
 		for ev := range w.ResultChan() {
-			d, ok := ev.Object.(*appsv1.Deployment)
-			if !ok || ev.Type == watch.Error {
-				continue
+			if d, ok := ev.Object.(*appsv1.Deployment); ok && ev.Type != watch.Error {
+				changed(d)
 			}
-			rw.mu.Lock()
-			rw.deployments[d.Name] = d
-			rw.maxRolling = max(rw.maxRolling, rw.rollingLocked())
-			rw.mu.Unlock()
 		}
 	}()
-	e.t.Cleanup(func() { w.Stop(); <-rw.done })
-	return rw
+	e.t.Cleanup(func() { w.Stop(); <-done })
 }
 
 func (rw *rolloutWatch) rollingLocked() int {
