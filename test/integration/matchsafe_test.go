@@ -528,16 +528,20 @@ func TestMatchmakerMayOnlyFlipBusy(t *testing.T) {
 		t.Errorf("the matchmaker marking a session of another namespace busy: %v, want Forbidden", err)
 	}
 	// The policy may take a moment to be served after its create: wait for
-	// the first refusal, then check each.
+	// the first refusal, then check each. Every probe changes something (a
+	// label value of its own): a patch that changes nothing passes any
+	// policy, since the object equals the old one.
+	probe := 0
+	e.eventuallyWithin(rolloutTimeout, "the admission policy refusing the matchmaker a label change", func() (bool, error) {
+		probe++
+		err := patch(e.ns, "a", fmt.Sprintf(`{"metadata":{"labels":{"probe":"p%d"}}}`, probe))
+		return apierrors.IsInvalid(err) || apierrors.IsForbidden(err), fmt.Errorf("patch answered %v", err)
+	})
 	refusals := map[string]string{
-		"spec":        `{"spec":{"replicas":3}}`,
+		"spec":        fmt.Sprintf(`{"spec":{"replicas":%d}}`, ptr.Deref(e.session("a").Spec.Replicas, 1)+1),
 		"labels":      `{"metadata":{"labels":{"tier":"gold"}}}`,
 		"annotations": `{"metadata":{"annotations":{"note":"x"}}}`,
 	}
-	e.eventually("the admission policy refusing the matchmaker a spec change", func() (bool, error) {
-		err := patch(e.ns, "a", refusals["spec"])
-		return apierrors.IsInvalid(err) || apierrors.IsForbidden(err), fmt.Errorf("patch answered %v", err)
-	})
 	for what, body := range refusals {
 		err := patch(e.ns, "a", body)
 		if err == nil || !strings.Contains(err.Error(), "may change only the label "+gamesv1.BusyLabel) {
