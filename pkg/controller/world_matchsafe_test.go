@@ -132,15 +132,9 @@ func (w *world) addMatchSafePolicy(a map[string]string) {
 // editMatchSafePolicy sets, changes or removes a profile's max-defer or
 // window.
 func (w *world) editMatchSafePolicy() bool {
-	if !w.paced {
-		return false
-	}
-	p := w.someProfile()
+	p := w.pacedProfile()
 	if p == nil {
 		return false
-	}
-	if p.Annotations == nil {
-		p.Annotations = map[string]string{}
 	}
 	key, values := rollout.AnnotationMaxDefer, worldMaxDefers
 	if w.rng.IntN(2) == 0 {

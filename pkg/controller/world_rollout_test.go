@@ -109,18 +109,25 @@ func worldPolicy(profile *corev1.ConfigMap) rollout.Policy {
 
 // ---- Users ----
 
+// pacedProfile returns a profile of a paced sequence to edit the policy of,
+// its annotations ready to be set, or nil.
+func (w *world) pacedProfile() *corev1.ConfigMap {
+	if !w.paced {
+		return nil
+	}
+	p := w.someProfile()
+	if p != nil && p.Annotations == nil {
+		p.Annotations = map[string]string{}
+	}
+	return p
+}
+
 // editProfilePolicy changes one rollout annotation of a profile: set,
 // changed, removed, or made invalid.
 func (w *world) editProfilePolicy() bool {
-	if !w.paced {
-		return false
-	}
-	p := w.someProfile()
+	p := w.pacedProfile()
 	if p == nil {
 		return false
-	}
-	if p.Annotations == nil {
-		p.Annotations = map[string]string{}
 	}
 	if w.rng.IntN(8) == 0 {
 		bad := pick(w, worldInvalidPolicy)
