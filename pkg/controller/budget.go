@@ -261,7 +261,7 @@ func (c *Controller) seedBudget() {
 		ref := metav1.GetControllerOf(d)
 		hash := d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]
 		if ref == nil || ref.Kind != gameSessionKind.Kind || hash == "" || d.Spec.Paused ||
-			deploymentComplete(d) || progressDeadlineExceeded(d) {
+			deploymentComplete(d) || c.progressDeadlineExceeded(d) {
 			continue
 		}
 		moving[d.Namespace+"/"+ref.Name] = hash
@@ -294,7 +294,7 @@ func (c *Controller) settleMove(key string, session *gamesv1.GameSession, d *app
 		return
 	}
 	if d == nil || blocks(d, session) || d.Spec.Paused || d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation] != target ||
-		deploymentComplete(d) || progressDeadlineExceeded(d) {
+		deploymentComplete(d) || c.progressDeadlineExceeded(d) {
 		c.logger.V(4).Info("Move ends in the cluster-wide budget", "gameSession", key, "hash", target)
 		c.wake(c.budget.release(key))
 	}

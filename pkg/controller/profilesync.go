@@ -453,7 +453,7 @@ func (c *Controller) rolloutMembers(profile *corev1.ConfigMap, hash string) []ro
 			Hash:     rolled,
 			OnTarget: onTarget,
 			Ready:    deploymentComplete(d),
-			Failed:   onTarget && progressDeadlineExceeded(d),
+			Failed:   onTarget && c.progressDeadlineExceeded(d),
 			Blocked:  memberBlocked(session, d),
 			Busy:     isBusy(session),
 		})
@@ -492,19 +492,61 @@ func memberBlocked(session *gamesv1.GameSession, d *appsv1.Deployment) string {
 }
 
 // progressDeadlineExceeded reports whether the Deployment controller gave up
-// waiting for the rollout of the Deployment's current generation. A
-// condition left from an earlier generation (a fix-forward the Deployment
-// controller has not seen yet) does not count.
-func progressDeadlineExceeded(d *appsv1.Deployment) bool {
-	if d.Status.ObservedGeneration < d.Generation {
+// waiting for the rollout of the Deployment's current template. A condition
+// left from before does not count: one of an earlier generation (a
+// fix-forward the Deployment controller has not seen yet), or one that names
+// a ReplicaSet whose pods mount another revision than the template does. The
+// Deployment controller keeps a timed-out condition, and its message naming
+// the old ReplicaSet, until the new ReplicaSet makes progress, though it
+// records the new generation as observed at once: a fix-forward would read
+// as failed on the fix.
+func (c *Controller) progressDeadlineExceeded(d *appsv1.Deployment) bool {
+	cond := timedOutCondition(d)
+	if cond == nil {
 		return false
 	}
-	for _, cond := range d.Status.Conditions {
+	name := timedOutReplicaSet(cond.Message)
+	if name == "" {
+		return true
+	}
+	obj, exists, err := c.replicaSetIndexer.GetByKey(d.Namespace + "/" + name)
+	if err != nil || !exists {
+		return true
+	}
+	return mountedRevision(&obj.(*appsv1.ReplicaSet).Spec.Template) == mountedRevision(&d.Spec.Template)
+}
+
+// timedOutCondition is the Deployment's Progressing condition if it says
+// ProgressDeadlineExceeded for the Deployment's current generation, nil
+// otherwise.
+func timedOutCondition(d *appsv1.Deployment) *appsv1.DeploymentCondition {
+	if d.Status.ObservedGeneration < d.Generation {
+		return nil
+	}
+	for i, cond := range d.Status.Conditions {
 		if cond.Type == appsv1.DeploymentProgressing {
-			return cond.Status == corev1.ConditionFalse && cond.Reason == "ProgressDeadlineExceeded"
+			if cond.Status == corev1.ConditionFalse && cond.Reason == "ProgressDeadlineExceeded" {
+				return &d.Status.Conditions[i]
+			}
+			return nil
 		}
 	}
-	return false
+	return nil
+}
+
+// timedOutReplicaSet is the ReplicaSet a ProgressDeadlineExceeded message of
+// the Deployment controller names (`ReplicaSet "arena-7d9f5c" has timed out
+// progressing.`), "" if the message is not of that form.
+func timedOutReplicaSet(message string) string {
+	rest, ok := strings.CutPrefix(message, `ReplicaSet "`)
+	if !ok {
+		return ""
+	}
+	name, _, ok := strings.Cut(rest, `"`)
+	if !ok {
+		return ""
+	}
+	return name
 }
 
 // forgetRollout drops what the controller keeps of a deleted profile's rollout.

@@ -103,6 +103,10 @@ const (
 type sessionStatus struct {
 	session *gamesv1.GameSession
 	status  *gamesv1.GameSessionStatus
+	// deadlineExceeded tells a Deployment whose rollout of its current
+	// template timed out (Controller.progressDeadlineExceeded); without
+	// it, the Progressing condition of the current generation decides.
+	deadlineExceeded func(*appsv1.Deployment) bool
 }
 
 func newSessionStatus(session *gamesv1.GameSession) *sessionStatus {
@@ -240,7 +244,7 @@ func (s *sessionStatus) deployment(d *appsv1.Deployment) {
 			fmt.Sprintf(MessageDeploymentReady, d.Status.ReadyReplicas, want))
 		return
 	}
-	if progressDeadlineExceeded(d) {
+	if s.timedOut(d) {
 		s.notReady(gamesv1.ReasonProgressDeadlineExceeded,
 			fmt.Sprintf(MessageProgressDeadlineExceeded, d.Name, d.Status.ReadyReplicas, want))
 		return
@@ -251,6 +255,13 @@ func (s *sessionStatus) deployment(d *appsv1.Deployment) {
 	}
 	s.setCondition(gamesv1.ConditionReady, metav1.ConditionFalse, gamesv1.ReasonDeploymentProgressing,
 		fmt.Sprintf(MessageDeploymentRolling, d.Status.ReadyReplicas, want, d.Status.UpdatedReplicas))
+}
+
+func (s *sessionStatus) timedOut(d *appsv1.Deployment) bool {
+	if s.deadlineExceeded != nil {
+		return s.deadlineExceeded(d)
+	}
+	return timedOutCondition(d) != nil
 }
 
 // deploymentInvalid reports a Deployment the API server refused. Retrying

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
@@ -115,5 +116,58 @@ func TestSyncProgressDeadlineExceededStalls(t *testing.T) {
 	expectCondition(t, status.Conditions, gamesv1.ConditionStalled, metav1.ConditionTrue, gamesv1.ReasonProgressDeadlineExceeded)
 	if meta.FindStatusCondition(status.Conditions, gamesv1.ConditionReconciling) != nil {
 		t.Error("a stalled session also reports Reconciling")
+	}
+}
+
+// A timed-out Progressing condition counts only for the template the
+// Deployment has: the Deployment controller records a fix-forward's
+// generation as observed while its condition still names the old
+// ReplicaSet that timed out, until the new one makes progress.
+func TestProgressDeadlineExceededNamesTheCurrentTemplate(t *testing.T) {
+	mounting := func(revision string) corev1.PodTemplateSpec {
+		return corev1.PodTemplateSpec{Spec: corev1.PodSpec{Volumes: []corev1.Volume{{
+			Name: profileVolumeName,
+			VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: revision}}},
+		}}}}
+	}
+	replicaSets := cache.NewIndexer(cache.MetaNamespaceKeyFunc, nil)
+	for name, revision := range map[string]string{"a-broken": "arena-1111", "a-fixed": "arena-2222"} {
+		rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}}
+		rs.Spec.Template = mounting(revision)
+		if err := replicaSets.Add(rs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := &Controller{replicaSetIndexer: replicaSets}
+	deployment := func(generation, observed int64, reason, message string) *appsv1.Deployment {
+		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", Generation: generation}}
+		d.Spec.Template = mounting("arena-2222")
+		d.Status.ObservedGeneration = observed
+		d.Status.Conditions = []appsv1.DeploymentCondition{{Type: appsv1.DeploymentProgressing,
+			Status: corev1.ConditionFalse, Reason: reason, Message: message}}
+		if reason != "ProgressDeadlineExceeded" {
+			d.Status.Conditions[0].Status = corev1.ConditionTrue
+		}
+		return d
+	}
+	tests := []struct {
+		name string
+		d    *appsv1.Deployment
+		want bool
+	}{
+		{"the current template's ReplicaSet timed out", deployment(2, 2, "ProgressDeadlineExceeded", `ReplicaSet "a-fixed" has timed out progressing.`), true},
+		{"an older template's ReplicaSet timed out", deployment(2, 2, "ProgressDeadlineExceeded", `ReplicaSet "a-broken" has timed out progressing.`), false},
+		{"an earlier generation timed out", deployment(2, 1, "ProgressDeadlineExceeded", `ReplicaSet "a-fixed" has timed out progressing.`), false},
+		{"a ReplicaSet the cache does not hold timed out", deployment(2, 2, "ProgressDeadlineExceeded", `ReplicaSet "a-other" has timed out progressing.`), true},
+		{"a message of another form", deployment(2, 2, "ProgressDeadlineExceeded", "timed out"), true},
+		{"progressing", deployment(2, 2, "ReplicaSetUpdated", `ReplicaSet "a-fixed" is progressing.`), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := c.progressDeadlineExceeded(tt.d); got != tt.want {
+				t.Errorf("progressDeadlineExceeded = %v, want %v", got, tt.want)
+			}
+		})
 	}
 }

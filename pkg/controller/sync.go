@@ -94,6 +94,7 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 	// was refused or overtaken, frees its place in the cluster-wide budget.
 	c.settleMove(key, session, deployment)
 	status := newSessionStatus(session)
+	status.deadlineExceeded = c.progressDeadlineExceeded
 	result, err := c.reconcileDeployment(ctx, session, profile, deployment, status)
 	// Requeues are decided here, from what the steps returned.
 	if result.requeueAfter > 0 {

@@ -264,9 +264,13 @@ func (w *world) kcmStatus(d *appsv1.Deployment, newRS *appsv1.ReplicaSet, rss []
 	now := metav1.NewTime(w.clock.Now())
 	cur := progressingOf(d.Status)
 	replace := func(status corev1.ConditionStatus, reason string) {
+		var message string
+		if reason == "ProgressDeadlineExceeded" && newRS != nil {
+			message = fmt.Sprintf("ReplicaSet %q has timed out progressing.", newRS.Name)
+		}
 		next.Conditions = slices.DeleteFunc(next.Conditions, func(c appsv1.DeploymentCondition) bool { return c.Type == appsv1.DeploymentProgressing })
 		next.Conditions = append(next.Conditions, appsv1.DeploymentCondition{Type: appsv1.DeploymentProgressing, Status: status,
-			Reason: reason, LastUpdateTime: now, LastTransitionTime: now})
+			Reason: reason, Message: message, LastUpdateTime: now, LastTransitionTime: now})
 	}
 	set := func(status corev1.ConditionStatus, reason string) {
 		if cur == nil || cur.Status != status || cur.Reason != reason {
@@ -275,11 +279,23 @@ func (w *world) kcmStatus(d *appsv1.Deployment, newRS *appsv1.ReplicaSet, rss []
 	}
 	complete := newRS != nil && next.UpdatedReplicas == want && next.Replicas == want && next.AvailableReplicas == want
 	progressed := next.UpdatedReplicas > d.Status.UpdatedReplicas || next.ReadyReplicas > d.Status.ReadyReplicas
+	// The real controller resets a timed-out condition when it creates the
+	// ReplicaSet of a new template, not when the template's ReplicaSet
+	// exists already (a rollback): then the condition, and its message
+	// naming the ReplicaSet that timed out, stay until the new one makes
+	// progress, though the new generation is recorded as observed. The
+	// world keeps it whenever it names another ReplicaSet than the new one.
+	staleTimeout := cur != nil && cur.Reason == "ProgressDeadlineExceeded" && newRS != nil &&
+		timedOutReplicaSet(cur.Message) != newRS.Name
 	switch {
 	case d.Spec.Paused:
 		set(corev1.ConditionUnknown, "DeploymentPaused")
 	case complete:
 		set(corev1.ConditionTrue, "NewReplicaSetAvailable")
+	case staleTimeout && progressed:
+		replace(corev1.ConditionTrue, "ReplicaSetUpdated")
+	case staleTimeout:
+		w.covered["stale progress deadline kept"]++
 	case d.Status.ObservedGeneration < d.Generation || cur == nil || cur.Reason == "DeploymentPaused" || cur.Reason == "NewReplicaSetAvailable":
 		// A new generation (or a resume) starts the progress clock again,
 		// whatever the last template's fate was.

@@ -179,7 +179,7 @@ func (w *world) noteBudgetChange(ch change) {
 			d = ch.new.(*appsv1.Deployment)
 		}
 		if d == nil || d.UID != m.uid || d.Spec.Paused || d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation] != m.hash ||
-			deploymentComplete(d) || failedOnTarget(d) || d.Labels[worldManagedByLabel] != worldManagedByValue {
+			deploymentComplete(d) || w.failedOnTarget(d) || d.Labels[worldManagedByLabel] != worldManagedByValue {
 			delete(w.matchSafe.clusterMoving, name)
 		}
 	}

@@ -421,11 +421,17 @@ func (w *world) cachedMembers(profile string) []string {
 }
 
 // failedOnTarget reports whether the Deployment controller gave up on d's
-// current generation.
-func failedOnTarget(d *appsv1.Deployment) bool {
+// current template: its condition is of the current generation, and does
+// not name a ReplicaSet of another revision (one kept from before a
+// rollback, see kcmStatus).
+func (w *world) failedOnTarget(d *appsv1.Deployment) bool {
 	c := progressingOf(d.Status)
-	return d.Status.ObservedGeneration >= d.Generation && c != nil &&
-		c.Status == corev1.ConditionFalse && c.Reason == "ProgressDeadlineExceeded"
+	if d.Status.ObservedGeneration < d.Generation || c == nil ||
+		c.Status != corev1.ConditionFalse || c.Reason != "ProgressDeadlineExceeded" {
+		return false
+	}
+	rs, ok := w.server.get(replicaSetsResource, timedOutReplicaSet(c.Message)).(*appsv1.ReplicaSet)
+	return !ok || rs == nil || mountedRevision(&rs.Spec.Template) == mountedRevision(&d.Spec.Template)
 }
 
 // waitsForRollout reports whether a session, as its last status says,
@@ -547,7 +553,7 @@ func (w *world) checkRolloutsAtRest() {
 			if deploymentComplete(m.deployment) {
 				ready++
 			}
-			if failedOnTarget(m.deployment) {
+			if w.failedOnTarget(m.deployment) {
 				failed++
 			}
 		}
