@@ -55,10 +55,13 @@ verify-alerts: ## Check the alerting rules and run their promtool unit tests in 
 
 .PHONY: test
 test: verify verify-alerts controlplane ## Verify, check the alerts, then run all unit, integration, image and chart tests (builds the control plane and promtool on first use).
-	$(GO) test -race -count=1 -parallel 8 $$($(GO) list ./... | grep -v -e /test/faults -e /test/image)
-	@# The fault tests stop and restart a control plane of their own: run them
-	@# after the rest, so neither slows the other's timing checks.
+	$(GO) test -race -count=1 -parallel 8 $$($(GO) list ./... | grep -v -e /test/faults -e /test/image -e /test/tenancy)
+	@# The fault tests stop and restart a control plane of their own, and the
+	@# tenancy tests run cluster-wide controllers on one of their own: run
+	@# them after the rest, one package at a time, so that no two slow each
+	@# other's timing checks.
 	$(GO) test -race -count=1 -parallel 8 ./test/faults/
+	$(GO) test -race -count=1 ./test/tenancy/
 	@# The image test cross-compiles the controller twice (seconds with a warm
 	@# build cache, minutes without): alone, and with room.
 	$(GO) test -race -count=1 -timeout 40m ./test/image/

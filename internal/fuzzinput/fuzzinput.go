@@ -109,8 +109,9 @@ func parseResources(text string) (corev1.ResourceList, error) {
 // (artifacts/crd/ holds the generated schema). Keep them in step: the
 // integration test TestDryRunRandomSessions fails when they drift apart.
 const (
-	maxNameLength       = 63 // CEL rule on metadata.name
-	maxProfileRefLength = 253
+	maxNameLength       = 63  // CEL rule on metadata.name
+	maxProfileRefLength = 253 // of the name; a namespace before it adds up to 64
+	maxNamespaceLength  = 63
 	maxImageLength      = 512
 	maxReplicas         = 100
 	maxPorts            = 16
@@ -119,7 +120,7 @@ const (
 )
 
 var (
-	profileRefPattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	profileRefPattern = regexp.MustCompile(`^([a-z0-9]([-a-z0-9]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 	// The CEL rule !self.matches('\\s') runs RE2, as Go's regexp does: \s is
 	// [\t\n\f\r ] only, not every Unicode space.
 	whitespace      = regexp.MustCompile(`\s`)
@@ -159,8 +160,13 @@ func CRDAccepts(s *gamesv1.GameSession) error {
 			return fmt.Errorf("%q is not UTF-8", str)
 		}
 	}
-	if n := utf8.RuneCountInString(spec.ProfileRef); n < 1 || n > maxProfileRefLength || !profileRefPattern.MatchString(spec.ProfileRef) {
-		return fmt.Errorf("spec.profileRef %q: not a ConfigMap name of 1..%d characters", spec.ProfileRef, maxProfileRefLength)
+	namespace, name, crossNamespace := strings.Cut(spec.ProfileRef, "/")
+	if !crossNamespace {
+		namespace, name = "", spec.ProfileRef
+	}
+	if n := utf8.RuneCountInString(spec.ProfileRef); n < 1 || n > maxProfileRefLength+1+maxNamespaceLength ||
+		!profileRefPattern.MatchString(spec.ProfileRef) || len(name) > maxProfileRefLength || len(namespace) > maxNamespaceLength {
+		return fmt.Errorf("spec.profileRef %q: not a ConfigMap name of 1..%d characters, optionally after a namespace and a slash", spec.ProfileRef, maxProfileRefLength)
 	}
 	if n := utf8.RuneCountInString(spec.Image); n < 1 || n > maxImageLength {
 		return fmt.Errorf("spec.image: %d characters, want 1..%d", n, maxImageLength)

@@ -23,6 +23,10 @@ func RandomSpec(r *rand.Rand) Spec {
 		Requests:   randomResources(r),
 		Limits:     randomLimits(r),
 	}
+	if r.IntN(4) == 0 {
+		// Another namespace's profile, as a grant permits it.
+		s.ProfileRef = dnsLabel(r, pickLength(r, maxNamespaceLength)) + "/" + s.ProfileRef
+	}
 	if r.IntN(8) == 0 {
 		breakRule(r, &s)
 	}
@@ -31,7 +35,11 @@ func RandomSpec(r *rand.Rand) Spec {
 
 // breakRule makes s break one CRD rule.
 func breakRule(r *rand.Rand, s *Spec) {
-	switch r.IntN(9) {
+	switch r.IntN(11) {
+	case 9:
+		s.ProfileRef = dnsLabel(r, maxNamespaceLength+1) + "/arena"
+	case 10:
+		s.ProfileRef = "a.b/arena" // a namespace is a DNS label: no dot
 	case 0:
 		s.Name = dnsSubdomain(r, maxNameLength+1)
 	case 1:

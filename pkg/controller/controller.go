@@ -49,6 +49,10 @@ const Name = "gamesession-controller"
 
 // Options tune a Controller.
 type Options struct {
+	// Namespace is the one namespace the informers were built for, "" for
+	// all. A controller of one namespace refuses profiles of others, and
+	// says why.
+	Namespace string
 	// ProfileSelector is the label selector the ConfigMap informer was built
 	// with. The controller only quotes it in messages, to tell users which
 	// label their profile is missing.
@@ -108,6 +112,11 @@ type Informers struct {
 	// SlimReplicaSet. They say which revisions the pods of old ReplicaSets
 	// still mount.
 	ReplicaSets appsinformers.ReplicaSetInformer
+	// Grants: every Gateway API ReferenceGrant (ReferenceGrantVersions),
+	// through a dynamic informer with SlimReferenceGrant as its transform;
+	// nil when the cluster serves none, and then no session may use a
+	// profile of another namespace.
+	Grants cache.SharedIndexInformer
 }
 
 // Controller reconciles GameSessions into Deployments, and profiles into
@@ -149,6 +158,8 @@ type Controller struct {
 	deploymentLister  appslisters.DeploymentLister
 	deploymentIndexer cache.Indexer
 	replicaSetIndexer cache.Indexer
+	grants            *grantChecker // nil: no ReferenceGrant API
+	namespace         string        // Options.Namespace
 	cachesSynced      []cache.InformerSynced
 
 	// queue holds GameSession keys; profileQueue profile keys, for the
@@ -216,6 +227,7 @@ func NewController(
 		deploymentLister:  informers.Deployments.Lister(),
 		deploymentIndexer: informers.Deployments.Informer().GetIndexer(),
 		replicaSetIndexer: informers.ReplicaSets.Informer().GetIndexer(),
+		namespace:         opts.Namespace,
 		cachesSynced: []cache.InformerSynced{
 			informers.Sessions.Informer().HasSynced,
 			informers.Rollouts.Informer().HasSynced,
@@ -245,6 +257,10 @@ func NewController(
 		revisionHistoryLimit: opts.RevisionHistoryLimit,
 		budget:               newClusterBudget(opts.Clock, opts.MaxMovingSessions, opts.MaxMovesPerMinute),
 	}
+	if informers.Grants != nil {
+		c.grants = &grantChecker{indexer: informers.Grants.GetIndexer()}
+		c.cachesSynced = append(c.cachesSynced, informers.Grants.HasSynced)
+	}
 	// The fan-out reads c.queue at call time, so tests may swap the queue.
 	c.fanOut = newProfileFanOut(opts.Clock, opts.ProfileChangeDelay, c.sessionKeysOf,
 		func(key string, delay time.Duration) { c.queue.AddAfter(key, delay) })
@@ -259,6 +275,7 @@ func NewController(
 		index    cache.IndexFunc
 	}{
 		{informers.Sessions.Informer(), profileRefIndex, profileRefIndexFunc},
+		{informers.Sessions.Informer(), grantingNamespaceIndex, grantingNamespaceIndexFunc},
 		{informers.Revisions.Informer(), revisionOfIndex, revisionOfIndexFunc},
 		{informers.Deployments.Informer(), mountedRevisionIndex, deploymentMountIndexFunc},
 		{informers.ReplicaSets.Informer(), mountedRevisionIndex, replicaSetMountIndexFunc},
@@ -285,6 +302,11 @@ func NewController(
 			return nil, err
 		}
 	}
+	if informers.Grants != nil {
+		if _, err := informers.Grants.AddEventHandler(h.grants); err != nil {
+			return nil, err
+		}
+	}
 	return c, nil
 }
 
@@ -292,7 +314,7 @@ func NewController(
 // informer: NewController registers them, and the sequence harness
 // (sequence_test.go) delivers its events to the same ones.
 type eventHandlers struct {
-	sessions, rollouts, profiles, revisions, deployments, replicaSets cache.ResourceEventHandlerFuncs
+	sessions, rollouts, profiles, revisions, deployments, replicaSets, grants cache.ResourceEventHandlerFuncs
 }
 
 func (c *Controller) eventHandlers() eventHandlers {
@@ -339,6 +361,17 @@ func (c *Controller) eventHandlers() eventHandlers {
 		replicaSets: cache.ResourceEventHandlerFuncs{
 			UpdateFunc: c.updateReplicaSet,
 			DeleteFunc: c.deleteReplicaSet,
+		},
+		// A grant made, changed or revoked decides anew whether the sessions
+		// of other namespaces may use the profiles of its namespace.
+		grants: cache.ResourceEventHandlerFuncs{
+			AddFunc: c.grantChanged,
+			UpdateFunc: func(oldObj, newObj interface{}) {
+				if oldObj.(metav1.Object).GetResourceVersion() != newObj.(metav1.Object).GetResourceVersion() {
+					c.grantChanged(newObj)
+				}
+			},
+			DeleteFunc: c.grantChanged,
 		},
 	}
 }
@@ -452,7 +485,7 @@ func (c *Controller) updateProfile(oldObj, newObj interface{}) {
 	}
 	c.plans.forgetPlan(key)
 	hash := c.profileHashes.hash(newProfile)
-	ready := c.revisionAvailable(newProfile.Namespace, newProfile.Name, hash)
+	ready := c.revisionsReady(newProfile, hash)
 	sessions, started := c.fanOut.profileChanged(key, ready)
 	if !started {
 		return // joined the rollout scheduled by an edit moments ago
@@ -510,11 +543,15 @@ func (c *Controller) addRevision(obj interface{}) {
 	if !isRevision(revision) {
 		return
 	}
-	key := profileKey(revision.Namespace, revision.Annotations[RevisionOfAnnotation])
+	key := revisionOf(revision)
 	c.enqueueProfile(key)
 	c.enqueueSessionsMounting(revision)
-	profile, err := c.cachedProfile(revision.Namespace, revision.Annotations[RevisionOfAnnotation])
-	if err == nil && profile != nil && revision.Labels[revisionHashLabel] == c.profileHashes.hash(profile) {
+	namespace, name, _ := cache.SplitMetaNamespaceKey(key)
+	profile, err := c.cachedProfile(namespace, name)
+	if err == nil && profile != nil && revision.Labels[revisionHashLabel] == c.profileHashes.hash(profile) &&
+		c.revisionsReady(profile, revision.Labels[revisionHashLabel]) {
+		// The last of the revisions the profile's sessions mount, one per
+		// namespace using it.
 		c.fanOut.revisionCreated(key)
 	}
 }
@@ -526,7 +563,7 @@ func (c *Controller) updateRevision(_, newObj interface{}) {
 	revision := newObj.(*corev1.ConfigMap)
 	c.revisions.observed(revision)
 	if isRevision(revision) {
-		c.enqueueProfile(profileKey(revision.Namespace, revision.Annotations[RevisionOfAnnotation]))
+		c.enqueueProfile(revisionOf(revision))
 	}
 }
 
@@ -539,7 +576,7 @@ func (c *Controller) deleteRevision(obj interface{}) {
 	}
 	c.revisions.gone(revision)
 	if isRevision(revision) {
-		c.enqueueProfile(profileKey(revision.Namespace, revision.Annotations[RevisionOfAnnotation]))
+		c.enqueueProfile(revisionOf(revision))
 		c.enqueueSessionsMounting(revision)
 	}
 }
@@ -567,7 +604,8 @@ func (c *Controller) replanProfileOf(oldObj, newObj interface{}) {
 	}
 	s, isSession := newObj.(*gamesv1.GameSession)
 	if !isSession || s.Spec.ProfileRef != old.Spec.ProfileRef {
-		c.profileQueue.AddAfter(profileKey(old.Namespace, old.Spec.ProfileRef), planInterval)
+		namespace, name := profileOf(old)
+		c.profileQueue.AddAfter(profileKey(namespace, name), planInterval)
 		return
 	}
 	// The revision a session last reported running is held while its
@@ -701,7 +739,7 @@ func (c *Controller) enqueueProfileOfRevision(namespace, name string) {
 	if err != nil || !isRevision(r) {
 		return
 	}
-	c.profileQueue.AddAfter(profileKey(namespace, r.Annotations[RevisionOfAnnotation]), planInterval)
+	c.profileQueue.AddAfter(revisionOf(r), planInterval)
 }
 
 // enqueueOwner enqueues the session of a Deployment's name. A Deployment in

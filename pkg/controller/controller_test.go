@@ -155,7 +155,7 @@ func testInformers(kubeClient kubernetes.Interface, gameClient clientset.Interfa
 // it. Tests of what happens without it delete it again.
 func (f *fixture) cacheRevisionOf(profile *corev1.ConfigMap) {
 	f.t.Helper()
-	revision := newRevision(profile, ProfileHash(profile))
+	revision := newRevision(profile, ProfileHash(profile), profile.Namespace)
 	revision.CreationTimestamp = lastTransition
 	if err := f.revisionIndexer.Update(revision); err != nil {
 		f.t.Fatalf("adding revision %s to the cache: %v", revision.Name, err)

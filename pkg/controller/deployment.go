@@ -178,7 +178,7 @@ func desiredPodTemplate(session *gamesv1.GameSession, profileHash string) corev1
 		VolumeSource: corev1.VolumeSource{
 			ConfigMap: &corev1.ConfigMapVolumeSource{
 				// The immutable revision, never the live profile: see revision.go.
-				LocalObjectReference: corev1.LocalObjectReference{Name: RevisionName(session.Spec.ProfileRef, profileHash)},
+				LocalObjectReference: corev1.LocalObjectReference{Name: RevisionName(refOf(session), profileHash)},
 			},
 		},
 	})

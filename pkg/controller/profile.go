@@ -8,6 +8,7 @@ import (
 	"hash"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,9 +23,14 @@ import (
 // of every session on every ConfigMap event.
 const profileRefIndex = "profileRef"
 
+// grantingNamespaceIndex maps a namespace to the sessions of other
+// namespaces whose profile is in it: a ReferenceGrant there decides whether
+// they may use it, and a change of one queues them.
+const grantingNamespaceIndex = "grantingNamespace"
+
 // profileRefIndexFunc indexes a GameSession by the profile it references. The
-// key carries the namespace because profileRef is namespace-local: two tenants
-// may both have a profile called "default".
+// key carries the namespace: two tenants may both have a profile called
+// "default", and a session may use another namespace's profile by grant.
 func profileRefIndexFunc(obj interface{}) ([]string, error) {
 	session, ok := obj.(*gamesv1.GameSession)
 	if !ok {
@@ -33,11 +39,59 @@ func profileRefIndexFunc(obj interface{}) ([]string, error) {
 	if session.Spec.ProfileRef == "" {
 		return nil, nil
 	}
-	return []string{profileKey(session.Namespace, session.Spec.ProfileRef)}, nil
+	namespace, name := profileOf(session)
+	return []string{profileKey(namespace, name)}, nil
+}
+
+// grantingNamespaceIndexFunc indexes a session whose profile is in another
+// namespace by that namespace.
+func grantingNamespaceIndexFunc(obj interface{}) ([]string, error) {
+	session, ok := obj.(*gamesv1.GameSession)
+	if !ok {
+		return nil, fmt.Errorf("grantingNamespace index: expected *GameSession, got %T", obj)
+	}
+	if namespace, _ := profileOf(session); session.Spec.ProfileRef != "" && namespace != session.Namespace {
+		return []string{namespace}, nil
+	}
+	return nil, nil
 }
 
 func profileKey(namespace, name string) string {
 	return namespace + "/" + name
+}
+
+// profileOf returns the namespace and name of the session's profile:
+// spec.profileRef is "name", in the session's namespace, or
+// "namespace/name".
+func profileOf(session *gamesv1.GameSession) (namespace, name string) {
+	if namespace, name, ok := strings.Cut(session.Spec.ProfileRef, "/"); ok {
+		return namespace, name
+	}
+	return session.Namespace, session.Spec.ProfileRef
+}
+
+// refOf is the session's profile as it names it, normalised: "name" for a
+// profile of its own namespace (however spec.profileRef spells it), and
+// "namespace/name" for another namespace's. It is the prefix of the
+// revisions the session's pods mount (RevisionName), and what its status
+// messages quote.
+func refOf(session *gamesv1.GameSession) string {
+	namespace, name := profileOf(session)
+	return refFrom(session.Namespace, namespace, name)
+}
+
+// refFrom is how a session of namespace consumer refers to the profile
+// namespace/name: see refOf.
+func refFrom(consumer, namespace, name string) string {
+	if namespace == consumer {
+		return name
+	}
+	return profileKey(namespace, name)
+}
+
+// refOfProfile is refFrom for a profile object.
+func refOfProfile(consumer string, profile *corev1.ConfigMap) string {
+	return refFrom(consumer, profile.Namespace, profile.Name)
 }
 
 // ProfileHash returns a stable hash of a profile's data and binaryData. It does

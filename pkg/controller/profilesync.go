@@ -168,15 +168,15 @@ func (c *Controller) syncProfile(ctx context.Context, key string) error {
 		// revisions a pod may mount stay. Its ProfileRollout goes with the
 		// profile (an owner reference); one of a profile that only lost its
 		// label stays as it was.
-		return c.deleteStaleRevisions(ctx, namespace, key, nil, 0)
+		return c.deleteStaleRevisions(ctx, key, nil, 0)
 	}
 	hash := c.profileHashes.hash(profile)
-	revision, createErr := c.ensureRevision(ctx, profile, hash)
-	kept := []string{RevisionName(name, hash)}
+	revision, createErr := c.ensureRevisions(ctx, profile, hash)
+	kept := []string{hash}
 	if stable := c.stableHash(profile, hash); stable != "" {
-		kept = append(kept, RevisionName(name, stable))
+		kept = append(kept, stable)
 	}
-	deleteErr := c.deleteStaleRevisions(ctx, namespace, key, kept, c.revisionHistoryLimit)
+	deleteErr := c.deleteStaleRevisions(ctx, key, kept, c.revisionHistoryLimit)
 	pp := c.planRollout(ctx, profile, hash, revision)
 	// Recorded at once, the revision on its way or not: a GitOps tool that
 	// waits on the ProfileRollout must never read the previous content's
@@ -195,6 +195,37 @@ func (c *Controller) syncProfile(ctx context.Context, key string) error {
 		}
 	}
 	return errors.Join(createErr, deleteErr, writeErr)
+}
+
+// ensureRevisions creates the revision of the profile's current content,
+// hash, in its namespace and in each namespace whose sessions use it by
+// grant. The state it returns is the first that is not available, the
+// profile's own first: the rollout waits for every namespace's.
+func (c *Controller) ensureRevisions(ctx context.Context, profile *corev1.ConfigMap, hash string) (revisionState, error) {
+	state, err := c.ensureRevision(ctx, profile, hash, profile.Namespace)
+	errs := []error{err}
+	for _, namespace := range c.consumerNamespaces(profile.Namespace, profile.Name) {
+		s, err := c.ensureRevision(ctx, profile, hash, namespace)
+		errs = append(errs, err)
+		if state.available && !s.available {
+			state = s
+		}
+	}
+	return state, errors.Join(errs...)
+}
+
+// revisionsReady reports whether the revision of content hash is in the
+// cache in the profile's namespace and in each namespace using it by grant.
+func (c *Controller) revisionsReady(profile *corev1.ConfigMap, hash string) bool {
+	if !c.revisionAvailable(profile.Namespace, profile.Name, hash) {
+		return false
+	}
+	for _, namespace := range c.consumerNamespaces(profile.Namespace, profile.Name) {
+		if !c.revisionAvailable(namespace, refOfProfile(namespace, profile), hash) {
+			return false
+		}
+	}
+	return true
 }
 
 // cachedProfile returns the profile from the cache, nil if it is not there.
@@ -360,6 +391,7 @@ func allReadyOn(members []rollout.Member, hash string) bool {
 // synced before it waited for it too.
 func (c *Controller) wakeSessions(profileKey string, members []rollout.Member, prev, next *profilePlan) {
 	namespace, _, _ := cache.SplitMetaNamespaceKey(profileKey)
+	keyOf := func(member string) string { return memberKey(namespace, member) }
 	if prev == nil || prev.policy != next.policy {
 		for _, key := range c.sessionKeysOf(profileKey) {
 			c.queue.Add(key)
@@ -368,7 +400,7 @@ func (c *Controller) wakeSessions(profileKey string, members []rollout.Member, p
 	}
 	for _, name := range next.plan.Admitted {
 		if !prev.plan.Admits(name) {
-			c.queue.Add(namespace + "/" + name)
+			c.queue.Add(keyOf(name))
 		}
 	}
 	if revisionNews(prev, next) {
@@ -390,7 +422,7 @@ func (c *Controller) wakeSessions(profileKey string, members []rollout.Member, p
 	}
 	for _, m := range members {
 		if !m.OnTarget {
-			c.queue.Add(namespace + "/" + m.Name)
+			c.queue.Add(keyOf(m.Name))
 		}
 	}
 }
@@ -418,12 +450,16 @@ func (c *Controller) rolloutMembers(profile *corev1.ConfigMap, hash string) []ro
 	keys := c.sessionKeysOf(profileKey(profile.Namespace, profile.Name))
 	members := make([]rollout.Member, 0, len(keys))
 	for _, key := range keys {
-		_, name, _ := cache.SplitMetaNamespaceKey(key)
-		session, err := c.sessionLister.GameSessions(profile.Namespace).Get(name)
+		namespace, name, _ := cache.SplitMetaNamespaceKey(key)
+		if !c.permittedKey(key, profile.Namespace, profile.Name) {
+			continue // not the profile's to move: it keeps what it runs
+		}
+		member := memberName(profile.Namespace, key)
+		session, err := c.sessionLister.GameSessions(namespace).Get(name)
 		if err != nil || session.DeletionTimestamp != nil {
 			continue
 		}
-		d, err := c.deploymentLister.Deployments(profile.Namespace).Get(name)
+		d, err := c.deploymentLister.Deployments(namespace).Get(name)
 		if err != nil {
 			// A Deployment the cache does not show may still have been
 			// moved by this controller: one that lost its label is written
@@ -437,7 +473,7 @@ func (c *Controller) rolloutMembers(profile *corev1.ConfigMap, hash string) []ro
 		if blocks(d, session) {
 			continue
 		}
-		rolled := rolledProfileHash(d, profile.Name)
+		rolled := rolledProfileHash(d, refOfProfile(namespace, profile))
 		if rolled != hash {
 			// A move the API server made and the cache does not show yet
 			// holds its slot.
@@ -449,7 +485,7 @@ func (c *Controller) rolloutMembers(profile *corev1.ConfigMap, hash string) []ro
 		}
 		onTarget := rolled == hash
 		members = append(members, rollout.Member{
-			Name:     name,
+			Name:     member,
 			Hash:     rolled,
 			OnTarget: onTarget,
 			Ready:    deploymentComplete(d),
@@ -461,6 +497,27 @@ func (c *Controller) rolloutMembers(profile *corev1.ConfigMap, hash string) []ro
 	return members
 }
 
+// memberName is the name of the session of key in the rollout of a profile
+// of namespace: its name when it is of that namespace, as ProfileRollouts
+// have always named them; "namespace/name" when it uses the profile by
+// grant.
+func memberName(namespace, key string) string {
+	if sessionNamespace, name, _ := cache.SplitMetaNamespaceKey(key); sessionNamespace != namespace {
+		return key
+	} else {
+		return name
+	}
+}
+
+// memberKey is the queue key of a member of the rollout of a profile of
+// namespace: the inverse of memberName.
+func memberKey(namespace, member string) string {
+	if strings.Contains(member, "/") {
+		return member
+	}
+	return namespace + "/" + member
+}
+
 // movedOutOfSight returns the member a session is while the cache does not
 // show the controller's latest write to its Deployment (or the Deployment at
 // all) and that write mounts the revision of target: moving, not Ready. It
@@ -469,12 +526,12 @@ func (c *Controller) rolloutMembers(profile *corev1.ConfigMap, hash string) []ro
 // shows at an older version counts as moved only then, since a write whose
 // answer was lost may not have been made, and its session must move again.
 func (c *Controller) movedOutOfSight(profile *corev1.ConfigMap, sessionKey, target string) (m rollout.Member, answered, ok bool) {
+	namespace, _, _ := cache.SplitMetaNamespaceKey(sessionKey)
 	revision, hash, answered, ok := c.revisions.lastMount(sessionKey)
-	if !ok || hash != target || revision != profile.Namespace+"/"+RevisionName(profile.Name, target) {
+	if !ok || hash != target || revision != namespace+"/"+RevisionName(refOfProfile(namespace, profile), target) {
 		return rollout.Member{}, false, false
 	}
-	_, name, _ := cache.SplitMetaNamespaceKey(sessionKey)
-	return rollout.Member{Name: name, Hash: hash, OnTarget: true}, answered, true
+	return rollout.Member{Name: memberName(profile.Namespace, sessionKey), Hash: hash, OnTarget: true}, answered, true
 }
 
 // memberBlocked says why a session cannot take a move or complete one, ""

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -52,9 +53,10 @@ const (
 	// checked for it, so a revision is never taken for a profile.
 	RevisionLabel      = "games.example.com/profile-revision"
 	RevisionLabelValue = "true"
-	// RevisionOfAnnotation names the profile a revision was copied from. An
-	// annotation, not a label: profile names may be longer than a label
-	// value may be.
+	// RevisionOfAnnotation names the profile a revision was copied from:
+	// its name, or "namespace/name" for a revision of another namespace's
+	// profile. An annotation, not a label: profile names may be longer than
+	// a label value may be.
 	RevisionOfAnnotation = "games.example.com/revision-of"
 	// RevisionNumberAnnotation numbers a profile's revisions in the order
 	// they were made, 1, 2, 3 ..., as a Deployment's revision annotation
@@ -463,28 +465,34 @@ func RevisionSelector() string {
 }
 
 // RevisionName returns the name of the revision of profile with content hash
-// hash: the profile's name, shortened if need be, a dash and the hash. It is
-// always a valid ConfigMap name: the hash is lowercase hex, and the shortened
-// name is cut back to end in a letter or digit, as a DNS subdomain must
-// before the dash. Two profiles whose long names differ only past the cut
-// share the revisions of equal content, which is harmless: equal hashes are
-// equal content, and a revision is deleted only when no Deployment mounts it.
+// hash, in the namespace of the sessions that mount it: the profile's name
+// (for a profile of another namespace, profile is "namespace/name", and the
+// slash becomes a dot), shortened if need be, a dash and the hash. It is
+// always a valid ConfigMap name: the hash is lowercase hex, a namespace is a
+// DNS label, and the shortened name is cut back to end in a letter or digit,
+// as a DNS subdomain must before the dash. Two profiles whose names differ
+// only past the cut, or as "a.b" and "a/b", share the revisions of equal
+// content, which is harmless: equal hashes are equal content, and a
+// revision is deleted only when no Deployment mounts it.
 func RevisionName(profile, hash string) string {
-	prefix := profile
+	prefix := strings.Replace(profile, "/", ".", 1)
 	if limit := maxNameLength - len(hash) - 1; len(prefix) > limit {
 		prefix = strings.TrimRight(prefix[:limit], "-.")
 	}
 	return prefix + "-" + hash
 }
 
-// newRevision returns the revision of profile's current content, hash.
-func newRevision(profile *corev1.ConfigMap, hash string) *corev1.ConfigMap {
+// newRevision returns the revision of profile's current content, hash, in
+// namespace: the profile's own, or that of sessions using it by grant (pods
+// mount ConfigMaps of their own namespace only).
+func newRevision(profile *corev1.ConfigMap, hash, namespace string) *corev1.ConfigMap {
+	ref := refOfProfile(namespace, profile)
 	return &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace:   profile.Namespace,
-			Name:        RevisionName(profile.Name, hash),
+			Namespace:   namespace,
+			Name:        RevisionName(ref, hash),
 			Labels:      map[string]string{RevisionLabel: RevisionLabelValue, revisionHashLabel: hash},
-			Annotations: map[string]string{RevisionOfAnnotation: profile.Name},
+			Annotations: map[string]string{RevisionOfAnnotation: ref},
 		},
 		Immutable:  ptr.To(true),
 		Data:       profile.Data,
@@ -511,7 +519,16 @@ func revisionOfIndexFunc(obj interface{}) ([]string, error) {
 	if !ok || !isRevision(cm) {
 		return nil, nil
 	}
-	return []string{profileKey(cm.Namespace, cm.Annotations[RevisionOfAnnotation])}, nil
+	return []string{revisionOf(cm)}, nil
+}
+
+// revisionOf is the key ("namespace/name") of the profile a revision was
+// copied from.
+func revisionOf(cm *corev1.ConfigMap) string {
+	if ref := cm.Annotations[RevisionOfAnnotation]; strings.Contains(ref, "/") {
+		return ref
+	}
+	return profileKey(cm.Namespace, cm.Annotations[RevisionOfAnnotation])
 }
 
 // staleRevisions returns the revisions of a profile that may be deleted.
@@ -622,15 +639,17 @@ func (c *Controller) revisionAvailable(namespace, profile, hash string) bool {
 }
 
 // lastRevisionNumber is the highest number among the profile's cached
-// revisions, 0 if none. Only the profile sync creates revisions, one profile
-// at a time, so numbers are not handed out twice by one controller; the
-// cache may lag by a create, which makes two revisions share a number, and
-// then creation time and name order them.
-func (c *Controller) lastRevisionNumber(profile *corev1.ConfigMap) int {
+// revisions in namespace, 0 if none. Only the profile sync creates
+// revisions, one profile at a time, so numbers are not handed out twice by
+// one controller; the cache may lag by a create, which makes two revisions
+// share a number, and then creation time and name order them.
+func (c *Controller) lastRevisionNumber(profile *corev1.ConfigMap, namespace string) int {
 	objs, _ := c.revisionIndexer.ByIndex(revisionOfIndex, profileKey(profile.Namespace, profile.Name))
 	last := 0
 	for _, obj := range objs {
-		last = max(last, revisionNumber(obj.(*corev1.ConfigMap)))
+		if r := obj.(*corev1.ConfigMap); r.Namespace == namespace {
+			last = max(last, revisionNumber(r))
+		}
 	}
 	return last
 }
@@ -654,21 +673,23 @@ type revisionState struct {
 	reason, message string
 }
 
-// ensureRevision creates the revision of profile's content, hash, unless the
-// cache has it. Only the profile sync creates revisions, one profile at a
+// ensureRevision creates the revision of profile's content, hash, in
+// namespace (the profile's own, or one whose sessions use it by grant),
+// unless the cache has it. Only the profile sync creates revisions, one profile at a
 // time, so a content gets one create, not one per session. It returns an
 // error only for what a retry may fix.
-func (c *Controller) ensureRevision(ctx context.Context, profile *corev1.ConfigMap, hash string) (revisionState, error) {
-	name := RevisionName(profile.Name, hash)
-	if c.revisionAvailable(profile.Namespace, profile.Name, hash) {
+func (c *Controller) ensureRevision(ctx context.Context, profile *corev1.ConfigMap, hash, namespace string) (revisionState, error) {
+	ref := refOfProfile(namespace, profile)
+	name := RevisionName(ref, hash)
+	if c.revisionAvailable(namespace, ref, hash) {
 		return revisionState{available: true, reason: gamesv1.ReasonRevisionCreated,
 			message: fmt.Sprintf(MessageRevisionAvailable, name)}, nil
 	}
-	if r, err := c.revisionLister.ConfigMaps(profile.Namespace).Get(name); err == nil && isRevision(r) {
+	if r, err := c.revisionLister.ConfigMaps(namespace).Get(name); err == nil && isRevision(r) {
 		// Cached, but the controller sent its delete. Whether that was made
 		// (an answer lost, a 500) only a live read can tell: if it was, the
 		// delete event queues the profile and the revision is made again.
-		live, err := c.kubeClient.CoreV1().ConfigMaps(profile.Namespace).Get(ctx, name, metav1.GetOptions{})
+		live, err := c.kubeClient.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
 			return revisionState{}, nil
@@ -684,9 +705,9 @@ func (c *Controller) ensureRevision(ctx context.Context, profile *corev1.ConfigM
 		return revisionState{available: true, reason: gamesv1.ReasonRevisionCreated,
 			message: fmt.Sprintf(MessageRevisionAvailable, name)}, nil
 	}
-	revision := newRevision(profile, hash)
-	revision.Annotations[RevisionNumberAnnotation] = strconv.Itoa(c.lastRevisionNumber(profile) + 1)
-	_, err := c.kubeClient.CoreV1().ConfigMaps(profile.Namespace).Create(ctx, revision, metav1.CreateOptions{FieldManager: Name})
+	revision := newRevision(profile, hash, namespace)
+	revision.Annotations[RevisionNumberAnnotation] = strconv.Itoa(c.lastRevisionNumber(profile, namespace) + 1)
+	_, err := c.kubeClient.CoreV1().ConfigMaps(namespace).Create(ctx, revision, metav1.CreateOptions{FieldManager: Name})
 	switch {
 	case err == nil:
 		klog.FromContext(ctx).V(2).Info("Created profile revision", "revision", klog.KObj(revision))
@@ -696,7 +717,7 @@ func (c *Controller) ensureRevision(ctx context.Context, profile *corev1.ConfigM
 		// controller's own, created moments ago and not in the cache yet, or
 		// a ConfigMap of someone else's without the revision label, which
 		// the sessions must not mount. Only a live read can tell.
-		existing, getErr := c.kubeClient.CoreV1().ConfigMaps(profile.Namespace).Get(ctx, name, metav1.GetOptions{})
+		existing, getErr := c.kubeClient.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(getErr):
 			return revisionState{}, fmt.Errorf("revision %s: gone right after a create found it: %w", name, err) // retry
@@ -717,18 +738,21 @@ func (c *Controller) ensureRevision(ctx context.Context, profile *corev1.ConfigM
 }
 
 // deleteStaleRevisions deletes the revisions of a profile that no pod can
-// mount, other than those named in kept (the current and the stable one,
-// while the profile exists) and the newest keep. Each step of it is
-// independent: a failed delete does not stop the others, and the errors are
-// returned together.
-func (c *Controller) deleteStaleRevisions(ctx context.Context, namespace, profileKey string, kept []string, keep int) error {
+// mount, other than those of the contents kept (the current and the stable
+// one, while the profile exists) and, in each namespace, the newest keep.
+// Each step of it is independent: a failed delete does not stop the others,
+// and the errors are returned together.
+func (c *Controller) deleteStaleRevisions(ctx context.Context, profileKey string, kept []string, keep int) error {
 	objs, err := c.revisionIndexer.ByIndex(revisionOfIndex, profileKey)
 	if err != nil {
 		return err
 	}
-	revisions := make([]*corev1.ConfigMap, 0, len(objs))
+	// A profile used by grant has revisions in each namespace that uses it,
+	// and each namespace keeps its own history.
+	byNamespace := map[string][]*corev1.ConfigMap{}
 	for _, obj := range objs {
-		revisions = append(revisions, obj.(*corev1.ConfigMap))
+		r := obj.(*corev1.ConfigMap)
+		byNamespace[r.Namespace] = append(byNamespace[r.Namespace], r)
 	}
 	var outOfSight map[string]bool
 	inUse := func(r *corev1.ConfigMap) bool {
@@ -738,10 +762,20 @@ func (c *Controller) deleteStaleRevisions(ctx context.Context, namespace, profil
 		if outOfSight == nil {
 			outOfSight = c.revisionsOutOfSight(profileKey)
 		}
-		return outOfSight[r.Name]
+		return outOfSight[r.Namespace+"/"+r.Name]
+	}
+	var stale []*corev1.ConfigMap
+	for _, namespace := range slices.Sorted(maps.Keys(byNamespace)) {
+		revisions := byNamespace[namespace]
+		ref := revisions[0].Annotations[RevisionOfAnnotation]
+		keptNames := make([]string, 0, len(kept))
+		for _, hash := range kept {
+			keptNames = append(keptNames, RevisionName(ref, hash))
+		}
+		stale = append(stale, staleRevisions(revisions, keptNames, inUse, keep)...)
 	}
 	var errs []error
-	for _, r := range staleRevisions(revisions, kept, inUse, keep) {
+	for _, r := range stale {
 		if c.revisions.deletedAlready(r) {
 			continue // its delete event is on its way
 		}
@@ -749,7 +783,7 @@ func (c *Controller) deleteStaleRevisions(ctx context.Context, namespace, profil
 		// have been made, and a session must not be moved to it meanwhile.
 		c.revisions.deletedRevision(r)
 		// The preconditions make sure it is the revision the cache showed.
-		err := c.kubeClient.CoreV1().ConfigMaps(namespace).Delete(ctx, r.Name, metav1.DeleteOptions{
+		err := c.kubeClient.CoreV1().ConfigMaps(r.Namespace).Delete(ctx, r.Name, metav1.DeleteOptions{
 			Preconditions: &metav1.Preconditions{UID: &r.UID, ResourceVersion: &r.ResourceVersion},
 		})
 		switch {
@@ -772,8 +806,9 @@ func (c *Controller) deleteStaleRevisions(ctx context.Context, namespace, profil
 
 // revisionInUse reports whether a pod of a managed Deployment may mount the
 // revision: see above. An index error counts as in use.
-// revisionsOutOfSight returns the revisions that the profile's sessions
-// whose Deployment the cache does not show last ran, as their status says.
+// revisionsOutOfSight returns the revisions ("namespace/name") that the
+// profile's sessions whose Deployment the cache does not show last ran, as
+// their status says.
 // Such a Deployment (its managed-by label removed by a user) may mount one
 // still, and the controller, which puts the label back, would find its
 // revision gone.
@@ -786,7 +821,7 @@ func (c *Controller) revisionsOutOfSight(profileKey string) map[string]bool {
 			continue
 		}
 		if _, err := c.deploymentLister.Deployments(namespace).Get(name); apierrors.IsNotFound(err) {
-			names[session.Status.ProfileRevision] = true
+			names[namespace+"/"+session.Status.ProfileRevision] = true
 		}
 	}
 	return names

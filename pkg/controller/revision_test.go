@@ -38,7 +38,7 @@ func TestNewRevisionIsAnImmutableCopy(t *testing.T) {
 	profile := newProfile(testNamespace, "classic", classicData)
 	profile.BinaryData = map[string][]byte{"map.bin": {0, 1, 2}}
 	hash := ProfileHash(profile)
-	r := newRevision(profile, hash)
+	r := newRevision(profile, hash, profile.Namespace)
 	if r.Immutable == nil || !*r.Immutable {
 		t.Error("revision is not immutable")
 	}

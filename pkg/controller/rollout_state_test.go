@@ -158,8 +158,8 @@ func TestRevisionCreateFailureIsReportedAndCleanupStillRuns(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f, profile, oldHash := rolloutFixture(ctx, t, 1, nil)
 	f.c.revisionHistoryLimit = 0
-	f.deleteCached(newRevision(profile, ProfileHash(profile)))
-	stale := newRevision(withData(profile, map[string]string{"game.cfg": "older"}), ProfileHash(withData(profile, map[string]string{"game.cfg": "older"})))
+	f.deleteCached(newRevision(profile, ProfileHash(profile), profile.Namespace))
+	stale := newRevision(withData(profile, map[string]string{"game.cfg": "older"}), ProfileHash(withData(profile, map[string]string{"game.cfg": "older"})), profile.Namespace)
 	f.setCached(stale)
 	quota := apierrors.NewForbidden(corev1.Resource("configmaps"), RevisionName("classic", ProfileHash(profile)),
 		errors.New("exceeded quota: cm-quota, requested: count/configmaps=1, used: count/configmaps=5, limited: count/configmaps=5"))
@@ -206,7 +206,7 @@ func TestRevisionNameTakenIsReported(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f, profile, _ := rolloutFixture(ctx, t, 1, nil)
 	name := RevisionName("classic", ProfileHash(profile))
-	f.deleteCached(newRevision(profile, ProfileHash(profile)))
+	f.deleteCached(newRevision(profile, ProfileHash(profile), profile.Namespace))
 	if err := f.kubeClient.Tracker().Add(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: name}}); err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +327,7 @@ func TestRevisionDeleteConflictIsNotADelete(t *testing.T) {
 	f, profile, _ := rolloutFixture(ctx, t, 1, nil)
 	f.c.revisionHistoryLimit = 0
 	olderProfile := withData(profile, map[string]string{"game.cfg": "older"})
-	stale := newRevision(olderProfile, ProfileHash(olderProfile))
+	stale := newRevision(olderProfile, ProfileHash(olderProfile), olderProfile.Namespace)
 	stale.UID, stale.ResourceVersion = "stale-uid", "3"
 	f.setCached(stale)
 	f.kubeClient.PrependReactor("delete", "configmaps", func(core.Action) (bool, runtime.Object, error) {
@@ -409,7 +409,7 @@ func TestBlockedCanaryIsReportedByName(t *testing.T) {
 func TestOwnRevisionNotCachedYetIsNoConflict(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f, profile, _ := rolloutFixture(ctx, t, 1, nil)
-	revision := newRevision(profile, ProfileHash(profile))
+	revision := newRevision(profile, ProfileHash(profile), profile.Namespace)
 	f.deleteCached(revision)
 	if err := f.kubeClient.Tracker().Add(revision); err != nil {
 		t.Fatal(err)

@@ -100,7 +100,7 @@ func TestPacedRolloutMovesOnlyAdmittedSessions(t *testing.T) {
 func TestSessionWaitsForItsRevision(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f, profile, _ := rolloutFixture(ctx, t, 1, nil)
-	revision := newRevision(profile, ProfileHash(profile))
+	revision := newRevision(profile, ProfileHash(profile), profile.Namespace)
 	f.deleteCached(revision)
 
 	f.expectGame(updateSessionStatus(testNamespace, "s0"))
@@ -131,7 +131,7 @@ func TestProfileSyncDeletesStaleRevisions(t *testing.T) {
 	// as the one revision of history besides the current and the used.
 	base := lastTransition.Time
 	for i, content := range []string{"older", "old"} {
-		r := newRevision(withData(profile, map[string]string{"game.cfg": content}), ProfileHash(withData(profile, map[string]string{"game.cfg": content})))
+		r := newRevision(withData(profile, map[string]string{"game.cfg": content}), ProfileHash(withData(profile, map[string]string{"game.cfg": content})), profile.Namespace)
 		r.CreationTimestamp = metav1.NewTime(base.Add(time.Duration(-10+i) * time.Minute))
 		f.setCached(r)
 	}

@@ -613,7 +613,7 @@ func (w *world) populateRunning() {
 		}
 		hash := ProfileHash(p)
 		if w.server.revision(worldRevisionName(p.Name, hash)) == nil {
-			_, err := w.server.create(byController, revisionsResource, newRevision(p, hash))
+			_, err := w.server.create(byController, revisionsResource, newRevision(p, hash, p.Namespace))
 			must(err)
 		}
 		_, err := w.server.create(byController, deploymentsResource, NewDeployment(s, hash))

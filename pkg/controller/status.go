@@ -19,6 +19,9 @@ const (
 	MessageProfileResolved          = "Profile ConfigMap %q resolved: its current content is %s"
 	MessageProfileFound             = "Profile ConfigMap %q found (hash %s); it is rolled out once the session has a Deployment of its own"
 	MessageProfileNotFound          = "No ConfigMap %q matching %q in namespace %q: create it, or add the label if it exists. The Deployment, if any, is left running as it is"
+	MessageNoReferenceGrantAPI      = "Profile %q is in another namespace, which needs a ReferenceGrant there, and this cluster serves no ReferenceGrant API: install Gateway API's ReferenceGrant CRD (and restart the controller), or use a profile of the session's own namespace. The Deployment, if any, is left running as it is"
+	MessageNamespacedController     = "Profile %q is in another namespace, and this controller manages namespace %q only (--namespace): use a profile of the session's own namespace, or a cluster-wide install. The Deployment, if any, is left running as it is"
+	MessageReferenceNotPermitted    = "Profile %q is in namespace %q, and no ReferenceGrant there permits it: a grant needs spec.from {group: %s, kind: %s, namespace: %s} and spec.to {group: \"\", kind: ConfigMap, name: %s (or no name)}. The Deployment, if any, is left running as it is"
 	MessageWaitingForProfile        = "Waiting for profile ConfigMap %q before creating the Deployment"
 	MessageSpecWaitsForProfile      = "The spec is not applied until profile ConfigMap %q is back; the Deployment is left as it was, with %d of %d game servers ready"
 	MessageDeploymentReady          = "%d of %d game servers ready"
@@ -107,6 +110,9 @@ type sessionStatus struct {
 	// template timed out (Controller.progressDeadlineExceeded); without
 	// it, the Progressing condition of the current generation decides.
 	deadlineExceeded func(*appsv1.Deployment) bool
+	// refusal says why the session may not use its profile of another
+	// namespace; "" if it may.
+	refusal string
 }
 
 func newSessionStatus(session *gamesv1.GameSession) *sessionStatus {
@@ -131,20 +137,27 @@ func (s *sessionStatus) setCondition(conditionType string, status metav1.Conditi
 func (s *sessionStatus) profileResolved(running, target string) {
 	s.status.ProfileHash = running
 	s.setCondition(gamesv1.ConditionProfileResolved, metav1.ConditionTrue, gamesv1.ReasonProfileResolved,
-		fmt.Sprintf(MessageProfileResolved, s.session.Spec.ProfileRef, target))
+		fmt.Sprintf(MessageProfileResolved, refOf(s.session), target))
 }
 
 // profileFound reports a profile that exists but is not rolled into a
 // Deployment, as the session has none it may write to.
 func (s *sessionStatus) profileFound(hash string) {
 	s.setCondition(gamesv1.ConditionProfileResolved, metav1.ConditionTrue, gamesv1.ReasonProfileResolved,
-		fmt.Sprintf(MessageProfileFound, s.session.Spec.ProfileRef, hash))
+		fmt.Sprintf(MessageProfileFound, refOf(s.session), hash))
 }
 
 // profileNotFound reports a profile the cache does not hold.
 func (s *sessionStatus) profileNotFound(selector string) {
+	namespace, name := profileOf(s.session)
 	s.setCondition(gamesv1.ConditionProfileResolved, metav1.ConditionFalse, gamesv1.ReasonProfileNotFound,
-		fmt.Sprintf(MessageProfileNotFound, s.session.Spec.ProfileRef, selector, s.session.Namespace))
+		fmt.Sprintf(MessageProfileNotFound, name, selector, namespace))
+}
+
+// referenceRefused reports a profile of another namespace that the session
+// may not use: no grant permits it.
+func (s *sessionStatus) referenceRefused() {
+	s.setCondition(gamesv1.ConditionProfileResolved, metav1.ConditionFalse, gamesv1.ReasonReferenceNotPermitted, s.refusal)
 }
 
 // profileMissing reports on the Deployment, d (nil if none), that the
@@ -152,7 +165,7 @@ func (s *sessionStatus) profileNotFound(selector string) {
 // Ready never claims a spec the Deployment does not carry: a session scaled
 // while its profile is missing is not Ready with the old replica count.
 func (s *sessionStatus) profileMissing(d *appsv1.Deployment) {
-	ref := s.session.Spec.ProfileRef
+	ref := refOf(s.session)
 	if meta.FindStatusCondition(s.status.Conditions, gamesv1.ConditionProfileUpToDate) != nil {
 		// No content to be up to date with: neither True nor False is so.
 		s.setCondition(gamesv1.ConditionProfileUpToDate, metav1.ConditionUnknown, gamesv1.ReasonProfileNotFound, MessageProfileGone)
@@ -183,11 +196,11 @@ func specApplied(d *appsv1.Deployment, session *gamesv1.GameSession) bool {
 func (s *sessionStatus) leftAsIs(d *appsv1.Deployment, target string) {
 	s.status.ProfileHash = d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]
 	s.replicas(d)
-	if rolledProfileHash(d, s.session.Spec.ProfileRef) == target {
+	if rolledProfileHash(d, refOf(s.session)) == target {
 		s.upToDate(target)
 		return
 	}
-	ref := s.session.Spec.ProfileRef
+	ref := refOf(s.session)
 	s.setCondition(gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonRolloutBlocked,
 		fmt.Sprintf(MessageRolloutBlocked, RevisionName(ref, target)))
 }
@@ -209,14 +222,14 @@ func (s *sessionStatus) replicas(d *appsv1.Deployment) {
 		s.status.UpdatedReplicas = d.Status.UpdatedReplicas
 	}
 	s.status.ProfileRevision = ""
-	if hash := rolledProfileHash(d, s.session.Spec.ProfileRef); hash != "" {
-		s.status.ProfileRevision = RevisionName(s.session.Spec.ProfileRef, hash)
+	if hash := rolledProfileHash(d, refOf(s.session)); hash != "" {
+		s.status.ProfileRevision = RevisionName(refOf(s.session), hash)
 	}
 }
 
 // upToDate reports a Deployment that runs the profile's current revision.
 func (s *sessionStatus) upToDate(hash string) {
-	ref := s.session.Spec.ProfileRef
+	ref := refOf(s.session)
 	s.setCondition(gamesv1.ConditionProfileUpToDate, metav1.ConditionTrue, gamesv1.ReasonRevisionCurrent,
 		fmt.Sprintf(MessageRevisionCurrent, RevisionName(ref, hash), ref))
 }

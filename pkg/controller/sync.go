@@ -84,6 +84,13 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
+	status := newSessionStatus(session)
+	status.deadlineExceeded = c.progressDeadlineExceeded
+	if permitted, message := c.referencePermitted(session); !permitted {
+		// Another namespace's profile, not granted: as good as missing.
+		// The Deployment keeps the revision it runs.
+		profile, status.refusal = nil, message
+	}
 	if !c.expectations.satisfied(key, deployment) {
 		// The cache has not caught up with our last write to the Deployment.
 		// Its watch event is on its way and syncs the session again.
@@ -93,8 +100,6 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 	// The cache shows the last write: a move it completed, or a move that
 	// was refused or overtaken, frees its place in the cluster-wide budget.
 	c.settleMove(key, session, deployment)
-	status := newSessionStatus(session)
-	status.deadlineExceeded = c.progressDeadlineExceeded
 	result, err := c.reconcileDeployment(ctx, session, profile, deployment, status)
 	// Requeues are decided here, from what the steps returned.
 	if result.requeueAfter > 0 {
@@ -150,7 +155,7 @@ type reconcileResult struct {
 // cannot tell, and must not look (that would mean caching or reading the
 // cluster's other ConfigMaps).
 func (c *Controller) readInputs(session *gamesv1.GameSession) (*corev1.ConfigMap, *appsv1.Deployment, error) {
-	profile, err := c.cachedProfile(session.Namespace, session.Spec.ProfileRef)
+	profile, err := c.cachedProfile(profileOf(session))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -169,9 +174,12 @@ func (c *Controller) readInputs(session *gamesv1.GameSession) (*corev1.ConfigMap
 func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.GameSession,
 	profile *corev1.ConfigMap, observed *appsv1.Deployment, status *sessionStatus) (reconcileResult, error) {
 	var result reconcileResult
-	if profile == nil {
+	switch {
+	case status.refusal != "":
+		status.referenceRefused()
+	case profile == nil:
 		status.profileNotFound(c.profileSelector)
-	} else {
+	default:
 		// Until the Deployment carries it, the profile is only found.
 		status.profileFound(c.profileHashes.hash(profile))
 	}
@@ -251,15 +259,16 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 	}
 
 	key := cache.MetaObjectToName(session).String()
-	if rolled := rolledProfileHash(observed, profile.Name); result.choice.hash == target && rolled != "" && rolled != target &&
+	ref := refOfProfile(session.Namespace, profile)
+	if rolled := rolledProfileHash(observed, ref); result.choice.hash == target && rolled != "" && rolled != target &&
 		!c.admitMove(key, target) {
 		// A move of a running session: the cluster-wide budget has no room.
 		// Its own spec is still applied, with the revision it runs.
 		moving, waiting := c.budget.counts()
 		klog.FromContext(ctx).V(4).Info("Move waits for the cluster-wide budget", "moving", moving, "waiting", waiting)
 		result.choice = revisionChoice{hash: rolled, reason: gamesv1.ReasonWaitingForClusterBudget,
-			message: fmt.Sprintf(MessageWaitingForClusterBudget, RevisionName(profile.Name, rolled),
-				RevisionName(profile.Name, target), c.budget)}
+			message: fmt.Sprintf(MessageWaitingForClusterBudget, RevisionName(ref, rolled),
+				RevisionName(ref, target), c.budget)}
 	}
 	current, patched, err := c.patchDeployment(ctx, session, observed, c.desiredDeployment(session, profile, result.choice.hash))
 	switch {
@@ -354,9 +363,9 @@ func (c *Controller) reconcileWithoutProfile(ctx context.Context, session *games
 	var result reconcileResult
 	rolled := ""
 	if observed != nil {
-		rolled = rolledProfileHash(observed, session.Spec.ProfileRef)
+		rolled = rolledProfileHash(observed, refOf(session))
 	}
-	if rolled == "" || !c.revisionAvailable(session.Namespace, session.Spec.ProfileRef, rolled) {
+	if rolled == "" || !c.revisionAvailable(session.Namespace, refOf(session), rolled) {
 		status.profileMissing(observed)
 		return result, nil
 	}
@@ -410,20 +419,21 @@ type revisionChoice struct {
 // revision it keeps.
 func (c *Controller) chooseRevision(session *gamesv1.GameSession, profile *corev1.ConfigMap, observed *appsv1.Deployment) revisionChoice {
 	target := c.profileHashes.hash(profile)
+	ref := refOfProfile(session.Namespace, profile)
 	rolled := ""
 	if observed != nil {
-		rolled = rolledProfileHash(observed, profile.Name)
+		rolled = rolledProfileHash(observed, ref)
 	}
 	if rolled == target {
 		return revisionChoice{hash: target}
 	}
-	targetRevision := RevisionName(profile.Name, target)
-	if !c.revisionAvailable(profile.Namespace, profile.Name, target) {
+	targetRevision := RevisionName(ref, target)
+	if !c.revisionAvailable(session.Namespace, ref, target) {
 		if rolled == "" && observed != nil {
 			// Its profile volume was edited away from the revision its
 			// annotation names: put that one back meanwhile.
 			if hash := observed.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]; hash != "" &&
-				c.revisionAvailable(profile.Namespace, profile.Name, hash) {
+				c.revisionAvailable(session.Namespace, ref, hash) {
 				rolled = hash
 			}
 		}
@@ -450,7 +460,7 @@ func (c *Controller) chooseRevision(session *gamesv1.GameSession, profile *corev
 	if rolled != "" {
 		if remaining, held := c.heldBack(session, profile, observed, rolled); held {
 			return revisionChoice{hash: rolled, reason: gamesv1.ReasonWaitingForTurn, requeueAfter: remaining,
-				message: fmt.Sprintf(MessageChangeDelayed, RevisionName(profile.Name, rolled), targetRevision)}
+				message: fmt.Sprintf(MessageChangeDelayed, RevisionName(ref, rolled), targetRevision)}
 		}
 	}
 	return revisionChoice{hash: target}
@@ -616,7 +626,7 @@ func (c *Controller) recordTransitions(session *gamesv1.GameSession, prev, next 
 			c.recorder.Event(session, corev1.EventTypeWarning, cond.Reason, cond.Message)
 		case meta.FindStatusCondition(prev.Conditions, gamesv1.ConditionProfileResolved) != nil:
 			c.recorder.Eventf(session, corev1.EventTypeNormal, gamesv1.ReasonProfileResolved,
-				MessageProfileResolved, session.Spec.ProfileRef, next.ProfileHash)
+				MessageProfileResolved, refOf(session), next.ProfileHash)
 		}
 	}
 	if conditionChanged(prev.Conditions, next.Conditions, gamesv1.ConditionReady) {

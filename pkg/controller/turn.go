@@ -5,6 +5,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 	"github.com/example/gamesession-controller/pkg/rollout"
@@ -31,6 +32,7 @@ func (c *Controller) turnOf(session *gamesv1.GameSession, profile *corev1.Config
 	hasDeployment bool) (revisionChoice, bool) {
 	policy, err := c.policyOf(profile)
 	key := profileKey(profile.Namespace, profile.Name)
+	ref := refOfProfile(session.Namespace, profile)
 	now := c.clock.Now()
 	var pp *profilePlan
 	if err == nil && policy.Unpaced() {
@@ -52,33 +54,33 @@ func (c *Controller) turnOf(session *gamesv1.GameSession, profile *corev1.Config
 	}
 	if pp == nil {
 		return revisionChoice{hash: rolled, reason: gamesv1.ReasonWaitingForTurn, planNeeded: true,
-			message: fmt.Sprintf(MessageWaitingForPlan, RevisionName(profile.Name, target), profile.Name)}, false
+			message: fmt.Sprintf(MessageWaitingForPlan, RevisionName(ref, target), ref)}, false
 	}
 	if !hasDeployment || rolled == "" {
 		stable := pp.plan.StableHash
 		if pp.plan.NewSessionsOnTarget() || stable == "" || stable == target ||
-			!c.revisionAvailable(profile.Namespace, profile.Name, stable) {
+			!c.revisionAvailable(session.Namespace, ref, stable) {
 			return revisionChoice{}, true
 		}
-		return waitingChoice(pp.plan, profile.Name, stable, target, policy), false
+		return waitingChoice(pp.plan, ref, stable, target, policy), false
 	}
 	if stopped(pp.plan) {
-		return waitingChoice(pp.plan, profile.Name, rolled, target, policy), false
+		return waitingChoice(pp.plan, ref, rolled, target, policy), false
 	}
 	if policy.Window != nil && !policy.Window.Open(now) {
 		// The window closed since the plan: a new one says so to all.
 		choice := waitingChoice(rollout.Plan{Phase: rollout.PhaseWaiting, Resumes: policy.Window.NextOpen(now)},
-			profile.Name, rolled, target, policy)
+			ref, rolled, target, policy)
 		choice.planNeeded = true
 		return choice, false
 	}
 	if choice, busy := c.deferred(session, profile, policy, target, rolled, hasDeployment, now); busy {
 		return choice, false
 	}
-	if pp.plan.Admits(session.Name) {
+	if pp.plan.Admits(memberName(profile.Namespace, cache.MetaObjectToName(session).String())) {
 		return revisionChoice{}, true
 	}
-	return waitingChoice(pp.plan, profile.Name, rolled, target, policy), false
+	return waitingChoice(pp.plan, ref, rolled, target, policy), false
 }
 
 // stopped reports whether the plan stops the rollout as a whole: halted,
@@ -100,10 +102,11 @@ func (c *Controller) deferred(session *gamesv1.GameSession, profile *corev1.Conf
 	if !isBusy(session) || !hasDeployment || rolled == "" {
 		return revisionChoice{}, false
 	}
-	running, targetRevision := RevisionName(profile.Name, rolled), RevisionName(profile.Name, target)
+	ref := refOfProfile(session.Namespace, profile)
+	running, targetRevision := RevisionName(ref, rolled), RevisionName(ref, target)
 	choice := revisionChoice{hash: rolled, reason: gamesv1.ReasonSessionBusy}
 	if policy.MaxDefer == nil {
-		choice.message = fmt.Sprintf(MessageSessionBusy, running, targetRevision, profile.Name, "")
+		choice.message = fmt.Sprintf(MessageSessionBusy, running, targetRevision, ref, "")
 		return choice, true
 	}
 	started := c.rolloutStart(profile, target)
@@ -115,7 +118,7 @@ func (c *Controller) deferred(session *gamesv1.GameSession, profile *corev1.Conf
 		return revisionChoice{}, false
 	}
 	choice.requeueAfter = ends.Sub(now)
-	choice.message = fmt.Sprintf(MessageSessionBusy, running, targetRevision, profile.Name,
+	choice.message = fmt.Sprintf(MessageSessionBusy, running, targetRevision, ref,
 		fmt.Sprintf(MessageBusyUntil, ends.UTC().Format(time.RFC3339), policy.MaxDefer))
 	return choice, true
 }

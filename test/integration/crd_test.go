@@ -33,6 +33,14 @@ func TestCRDValidation(t *testing.T) {
 		{"missing profileRef", func(s *gamesv1.GameSession) { s.Spec.ProfileRef = "" }, []string{"spec.profileRef"}},
 		{"invalid profileRef", func(s *gamesv1.GameSession) { s.Spec.ProfileRef = "Not_A-Name!" },
 			[]string{"spec.profileRef", "profileRef must be a ConfigMap name"}},
+		{"profileRef with a dot in its namespace", func(s *gamesv1.GameSession) { s.Spec.ProfileRef = "a.b/arena" },
+			[]string{"spec.profileRef", "optionally after a namespace and a slash"}},
+		{"profileRef with two slashes", func(s *gamesv1.GameSession) { s.Spec.ProfileRef = "a/b/arena" },
+			[]string{"spec.profileRef", "optionally after a namespace and a slash"}},
+		{"profileRef with a namespace too long", func(s *gamesv1.GameSession) { s.Spec.ProfileRef = strings.Repeat("n", 64) + "/arena" },
+			[]string{"spec.profileRef", "a namespace is at most 63 characters"}},
+		{"profileRef with a name too long", func(s *gamesv1.GameSession) { s.Spec.ProfileRef = strings.Repeat("p", 254) },
+			[]string{"spec.profileRef", "a ConfigMap name at most 253"}},
 		{"missing image", func(s *gamesv1.GameSession) { s.Spec.Image = "" }, []string{"spec.image"}},
 		{"image with whitespace", func(s *gamesv1.GameSession) { s.Spec.Image = "arena server" }, []string{"image must not contain whitespace"}},
 		{"negative replicas", func(s *gamesv1.GameSession) { s.Spec.Replicas = ptr.To[int32](-1) },
@@ -146,6 +154,17 @@ func TestCRDValidation(t *testing.T) {
 	}
 	if got := created.Spec.Ports[0].Protocol; got != "UDP" {
 		t.Errorf("defaulted protocol = %q, want UDP", got)
+	}
+
+	// Another namespace's profile, and names of the greatest lengths.
+	for _, ref := range []string{"platform/arena", strings.Repeat("n", 63) + "/" + strings.Repeat("p", 253), strings.Repeat("p", 253)} {
+		s := valid()
+		s.Name = ""
+		s.GenerateName = "ref-"
+		s.Spec.ProfileRef = ref
+		if _, err := e.game.GamesV1().GameSessions(e.ns).Create(e.ctx, s, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+			t.Errorf("profileRef %q refused: %v", ref, err)
+		}
 	}
 }
 

@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/example/gamesession-controller/internal/manifests"
+	"github.com/example/gamesession-controller/internal/testutil"
 )
 
 const rbacDir = "../../artifacts/rbac/"
@@ -115,24 +115,7 @@ func (r *controllerRBAC) revoke(g grantedVerb) {
 	if g.role == "Role" {
 		rules = &r.leaseRole.Rules
 	}
-	var kept []rbacv1.PolicyRule
-	for _, rule := range *rules {
-		if !slices.Contains(rule.APIGroups, g.group) || !slices.Contains(rule.Resources, g.resource) || !slices.Contains(rule.Verbs, g.verb) {
-			kept = append(kept, rule)
-			continue
-		}
-		for _, res := range rule.Resources {
-			split := *rule.DeepCopy()
-			split.Resources = []string{res}
-			if res == g.resource {
-				split.Verbs = slices.DeleteFunc(split.Verbs, func(v string) bool { return v == g.verb })
-			}
-			if len(split.Verbs) > 0 {
-				kept = append(kept, split)
-			}
-		}
-	}
-	*rules = kept
+	*rules = testutil.RevokeVerb(*rules, g.group, g.resource, g.verb)
 }
 
 // apply creates the roles and bindings, and deletes the cluster-scoped ones

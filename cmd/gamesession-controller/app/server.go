@@ -4,15 +4,23 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/klog/v2"
@@ -70,7 +78,11 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return fmt.Errorf("building the GameSession client: %w", err)
 	}
-	informerClients := informerClients{kube: informerKubeClient, game: informerGameClient}
+	informerDynamicClient, err := dynamic.NewForConfig(recovery.config(cfg))
+	if err != nil {
+		return fmt.Errorf("building the dynamic client: %w", err)
+	}
+	informerClients := informerClients{kube: informerKubeClient, game: informerGameClient, dynamic: informerDynamicClient}
 	sessions := metrics.NewSessionCollector()
 	controllerMetrics := metrics.NewControllerMetrics()
 	registry, err := metrics.NewRegistry(append(controllerMetrics.Collectors(), sessions)...)
@@ -135,6 +147,26 @@ func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interf
 	if err != nil {
 		return err
 	}
+	// Grants only matter to a cluster-wide controller: one of a single
+	// namespace sees no other namespace's profiles.
+	var grantFactory dynamicinformer.DynamicSharedInformerFactory
+	var grants cache.SharedIndexInformer
+	if o.Namespace == "" {
+		gvr, found, err := referenceGrantResource(ctx, kubeClient.Discovery())
+		if err != nil {
+			return err
+		}
+		if found {
+			grantFactory = dynamicinformer.NewFilteredDynamicSharedInformerFactory(informers.dynamic, o.ResyncPeriod, metav1.NamespaceAll, nil)
+			grants = grantFactory.ForResource(gvr).Informer()
+			if err := grants.SetTransform(controller.SlimReferenceGrant); err != nil {
+				return err
+			}
+			logger.Info("Profiles of other namespaces are permitted by ReferenceGrants", "resource", gvr.String())
+		} else {
+			logger.Info("The cluster serves no ReferenceGrant API: GameSessions may use profiles of their own namespace only")
+		}
+	}
 	sessionInformer := sessionFactory.Games().V1().GameSessions()
 	c, err := controller.NewController(ctx, kubeClient, gameClient,
 		controller.Informers{
@@ -144,6 +176,7 @@ func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interf
 			Revisions:   revisionFactory.Core().V1().ConfigMaps(),
 			Deployments: deploymentFactory.Apps().V1().Deployments(),
 			ReplicaSets: deploymentFactory.Apps().V1().ReplicaSets(),
+			Grants:      grants,
 		},
 		controller.Options{
 			ProfileSelector:      o.ProfileSelector,
@@ -153,6 +186,7 @@ func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interf
 			RevisionHistoryLimit: o.RevisionHistoryLimit,
 			MaxMovingSessions:    o.MaxMovingSessions,
 			MaxMovesPerMinute:    o.MaxMovesPerMinute,
+			Namespace:            o.Namespace,
 		})
 	if err != nil {
 		return err
@@ -167,6 +201,10 @@ func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interf
 	profileFactory.Start(ctx.Done())
 	revisionFactory.Start(ctx.Done())
 	deploymentFactory.Start(ctx.Done())
+	if grantFactory != nil {
+		grantFactory.Start(ctx.Done())
+		defer grantFactory.Shutdown()
+	}
 	// Shutdown waits for the informer goroutines, so Run leaves nothing behind.
 	defer deploymentFactory.Shutdown()
 	defer revisionFactory.Shutdown()
@@ -184,10 +222,49 @@ func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interf
 	return nil
 }
 
+// referenceGrantResource finds the ReferenceGrant version the API server
+// serves, the preferred first. found is false when it serves none (Gateway
+// API's CRDs are an optional install). Discovery errors other than "not
+// served" are retried for a while: a controller that started without grants
+// because of a transient error would refuse every cross-namespace profile
+// until its next restart.
+func referenceGrantResource(ctx context.Context, client discovery.DiscoveryInterface) (gvr schema.GroupVersionResource, found bool, err error) {
+	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Steps: 6, Cap: 10 * time.Second}
+	err = wait.ExponentialBackoffWithContext(ctx, backoff, func(context.Context) (bool, error) {
+		var lastErr error
+		for _, candidate := range controller.ReferenceGrantVersions {
+			list, err := client.ServerResourcesForGroupVersion(candidate.GroupVersion().String())
+			switch {
+			case apierrors.IsNotFound(err):
+				continue
+			case err != nil:
+				lastErr = err
+				continue
+			}
+			for _, r := range list.APIResources {
+				if r.Name == candidate.Resource {
+					gvr, found = candidate, true
+					return true, nil
+				}
+			}
+		}
+		if lastErr != nil {
+			klog.FromContext(ctx).Info("Looking for the ReferenceGrant API", "err", lastErr)
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return gvr, false, fmt.Errorf("looking for the ReferenceGrant API: %w", err)
+	}
+	return gvr, found, nil
+}
+
 // informerClients are the clients the informers list and watch with.
 type informerClients struct {
-	kube kubernetes.Interface
-	game clientset.Interface
+	kube    kubernetes.Interface
+	game    clientset.Interface
+	dynamic dynamic.Interface
 }
 
 func (o *Options) restConfig() (*rest.Config, error) {

@@ -65,6 +65,11 @@ const (
 const (
 	ReasonProfileResolved = "ProfileResolved"
 	ReasonProfileNotFound = "ProfileNotFound"
+	// ReasonReferenceNotPermitted: the profile is in another namespace, and
+	// no ReferenceGrant there permits the session's namespace to use it
+	// (or the cluster serves no ReferenceGrant API). The Deployment keeps
+	// the revision it runs; a grant made later resolves it by itself.
+	ReasonReferenceNotPermitted = "ReferenceNotPermitted"
 
 	ReasonDeploymentReady         = "DeploymentReady"
 	ReasonDeploymentProgressing   = "DeploymentProgressing"
@@ -194,15 +199,20 @@ type GameSession struct {
 // +kubebuilder:validation:XValidation:rule="!(has(self.template) && has(self.template.spec)) || self.template.spec.containers.all(c, !has(c.ports) || c.ports.all(p, !has(p.name) || c.ports.exists_one(q, has(q.name) && q.name == p.name)))",message="port names must be unique within each container of spec.template.spec.containers"
 // +kubebuilder:validation:XValidation:rule="!has(self.progressDeadlineSeconds) || !has(self.minReadySeconds) || self.progressDeadlineSeconds > self.minReadySeconds",message="progressDeadlineSeconds must be greater than minReadySeconds: a pod must get the chance to count as available before the rollout is declared stuck"
 type GameSessionSpec struct {
-	// profileRef is the name of the profile ConfigMap, in the GameSession's own
-	// namespace, that the game servers mount read-only at /etc/gamesession/profile.
-	// The ConfigMap must carry the label games.example.com/profile=true; the
-	// controller ignores ConfigMaps without it. There is deliberately no
-	// namespace field: a session can only use its own namespace's profiles.
+	// profileRef names the profile ConfigMap that the game servers mount
+	// read-only at /etc/gamesession/profile: "name" for one of the
+	// GameSession's own namespace, or "namespace/name" for one of another
+	// namespace, which that namespace must permit with a Gateway API
+	// ReferenceGrant (from group games.example.com, kind GameSession, the
+	// session's namespace; to group "", kind ConfigMap). The pods mount a
+	// copy the controller makes in the session's namespace. The ConfigMap
+	// must carry the label games.example.com/profile=true; the controller
+	// ignores ConfigMaps without it.
 	// +required
 	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="profileRef must be a ConfigMap name: a DNS-1123 subdomain of lowercase letters, digits, '-' and '.', starting and ending with a letter or digit"
+	// +kubebuilder:validation:MaxLength=317
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="profileRef must be a ConfigMap name (a DNS-1123 subdomain of lowercase letters, digits, '-' and '.', starting and ending with a letter or digit), optionally after a namespace and a slash: arena, or platform/arena"
+	// +kubebuilder:validation:XValidation:rule="self.contains('/') ? self.split('/')[0].size() <= 63 && self.split('/')[1].size() <= 253 : self.size() <= 253",message="profileRef: a namespace is at most 63 characters, and a ConfigMap name at most 253"
 	ProfileRef string `json:"profileRef"`
 
 	// image is the game server's container image, e.g.

@@ -37,11 +37,15 @@ import (
 // spec.template with the short fields folded into the game server container,
 // the controller's labels, and the profile mounted.
 type GameSessionSpecApplyConfiguration struct {
-	// profileRef is the name of the profile ConfigMap, in the GameSession's own
-	// namespace, that the game servers mount read-only at /etc/gamesession/profile.
-	// The ConfigMap must carry the label games.example.com/profile=true; the
-	// controller ignores ConfigMaps without it. There is deliberately no
-	// namespace field: a session can only use its own namespace's profiles.
+	// profileRef names the profile ConfigMap that the game servers mount
+	// read-only at /etc/gamesession/profile: "name" for one of the
+	// GameSession's own namespace, or "namespace/name" for one of another
+	// namespace, which that namespace must permit with a Gateway API
+	// ReferenceGrant (from group games.example.com, kind GameSession, the
+	// session's namespace; to group "", kind ConfigMap). The pods mount a
+	// copy the controller makes in the session's namespace. The ConfigMap
+	// must carry the label games.example.com/profile=true; the controller
+	// ignores ConfigMaps without it.
 	ProfileRef *string `json:"profileRef,omitempty"`
 	// image is the game server's container image, e.g.
 	// registry.example.com/arena:1.4.2: optionally a registry host (and
