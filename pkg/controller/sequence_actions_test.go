@@ -89,6 +89,9 @@ func (w *world) stepActions() []action {
 		actions = append(actions, action{4, w.flipBusy}, action{2, w.editMatchSafePolicy}, action{6, w.editProfile},
 			action{2, w.restartController})
 	}
+	if w.tenancy {
+		actions = append(actions, action{2, w.createGrant}, action{2, w.deleteGrant})
+	}
 	return actions
 }
 
@@ -185,7 +188,7 @@ func (w *world) createSession() bool {
 	s := &gamesv1.GameSession{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: worldNamespace},
 		Spec: gamesv1.GameSessionSpec{
-			ProfileRef: pick(w, worldProfileNames),
+			ProfileRef: pick(w, w.profileRefs()),
 			Image:      pick(w, worldImages),
 			Replicas:   ptr.To(w.rng.Int32N(4)),
 			Ports:      pick(w, worldPortSets),
@@ -211,7 +214,7 @@ func (w *world) editSession() bool {
 	case 2:
 		s.Spec.Ports = pick(w, worldPortSets)
 	case 3:
-		s.Spec.ProfileRef = pick(w, worldProfileNames)
+		s.Spec.ProfileRef = pick(w, w.profileRefs())
 	case 4:
 		s.Spec.Resources = pick(w, worldResources)
 	}
@@ -252,12 +255,12 @@ func (w *world) liveSession() *gamesv1.GameSession {
 // ---- Users: profiles ----
 
 func (w *world) createProfile() bool {
-	name := pick(w, worldProfileNames)
+	name := pick(w, w.profileNames())
 	if w.server.profile(name) != nil {
 		return false
 	}
 	p := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: worldNamespace},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: worldNamespaceOf(name)},
 		Data:       pick(w, worldProfileData),
 	}
 	if w.rng.IntN(5) > 0 {
@@ -533,14 +536,14 @@ func (w *world) restartController() bool {
 }
 
 func (w *world) relistCache() bool {
-	c := pick(w, w.caches[:])
+	c := pick(w, w.pickableCaches())
 	w.logf("relist the %s cache, dropping %d pending event(s)", c.resource, len(c.pending))
 	w.call(func() { w.creditMissed(c.relist(w.server.list(c.resource))) })
 	return true
 }
 
 func (w *world) resyncCache() bool {
-	c := pick(w, w.caches[:])
+	c := pick(w, w.pickableCaches())
 	w.logf("resync the %s cache", c.resource)
 	w.call(c.resync)
 	return true
@@ -607,13 +610,13 @@ func (w *world) populate() {
 // move sessions rather than create their Deployments.
 func (w *world) populateRunning() {
 	for _, s := range w.server.sessions() {
-		p := w.server.profile(s.Spec.ProfileRef)
+		p := w.serverProfileOf(s)
 		if p == nil || p.Labels[gamesv1.ProfileLabel] != gamesv1.ProfileLabelValue || w.server.deployment(s.Name) != nil {
 			continue
 		}
 		hash := ProfileHash(p)
-		if w.server.revision(worldRevisionName(p.Name, hash)) == nil {
-			_, err := w.server.create(byController, revisionsResource, newRevision(p, hash, p.Namespace))
+		if w.server.revision(worldRevisionName(s.Spec.ProfileRef, hash)) == nil {
+			_, err := w.server.create(byController, revisionsResource, newRevision(p, hash, s.Namespace))
 			must(err)
 		}
 		_, err := w.server.create(byController, deploymentsResource, NewDeployment(s, hash))

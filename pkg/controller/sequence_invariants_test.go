@@ -62,8 +62,8 @@ func (w *world) checkControllerCreate(d *appsv1.Deployment) {
 		w.violate("create-not-controlled", "Create of Deployment %s not controlled by the cached GameSession %s (%s): owners %v",
 			d.Name, s.Name, s.UID, d.OwnerReferences)
 	}
-	if w.caches[profilesResource].profile(s.Spec.ProfileRef) == nil {
-		w.violate("write-without-profile", "Create of Deployment %s while its profile %s is missing from the controller's cache",
+	if w.cachedProfileOf(s) == nil {
+		w.violate("write-without-profile", "Create of Deployment %s while its profile %s is missing from the controller's cache, or not granted",
 			d.Name, s.Spec.ProfileRef)
 	}
 }
@@ -100,7 +100,7 @@ func (w *world) noteControllerWrite(before, after *appsv1.Deployment) {
 		case !controlledBy(before, s.UID):
 			w.violate("foreign-modified", "Patch changed Deployment %s (%s), which GameSession %s (%s) does not control: its controller was %s",
 				name, before.UID, s.Name, s.UID, describeController(before))
-		case w.caches[profilesResource].profile(s.Spec.ProfileRef) == nil &&
+		case w.cachedProfileOf(s) == nil &&
 			(mountedConfigMap(after) != mountedConfigMap(before) || w.caches[revisionsResource].revision(mountedConfigMap(before)) == nil):
 			// Without its profile, a session's spec is applied only with
 			// the revision its Deployment mounts, while that revision exists.
@@ -127,11 +127,12 @@ func (w *world) checkAtRest() {
 			w.violate("stuck", "GameSession %s is still being deleted after the garbage collector finished", s.Name)
 			continue
 		}
-		profile := w.server.profile(s.Spec.ProfileRef)
+		profile := w.serverProfileOf(s)
 		if profile != nil && profile.Labels[gamesv1.ProfileLabel] != gamesv1.ProfileLabelValue {
 			profile = nil
 		}
 		w.checkSessionAtRest(s, profile, w.server.deployment(s.Name))
+		w.noteTenancyAtRest(s, w.server.deployment(s.Name))
 	}
 	for _, d := range w.server.deployments() {
 		if want, ok := w.nonOwned[d.UID]; ok {
@@ -156,8 +157,12 @@ func (w *world) checkSessionAtRest(s *gamesv1.GameSession, profile *corev1.Confi
 		w.violate("condition-lie", "GameSession %s: status.observedGeneration is %d, metadata.generation %d",
 			s.Name, s.Status.ObservedGeneration, s.Generation)
 	}
-	if profile == nil && !conditionIs(resolved, metav1.ConditionFalse, gamesv1.ReasonProfileNotFound) {
-		w.violate("profile-missing-status", "GameSession %s: profile %s is missing, but ProfileResolved is %s",
+	missing := gamesv1.ReasonProfileNotFound
+	if crossNamespace(s) && !w.grantedOnServer() {
+		missing = gamesv1.ReasonReferenceNotPermitted
+	}
+	if profile == nil && !conditionIs(resolved, metav1.ConditionFalse, missing) {
+		w.violate("profile-missing-status", "GameSession %s: profile %s is missing or not granted, but ProfileResolved is %s",
 			s.Name, s.Spec.ProfileRef, describeCondition(resolved))
 	}
 	if profile != nil && conditionIs(resolved, metav1.ConditionFalse, "") {

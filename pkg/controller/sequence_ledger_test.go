@@ -98,7 +98,7 @@ func (w *world) pacedInCache(name string) bool {
 	if s == nil {
 		return false
 	}
-	p := w.caches[profilesResource].profile(s.Spec.ProfileRef)
+	p := w.cachedProfileOf(s)
 	return p != nil && !worldPolicy(p).Unpaced()
 }
 
@@ -110,7 +110,7 @@ func (w *world) isMove(after *appsv1.Deployment) bool {
 	if s == nil {
 		return true
 	}
-	p := w.caches[profilesResource].profile(s.Spec.ProfileRef)
+	p := w.cachedProfileOf(s)
 	return p == nil || mountsRevision(after, p.Name, ProfileHash(p))
 }
 
@@ -127,7 +127,7 @@ func (w *world) heldForRevision(key string) bool {
 	if s == nil || s.DeletionTimestamp != nil {
 		return false
 	}
-	p := w.caches[profilesResource].profile(s.Spec.ProfileRef)
+	p := w.cachedProfileOf(s)
 	if p == nil {
 		return false
 	}
@@ -223,6 +223,21 @@ func (w *world) noteDelivered(r apiResource, ev watchEvent, prev object) {
 		if !ev.known && ev.change.author != byController && ownedFieldsChanged(ev.change) {
 			w.credit(ev.obj.GetName())
 		}
+	case grantsResource:
+		// A grant made is the platform's profile appearing to the sessions
+		// that use it; one revoked may let a spec change through that
+		// waited for the revision.
+		granted := w.grantedInCache()
+		if granted != w.cacheGranted {
+			for name := range w.cachedSessionsOf(worldPlatformProfile) {
+				if granted {
+					w.creditAppeared(map[string]bool{name: true})
+				} else {
+					w.credit(name)
+				}
+			}
+		}
+		w.cacheGranted = granted
 	case revisionsResource:
 		// A session whose profile is missing applies its spec only while
 		// the revision its Deployment mounts exists: the revision's
@@ -230,7 +245,7 @@ func (w *world) noteDelivered(r apiResource, ev watchEvent, prev object) {
 		if ev.kind == watch.Added {
 			for _, s := range w.server.sessions() {
 				d := w.caches[deploymentsResource].deployment(s.Name)
-				if d != nil && w.caches[profilesResource].profile(s.Spec.ProfileRef) == nil && mountedConfigMap(d) == ev.obj.GetName() {
+				if d != nil && w.cachedProfileOf(s) == nil && mountedConfigMap(d) == ev.obj.GetName() {
 					w.credit(s.Name)
 				}
 			}
@@ -318,7 +333,7 @@ func (w *world) creditAppeared(sessions map[string]bool) {
 func (w *world) cachedSessionsOf(profile string) map[string]bool {
 	names := map[string]bool{}
 	for _, obj := range w.caches[sessionsResource].indexer.List() {
-		if s := obj.(*gamesv1.GameSession); s.Spec.ProfileRef == profile {
+		if s := obj.(*gamesv1.GameSession); uses(s, profile) {
 			names[s.Name] = true
 		}
 	}
@@ -348,7 +363,13 @@ func (w *world) creditMissed(events []watchEvent) {
 			// Not a change of any Deployment's desired state.
 		case profilesResource:
 			for _, s := range w.server.sessions() {
-				if s.Spec.ProfileRef == ev.obj.GetName() {
+				if uses(s, ev.obj.GetName()) {
+					appeared[s.Name] = true
+				}
+			}
+		case grantsResource:
+			for _, s := range w.server.sessions() {
+				if crossNamespace(s) {
 					appeared[s.Name] = true
 				}
 			}

@@ -174,9 +174,10 @@ var foundByLongRuns = []struct {
 func TestSequenceRegressions(t *testing.T) {
 	for _, tc := range foundByLongRuns {
 		t.Run(fmt.Sprint(tc.seed), func(t *testing.T) {
-			// The sequence as it was found, and match-safe if its seed
-			// makes it so (then it is another sequence of the same seed).
-			if w := runWorld(newWorldOf(tc.seed, false)); len(w.violations) > 0 {
+			// The sequence as it was found, and match-safe or with the
+			// platform's profile if its seed makes it so (then it is
+			// another sequence of the same seed).
+			if w := runWorld(newWorldOf(tc.seed, false, false)); len(w.violations) > 0 {
 				t.Fatalf("%s\n%s", tc.what, w.report())
 			}
 			if w := runSequence(tc.seed); len(w.violations) > 0 {
@@ -365,6 +366,11 @@ type world struct {
 	// matchSafe is what the match-safe invariants remember
 	// (world_matchsafe_test.go).
 	matchSafe matchSafeWorld
+	// tenancy: the platform's profile and its grants are in the sequence;
+	// cacheGranted: whether the controller's grant cache, as last
+	// delivered, permits the world's sessions the platform's profile.
+	tenancy      bool
+	cacheGranted bool
 
 	alive      bool // false once the controller panicked
 	settling   bool
@@ -376,10 +382,11 @@ type world struct {
 	violations []violation
 }
 
-func newWorld(seed uint64) *world { return newWorldOf(seed, matchSafeOf(seed)) }
+func newWorld(seed uint64) *world { return newWorldOf(seed, matchSafeOf(seed), tenancyOf(seed)) }
 
-// newWorldOf is newWorld, match-safe or not.
-func newWorldOf(seed uint64, matchSafe bool) *world {
+// newWorldOf is newWorld, match-safe or not, with the platform's profile and
+// its grants or without (world_tenancy_test.go).
+func newWorldOf(seed uint64, matchSafe, tenancy bool) *world {
 	start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	w := &world{
 		seed:       seed,
@@ -414,6 +421,7 @@ func newWorldOf(seed uint64, matchSafe bool) *world {
 
 		alive:      true,
 		failStreak: map[string]int{},
+		tenancy:    tenancy,
 	}
 	w.profileChangeDelay = []time.Duration{0, 500 * time.Millisecond, 2 * time.Second}[w.rng.IntN(3)]
 	w.paced = w.rng.IntN(3) == 0
@@ -432,6 +440,9 @@ func newWorldOf(seed uint64, matchSafe bool) *world {
 	w.logf("sequence %d, profile-change delay %v, paced %t, broken content %v", seed, w.profileChangeDelay, w.paced, slices.Sorted(maps.Keys(w.broken)))
 	if matchSafe {
 		w.logf("match-safe: %s", describeBudget(w.matchSafe))
+	}
+	if tenancy {
+		w.logf("tenancy: sessions may use %s by grant", worldPlatformRef)
 	}
 	return w
 }
@@ -477,6 +488,7 @@ func (w *world) startController() {
 	// The informers never run, so the label filters are the caches'
 	// (informerCache.matches).
 	informers := testInformers(w.kubeClient, w.gameClient)
+	informers.Grants = grantInformer()
 	c, err := NewController(w.ctx, w.kubeClient, w.gameClient, informers, Options{
 		ProfileSelector:    "games.example.com/profile=true",
 		ProfileChangeDelay: w.profileChangeDelay,
@@ -516,6 +528,7 @@ func (w *world) startController() {
 		revisionsResource:   newInformerCache(revisionsResource, informers.Revisions.Informer().GetIndexer(), h.revisions),
 		rolloutsResource:    newInformerCache(rolloutsResource, informers.Rollouts.Informer().GetIndexer(), h.rollouts),
 		replicaSetsResource: newInformerCache(replicaSetsResource, informers.ReplicaSets.Informer().GetIndexer(), h.replicaSets),
+		grantsResource:      newInformerCache(grantsResource, informers.Grants.GetIndexer(), h.grants),
 	}
 	for r, ic := range w.caches {
 		ic.onDeliver = func(ev watchEvent, prev object) {
@@ -526,9 +539,10 @@ func (w *world) startController() {
 		}
 		ic.fill(w.server.list(apiResource(r)))
 	}
-	for _, name := range worldProfileNames {
+	for _, name := range w.profileNames() {
 		w.noteProfileSeen(name, w.caches[profilesResource].profile(name))
 	}
+	w.cacheGranted = w.grantedInCache()
 	// As Run does once the caches have synced; the rate holds per process.
 	w.matchSafe.moveTimes = nil
 	c.seedBudget()

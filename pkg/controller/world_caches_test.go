@@ -65,6 +65,8 @@ func newInformerCache(r apiResource, indexer cache.Indexer, handler cache.Resour
 		if r == replicaSetsResource {
 			c.transform = SlimReplicaSet
 		}
+	case grantsResource:
+		c.transform = SlimReferenceGrant
 	case revisionsResource:
 		c.matches = func(obj object) bool { return obj.GetLabels()[worldRevisionLabel] == worldRevisionLabelValue }
 	}
@@ -239,22 +241,22 @@ func (c *informerCache) mutated() []string {
 }
 
 func (c *informerCache) session(name string) *gamesv1.GameSession {
-	obj, _ := c.cached(worldNamespace + "/" + name).(*gamesv1.GameSession)
+	obj, _ := c.cached(worldNamespaceOf(name) + "/" + name).(*gamesv1.GameSession)
 	return obj
 }
 
 func (c *informerCache) profile(name string) *corev1.ConfigMap {
-	obj, _ := c.cached(worldNamespace + "/" + name).(*corev1.ConfigMap)
+	obj, _ := c.cached(worldNamespaceOf(name) + "/" + name).(*corev1.ConfigMap)
 	return obj
 }
 
 func (c *informerCache) deployment(name string) *appsv1.Deployment {
-	obj, _ := c.cached(worldNamespace + "/" + name).(*appsv1.Deployment)
+	obj, _ := c.cached(worldNamespaceOf(name) + "/" + name).(*appsv1.Deployment)
 	return obj
 }
 
 func (c *informerCache) revision(name string) *corev1.ConfigMap {
-	obj, _ := c.cached(worldNamespace + "/" + name).(*corev1.ConfigMap)
+	obj, _ := c.cached(worldNamespaceOf(name) + "/" + name).(*corev1.ConfigMap)
 	return obj
 }
 

@@ -46,9 +46,21 @@ const (
 	worldRevisionHistoryLimit = 1
 )
 
-// worldRevisionName is the name of the revision of a profile's content.
+// worldRevisionName is the name of the revision of a profile's content that
+// the world's sessions mount, the profile given by name or as they refer to
+// it: "pf-x-<hash>", and for the platform's profile, which they use as
+// platform/pf-z, the copy in their namespace, "platform.pf-z-<hash>".
+func worldRevisionName(profile, hash string) string {
+	return revisionNameOf(worldRefOf(profileNameOf(profile)), hash)
+}
+
+// revisionNameOf is the name of a revision as its revision-of annotation
+// names the profile: "pf-z-<hash>" for the platform's own revision of pf-z,
+// "platform.pf-z-<hash>" for the copy of it in the sessions' namespace.
 // Profile names of the world are short, so the name is never shortened.
-func worldRevisionName(profile, hash string) string { return profile + "-" + hash }
+func revisionNameOf(ref, hash string) string {
+	return strings.Replace(ref, "/", ".", 1) + "-" + hash
+}
 
 // revisionDeletion is who deleted a revision of some name last.
 type revisionDeletion struct {
@@ -172,7 +184,7 @@ func (w *world) deleteRevision(a core.DeleteAction) (bool, runtime.Object, error
 func (w *world) checkRevisionCreate(cm *corev1.ConfigMap) {
 	profile, hash := cm.Annotations[worldRevisionOfAnnotation], cm.Labels[worldRevisionHashLabel]
 	var wrong []string
-	if cm.Namespace != worldNamespace {
+	if cm.Namespace != worldNamespaceOf(cm.Name) {
 		wrong = append(wrong, fmt.Sprintf("namespace %q", cm.Namespace))
 	}
 	if cm.Labels[worldRevisionLabel] != worldRevisionLabelValue {
@@ -181,7 +193,7 @@ func (w *world) checkRevisionCreate(cm *corev1.ConfigMap) {
 	if cm.Labels[gamesv1.ProfileLabel] != "" {
 		wrong = append(wrong, "carries the profile label")
 	}
-	if profile == "" || hash == "" || cm.Name != worldRevisionName(profile, hash) {
+	if profile == "" || hash == "" || cm.Name != revisionNameOf(profile, hash) {
 		wrong = append(wrong, fmt.Sprintf("named %q for profile %q and hash %q", cm.Name, profile, hash))
 	}
 	if !ptr.Deref(cm.Immutable, false) {
@@ -196,7 +208,8 @@ func (w *world) checkRevisionCreate(cm *corev1.ConfigMap) {
 	if len(wrong) > 0 {
 		w.violate("revision-malformed", "Create of revision %s: %s", cm.Name, strings.Join(wrong, "; "))
 	}
-	cached := w.caches[profilesResource].profile(profile)
+	w.checkRevisionGranted(cm)
+	cached := w.caches[profilesResource].profile(profileNameOf(profile))
 	if cached == nil || ProfileHash(cached) != hash {
 		current := "no such profile"
 		if cached != nil {
@@ -244,7 +257,7 @@ func (w *world) checkRevisionDeleted(rev *corev1.ConfigMap) {
 		if mountedRevision(&rs.Spec.Template) != rev.Name || !replicaSetHasPods(rs) {
 			continue
 		}
-		obj := w.caches[replicaSetsResource].cached(worldNamespace + "/" + rs.Name)
+		obj := w.caches[replicaSetsResource].cached(worldNamespaceOf(rs.Name) + "/" + rs.Name)
 		if cached, ok := obj.(*appsv1.ReplicaSet); ok && cached.UID == rs.UID && replicaSetHasPods(cached) &&
 			mountedRevision(&cached.Spec.Template) == rev.Name {
 			w.violate("revision-deleted-while-mounted", "Delete of revision %s, which %d pod(s) of ReplicaSet %s mount (it wants %d), as the controller's cache shows (%d, wants %d)",
@@ -328,7 +341,7 @@ func (w *world) checkRevisionsAtRest() {
 	byProfile := map[string][]string{}
 	for _, r := range revisions {
 		profile, hash := r.Annotations[worldRevisionOfAnnotation], r.Labels[worldRevisionHashLabel]
-		if r.Name != worldRevisionName(profile, hash) || ProfileHash(r) != hash || !ptr.Deref(r.Immutable, false) ||
+		if r.Name != revisionNameOf(profile, hash) || ProfileHash(r) != hash || !ptr.Deref(r.Immutable, false) ||
 			r.Labels[worldRevisionLabel] != worldRevisionLabelValue {
 			w.violate("revision-malformed", "revision %s (profile %q, hash %q, content hash %s, immutable %t)",
 				r.Name, profile, hash, ProfileHash(r), ptr.Deref(r.Immutable, false))
@@ -386,9 +399,9 @@ func (w *world) checkRevisionsAtRest() {
 		current := 1 // whether or not the profile exists (and has one)
 		// The stable revision, which new sessions start on during a
 		// rollout, stays too.
-		if p := w.server.profile(profile); p != nil {
+		if p := w.server.profile(profileNameOf(profile)); p != nil {
 			if r := w.rolloutOf(p); r != nil && r.Status.StableHash != "" && r.Status.StableHash != ProfileHash(p) &&
-				len(mounted[worldRevisionName(profile, r.Status.StableHash)]) == 0 {
+				len(mounted[revisionNameOf(profile, r.Status.StableHash)]) == 0 {
 				current++
 			}
 		}

@@ -262,7 +262,7 @@ func (w *world) checkMove(before, after *appsv1.Deployment) {
 	if s == nil {
 		return
 	}
-	profile := s.Spec.ProfileRef
+	profile := profileNameOf(s.Spec.ProfileRef)
 	hash := after.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]
 	if !mountsRevision(after, profile, hash) {
 		return
@@ -330,7 +330,7 @@ func (w *world) checkBudget(d *appsv1.Deployment, profile, hash, what string) {
 		// profile, controlling the Deployment) and moving.
 		cur, s := w.server.deployment(name), w.server.session(name)
 		if cur == nil || cur.UID != uid || !mountsRevision(cur, profile, hash) || deploymentComplete(cur) ||
-			s == nil || s.DeletionTimestamp != nil || s.Spec.ProfileRef != profile || !controlledBy(cur, s.UID) {
+			s == nil || s.DeletionTimestamp != nil || !uses(s, profile) || !controlledBy(cur, s.UID) {
 			delete(set, name)
 		}
 	}
@@ -393,7 +393,7 @@ type member struct {
 func (w *world) serverMembers(profile string) []member {
 	var out []member
 	for _, s := range w.server.sessions() {
-		if s.Spec.ProfileRef != profile || s.DeletionTimestamp != nil {
+		if !uses(s, profile) || s.DeletionTimestamp != nil || (crossNamespace(s) && !w.grantedOnServer()) {
 			continue
 		}
 		// As the controller's watch sees them: a Deployment without the
@@ -410,7 +410,7 @@ func (w *world) cachedMembers(profile string) []string {
 	var out []string
 	for _, obj := range w.caches[sessionsResource].indexer.List() {
 		s := obj.(*gamesv1.GameSession)
-		if s.Spec.ProfileRef != profile || s.DeletionTimestamp != nil {
+		if !uses(s, profile) || s.DeletionTimestamp != nil || (crossNamespace(s) && !w.grantedInCache()) {
 			continue
 		}
 		if d := w.caches[deploymentsResource].deployment(s.Name); d != nil && d.DeletionTimestamp == nil && controlledBy(d, s.UID) {
@@ -545,7 +545,9 @@ func (w *world) checkRolloutsAtRest() {
 		names := map[string]bool{}
 		for _, m := range w.serverMembers(p.Name) {
 			total++
-			names[m.session.Name] = true
+			// As the rollout names its members: those of another namespace
+			// than the profile's by namespace and name.
+			names[memberName(p.Namespace, m.session.Namespace+"/"+m.session.Name)] = true
 			if !mountsRevision(m.deployment, p.Name, hash) {
 				continue
 			}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	appsv1 "k8s.io/api/apps/v1"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -40,6 +42,28 @@ import (
 
 const worldNamespace = "arena"
 
+// In a sequence of tenancy (see tenancyOf), one profile lives in the
+// platform namespace, and the world's sessions may use it as platform/pf-z
+// while a ReferenceGrant there permits it. Its objects (the profile, its
+// ProfileRollout, its own revisions "pf-z-<hash>", the grants) are stored
+// under their names like every other: the world's names are unique across
+// both namespaces, and worldNamespaceOf tells an object's namespace by its
+// name. The revisions copied for the sessions ("platform.pf-z-<hash>") are in
+// the sessions' namespace.
+const (
+	worldPlatformNamespace = "platform"
+	worldPlatformProfile   = "pf-z"
+	worldPlatformRef       = worldPlatformNamespace + "/" + worldPlatformProfile
+)
+
+// worldNamespaceOf is the namespace of the world's object of that name.
+func worldNamespaceOf(name string) string {
+	if name == worldPlatformProfile || strings.HasPrefix(name, worldPlatformProfile+"-") || strings.HasPrefix(name, worldGrantPrefix) {
+		return worldPlatformNamespace
+	}
+	return worldNamespace
+}
+
 // Finalizers the API server adds for foreground and orphan deletion, and the
 // garbage collector removes when it has dealt with the dependents.
 const (
@@ -60,11 +84,13 @@ const (
 	// one per profile; replicaSetsResource the ReplicaSets of Deployments.
 	rolloutsResource
 	replicaSetsResource
+	// grantsResource holds the platform namespace's ReferenceGrants.
+	grantsResource
 	resourceCount
 )
 
 func (r apiResource) String() string {
-	return [...]string{"gamesession", "configmap", "deployment", "revision", "profilerollout", "replicaset"}[r]
+	return [...]string{"gamesession", "configmap", "deployment", "revision", "profilerollout", "replicaset", "referencegrant"}[r]
 }
 
 // isConfigMap reports whether r stores ConfigMaps.
@@ -75,6 +101,7 @@ func (r apiResource) groupKind() schema.GroupKind {
 		gamesv1.SchemeGroupVersion.WithKind("GameSession").GroupKind(), corev1.SchemeGroupVersion.WithKind("ConfigMap").GroupKind(),
 		appsv1.SchemeGroupVersion.WithKind("Deployment").GroupKind(), corev1.SchemeGroupVersion.WithKind("ConfigMap").GroupKind(),
 		gamesv1.SchemeGroupVersion.WithKind("ProfileRollout").GroupKind(), appsv1.SchemeGroupVersion.WithKind("ReplicaSet").GroupKind(),
+		{Group: "gateway.networking.k8s.io", Kind: "ReferenceGrant"},
 	}[r]
 }
 
@@ -82,6 +109,7 @@ func (r apiResource) groupResource() schema.GroupResource {
 	return [...]schema.GroupResource{
 		gamesv1.Resource("gamesessions"), corev1.Resource("configmaps"), appsv1.Resource("deployments"), corev1.Resource("configmaps"),
 		gamesv1.Resource("profilerollouts"), appsv1.Resource("replicasets"),
+		{Group: "gateway.networking.k8s.io", Resource: "referencegrants"},
 	}[r]
 }
 
@@ -467,6 +495,7 @@ func newEmpty(r apiResource) object {
 		func() object { return &corev1.ConfigMap{} },
 		func() object { return &gamesv1.ProfileRollout{} },
 		func() object { return &appsv1.ReplicaSet{} },
+		func() object { return &unstructured.Unstructured{} },
 	}[r]()
 }
 

@@ -1,0 +1,220 @@
+package controller
+
+import (
+	"math/rand/v2"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
+
+	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
+)
+
+// Tenancy in the sequences: in half of them (tenancyOf), a profile of the
+// platform namespace, pf-z, is among the profiles the world's sessions
+// reference, as platform/pf-z, and users make and revoke ReferenceGrants
+// there. The grants the world makes are of four kinds, each under a name of
+// its own, so that the world knows what each permits without reading it:
+// two permit the world's sessions pf-z (by name, and every ConfigMap), two
+// do not (another ConfigMap, another namespace's sessions).
+//
+// What the invariants then hold the controller to:
+//   - it copies a revision of pf-z into the sessions' namespace only while
+//     its grant cache permits them (revision-without-grant);
+//   - a session without a grant is as one whose profile is missing: no
+//     Deployment created, none moved to another revision (write-without-
+//     profile), and at rest ProfileResolved=False with reason
+//     ReferenceNotPermitted;
+//   - with a grant, it is as one of a profile of its own namespace: at rest
+//     it runs the revision of pf-z's current content, copied into its
+//     namespace, and pf-z's rollout counts it.
+
+const worldGrantPrefix = "grant-"
+
+// worldGrants are the grants users make, by name, and whether each permits
+// the world's sessions pf-z.
+var worldGrants = []struct {
+	name        string
+	from, to    string // the namespace granted; the ConfigMap granted ("" for all)
+	permitsPfZ  bool
+	description string
+}{
+	{worldGrantPrefix + "pf-z", worldNamespace, worldPlatformProfile, true, "pf-z to the world's sessions"},
+	{worldGrantPrefix + "all", worldNamespace, "", true, "every ConfigMap to the world's sessions"},
+	{worldGrantPrefix + "other", worldNamespace, "pf-w", false, "another ConfigMap to the world's sessions"},
+	{worldGrantPrefix + "elsewhere", "elsewhere", "", false, "every ConfigMap to another namespace's sessions"},
+}
+
+// tenancyOf decides whether a sequence has the platform's profile and its
+// grants, from a stream of its own: the sequences without it take exactly
+// the steps they took before it existed, so the seeds of earlier failures
+// replay as they did.
+func tenancyOf(seed uint64) bool {
+	return rand.New(rand.NewPCG(seed, 0x7e4a)).IntN(2) == 0
+}
+
+// profileRefs are the references sessions are created or edited with.
+func (w *world) profileRefs() []string {
+	if w.tenancy {
+		return []string{"pf-x", "pf-y", worldPlatformRef}
+	}
+	return worldProfileNames
+}
+
+// profileNames are the profiles users create.
+func (w *world) profileNames() []string {
+	if w.tenancy {
+		return []string{"pf-x", "pf-y", worldPlatformProfile}
+	}
+	return worldProfileNames
+}
+
+// profileNameOf is the name of the profile a reference names.
+func profileNameOf(ref string) string {
+	if _, name, ok := strings.Cut(ref, "/"); ok {
+		return name
+	}
+	return ref
+}
+
+// worldRefOf is how the world's sessions refer to the profile of that name.
+func worldRefOf(name string) string {
+	if name == worldPlatformProfile {
+		return worldPlatformRef
+	}
+	return name
+}
+
+// crossNamespace reports whether the session references the platform's
+// profile.
+func crossNamespace(s *gamesv1.GameSession) bool { return strings.Contains(s.Spec.ProfileRef, "/") }
+
+// permitted reports whether grants (the server's, or a cache's) let the
+// world's sessions use pf-z.
+func permitted(grants []object) bool {
+	for _, obj := range grants {
+		for _, g := range worldGrants {
+			if obj.GetName() == g.name && g.permitsPfZ {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (w *world) grantedOnServer() bool { return permitted(w.server.view(grantsResource)) }
+
+func (w *world) grantedInCache() bool {
+	var grants []object
+	for _, obj := range w.caches[grantsResource].indexer.List() {
+		grants = append(grants, obj.(object))
+	}
+	return permitted(grants)
+}
+
+// cachedProfileOf is the session's profile as the controller's caches let
+// it use it: nil if missing, or of the platform and not granted.
+func (w *world) cachedProfileOf(s *gamesv1.GameSession) *corev1.ConfigMap {
+	if crossNamespace(s) && !w.grantedInCache() {
+		return nil
+	}
+	return w.caches[profilesResource].profile(profileNameOf(s.Spec.ProfileRef))
+}
+
+// serverProfileOf is the session's profile as the server's state lets it
+// use it.
+func (w *world) serverProfileOf(s *gamesv1.GameSession) *corev1.ConfigMap {
+	if crossNamespace(s) && !w.grantedOnServer() {
+		return nil
+	}
+	return w.server.profile(profileNameOf(s.Spec.ProfileRef))
+}
+
+// uses reports whether the session references the profile of that name.
+func uses(s *gamesv1.GameSession, profile string) bool {
+	return profileNameOf(s.Spec.ProfileRef) == profile
+}
+
+// pickableCaches are the caches a relist or a resync may hit: the grant
+// cache only in a sequence of tenancy.
+func (w *world) pickableCaches() []*informerCache {
+	if w.tenancy {
+		return w.caches[:]
+	}
+	return w.caches[:grantsResource]
+}
+
+// ---- Users: grants ----
+
+func (w *world) createGrant() bool {
+	g := pick(w, worldGrants)
+	if w.server.get(grantsResource, g.name) != nil {
+		return false
+	}
+	to := map[string]interface{}{"group": "", "kind": "ConfigMap"}
+	if g.to != "" {
+		to["name"] = g.to
+	}
+	grant := &unstructured.Unstructured{Object: map[string]interface{}{
+		"apiVersion": "gateway.networking.k8s.io/v1",
+		"kind":       "ReferenceGrant",
+		"metadata":   map[string]interface{}{"name": g.name, "namespace": worldPlatformNamespace},
+		"spec": map[string]interface{}{
+			"from": []interface{}{map[string]interface{}{"group": gamesv1.SchemeGroupVersion.Group, "kind": "GameSession", "namespace": g.from}},
+			"to":   []interface{}{to},
+		},
+	}}
+	created, err := w.server.create(byUser, grantsResource, grant)
+	must(err)
+	w.logf("user: create referencegrant %s (%s): %s", g.name, created.GetUID(), g.description)
+	return true
+}
+
+func (w *world) deleteGrant() bool {
+	grants := w.server.list(grantsResource)
+	if len(grants) == 0 {
+		return false
+	}
+	g := pick(w, grants)
+	must(w.server.delete(byUser, grantsResource, g.GetName(), metav1.DeletePropagationBackground))
+	w.logf("user: delete referencegrant %s (%s)", g.GetName(), g.GetUID())
+	return true
+}
+
+// checkRevisionGranted checks a revision the controller creates in the
+// sessions' namespace for the platform's profile: its grant cache must
+// permit them.
+func (w *world) checkRevisionGranted(cm *corev1.ConfigMap) {
+	if !strings.Contains(cm.Annotations[worldRevisionOfAnnotation], "/") {
+		return
+	}
+	w.covered["revision copied by grant"]++
+	if !w.grantedInCache() {
+		w.violate("revision-without-grant", "Create of revision %s/%s of %s, which no grant in the controller's cache permits the namespace",
+			cm.Namespace, cm.Name, cm.Annotations[worldRevisionOfAnnotation])
+	}
+}
+
+// noteTenancyAtRest counts what the sequences exercised of a session of the
+// platform's profile at rest.
+func (w *world) noteTenancyAtRest(s *gamesv1.GameSession, d *appsv1.Deployment) {
+	switch {
+	case !crossNamespace(s):
+	case w.grantedOnServer():
+		w.covered["at rest by grant"]++
+	case d != nil:
+		w.covered["at rest, grant revoked, Deployment kept"]++
+	default:
+		w.covered["at rest, not granted"]++
+	}
+}
+
+// grantInformer is the controller's grant informer in a sequence: it never
+// runs, its cache is fed as the others are.
+func grantInformer() cache.SharedIndexInformer {
+	return cache.NewSharedIndexInformer(&cache.ListWatch{}, &unstructured.Unstructured{}, 0,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+}
