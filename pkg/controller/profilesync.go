@@ -200,19 +200,40 @@ func (c *Controller) syncProfile(ctx context.Context, key string) error {
 // ensureRevisions creates the revision of the profile's current content,
 // hash, in its namespace and in each namespace whose sessions use it by
 // grant. The state it returns is the first that is not available, the
-// profile's own first: the rollout waits for every namespace's.
+// profile's own first: the rollout waits for every namespace's. The creates
+// in other namespaces go out revisionCreators at a time: the fan-out waits
+// for the last of them, and fifty in turn would add a second to it.
 func (c *Controller) ensureRevisions(ctx context.Context, profile *corev1.ConfigMap, hash string) (revisionState, error) {
 	state, err := c.ensureRevision(ctx, profile, hash, profile.Namespace)
-	errs := []error{err}
-	for _, namespace := range c.consumerNamespaces(profile.Namespace, profile.Name) {
-		s, err := c.ensureRevision(ctx, profile, hash, namespace)
-		errs = append(errs, err)
+	namespaces := c.consumerNamespaces(profile.Namespace, profile.Name)
+	states := make([]revisionState, len(namespaces))
+	errs := make([]error, len(namespaces)+1)
+	errs[len(namespaces)] = err
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(revisionCreators, len(namespaces)) {
+		wg.Go(func() {
+			for i := range next {
+				states[i], errs[i] = c.ensureRevision(ctx, profile, hash, namespaces[i])
+			}
+		})
+	}
+	for i := range namespaces {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	for _, s := range states {
 		if state.available && !s.available {
 			state = s
 		}
 	}
 	return state, errors.Join(errs...)
 }
+
+// revisionCreators bounds the revision creates one profile sync sends at
+// once.
+const revisionCreators = 8
 
 // revisionsReady reports whether the revision of content hash is in the
 // cache in the profile's namespace and in each namespace using it by grant.

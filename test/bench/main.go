@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -48,12 +49,14 @@ type config struct {
 	template        string
 	busyShare       float64
 	busyIdleOver    time.Duration
+	tenants         int
+	tenantSessions  int
 }
 
 // presets are the defaults of -preset; explicit flags override them.
 var presets = map[string]map[string]string{
-	"quick": {"sessions": "1000", "profiles": "50", "unrelated": "2000", "rounds": "3"},
-	"full":  {"sessions": "1000,7340", "profiles": "500", "unrelated": "10000", "rounds": "5"},
+	"quick": {"sessions": "1000", "profiles": "50", "unrelated": "2000", "rounds": "3", "tenants": "50"},
+	"full":  {"sessions": "1000,7340", "profiles": "500", "unrelated": "10000", "rounds": "5", "tenants": "50"},
 }
 
 func parseFlags(args []string) (config, bool, string, error) {
@@ -92,6 +95,8 @@ func parseFlags(args []string) (config, bool, string, error) {
 	fs.StringVar(&c.template, "template", "realistic", "Sessions' pod: realistic (spec.template of two containers, probes, 20 env vars, a preStop drain, scheduling; what game servers run with) or minimal (image, one port and requests, the short fields).")
 	fs.Float64Var(&c.busyShare, "busy-share", 0.3, "Share of the largest profile's sessions that are busy (the "+gamesv1.BusyLabel+" label) when it is edited, turned idle one by one afterwards, measured once after the paced rollout. 0: skip it.")
 	fs.DurationVar(&c.busyIdleOver, "busy-idle-over", 20*time.Second, "Span over which the busy sessions turn idle.")
+	fs.IntVar(&c.tenants, "tenants", 0, "Tenant namespaces whose sessions share one profile of a platform namespace by ReferenceGrant, measured last (the grant CRD is installed then). 0: skip it.")
+	fs.IntVar(&c.tenantSessions, "tenant-sessions", 1000, "Sessions of the tenants scenario, spread over its namespaces; at most the largest -sessions size, whose Deployments its ceiling rounds write.")
 	fs.BoolVar(&c.fanOutOnly, "fanout-only", false, "Measure only the fan-outs (with delay 0) and the ceiling variants: for iterating on performance changes.")
 	fs.BoolVar(&internalNoFilter, "internal-nofilter-informer", false, "Internal: run the no-filter informer memory baseline.")
 	fs.StringVar(&internalKubeconfig, "internal-kubeconfig", "", "Internal: kubeconfig of the no-filter baseline.")
@@ -139,6 +144,9 @@ func parseFlags(args []string) (config, bool, string, error) {
 	}
 	if c.profiles < len(c.sizes) {
 		c.profiles = len(c.sizes)
+	}
+	if c.tenants > 0 && (c.tenantSessions < c.tenants || c.tenantSessions > slices.Max(c.sizes)) {
+		return c, false, "", fmt.Errorf("-tenant-sessions must be at least -tenants and at most the largest -sessions size (%d), got %d", slices.Max(c.sizes), c.tenantSessions)
 	}
 	if c.rounds < 1 || c.variantRounds < 1 || c.workers < 1 || c.burstEdits < 1 || c.idlePeriods < 1 {
 		return c, false, "", fmt.Errorf("-rounds, -variant-rounds, -workers, -burst-edits and -idle-periods must be positive")
@@ -364,6 +372,14 @@ func run(ctx context.Context, cfg config) (err error) {
 			return err
 		}
 		phase("busy sessions", t)
+	}
+
+	if !cfg.fanOutOnly && cfg.tenants > 0 {
+		t = time.Now()
+		if res.tenants, err = e.tenantsSeries(ctx, cfg.tenants, cfg.tenantSessions); err != nil {
+			return err
+		}
+		phase("tenants", t)
 	}
 
 	if !cfg.fanOutOnly {

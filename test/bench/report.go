@@ -37,6 +37,7 @@ type results struct {
 	profiled       *fanRound
 	paced          []pacedRound
 	busy           *busyRound
+	tenants        *tenantsResult
 }
 
 const (
@@ -120,6 +121,7 @@ func (r *results) markdown() string {
 	}
 	r.writePacedRequestsRow(w)
 	r.writeBusyRows(w)
+	r.writeTenantsRows(w)
 	if !r.cfg.fanOutOnly {
 		r.writeStateRows(w)
 	}
@@ -380,7 +382,7 @@ func flowList(m map[string]float64) string {
 
 func (r *results) phaseList() string {
 	var parts []string
-	for _, name := range []string{"micro-benchmark", "control plane", "setup", "cold start, idle, memory", "fan-out", "profiling", "paced rollout", "busy sessions", "client-go defaults"} {
+	for _, name := range []string{"micro-benchmark", "control plane", "setup", "cold start, idle, memory", "fan-out", "profiling", "paced rollout", "busy sessions", "tenants", "client-go defaults"} {
 		if d, ok := r.phases[name]; ok {
 			parts = append(parts, fmt.Sprintf("%s %s", name, d.Round(time.Second)))
 		}

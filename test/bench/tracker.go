@@ -37,10 +37,19 @@ type tracker struct {
 }
 
 type waiter struct {
-	key  string
+	keys []string // namespace|value: the Deployments of each namespace that count
 	n    int
 	at   time.Time
 	done chan struct{}
+}
+
+// countLocked is how many Deployments carry what the waiter waits for.
+func (t *tracker) countLocked(w *waiter) int {
+	n := 0
+	for _, k := range w.keys {
+		n += t.counts[k]
+	}
+	return n
 }
 
 func newTracker(client kubernetes.Interface) *tracker {
@@ -153,7 +162,7 @@ func (t *tracker) setLocked(key, value string, at time.Time) {
 	}
 	kept := t.waiters[:0]
 	for _, w := range t.waiters {
-		if t.counts[w.key] >= w.n {
+		if t.countLocked(w) >= w.n {
 			w.at = at
 			close(w.done)
 			continue
@@ -166,9 +175,18 @@ func (t *tracker) setLocked(key, value string, at time.Time) {
 // await returns when n Deployments of namespace carry value, with the time the
 // watch delivered the last of them.
 func (t *tracker) await(ctx context.Context, namespace, value string, n int) (time.Time, error) {
-	w := &waiter{key: namespace + "|" + value, n: n, done: make(chan struct{})}
+	return t.awaitIn(ctx, []string{namespace}, value, n)
+}
+
+// awaitIn returns when n Deployments of the namespaces, together, carry
+// value, with the time the watch delivered the last of them.
+func (t *tracker) awaitIn(ctx context.Context, namespaces []string, value string, n int) (time.Time, error) {
+	w := &waiter{n: n, done: make(chan struct{})}
+	for _, ns := range namespaces {
+		w.keys = append(w.keys, ns+"|"+value)
+	}
 	t.mu.Lock()
-	if t.counts[w.key] >= n {
+	if t.countLocked(w) >= n {
 		t.mu.Unlock()
 		return time.Now(), nil
 	}
@@ -179,9 +197,9 @@ func (t *tracker) await(ctx context.Context, namespace, value string, n int) (ti
 		return w.at, nil
 	case <-ctx.Done():
 		t.mu.Lock()
-		got := t.counts[w.key]
+		got := t.countLocked(w)
 		t.mu.Unlock()
-		return time.Time{}, fmt.Errorf("%d of %d Deployments in %s carry %s: %w", got, n, namespace, value, ctx.Err())
+		return time.Time{}, fmt.Errorf("%d of %d Deployments in %d namespace(s) carry %s: %w", got, n, len(namespaces), value, ctx.Err())
 	}
 }
 
