@@ -168,15 +168,18 @@ func (c *Controller) syncProfile(ctx context.Context, key string) error {
 		// revisions a pod may mount stay. Its ProfileRollout goes with the
 		// profile (an owner reference); one of a profile that only lost its
 		// label stays as it was.
-		return c.deleteStaleRevisions(ctx, key, nil, 0)
+		return c.deleteStaleRevisions(ctx, key, nil, 0, func(string) bool { return false })
 	}
 	hash := c.profileHashes.hash(profile)
-	revision, createErr := c.ensureRevisions(ctx, profile, hash)
+	consumers := c.consumerNamespaces(namespace, name)
+	revision, createErr := c.ensureRevisions(ctx, profile, hash, consumers)
 	kept := []string{hash}
 	if stable := c.stableHash(profile, hash); stable != "" {
 		kept = append(kept, stable)
 	}
-	deleteErr := c.deleteStaleRevisions(ctx, key, kept, c.revisionHistoryLimit)
+	deleteErr := c.deleteStaleRevisions(ctx, key, kept, c.revisionHistoryLimit, func(ns string) bool {
+		return ns == namespace || slices.Contains(consumers, ns)
+	})
 	pp := c.planRollout(ctx, profile, hash, revision)
 	// Recorded at once, the revision on its way or not: a GitOps tool that
 	// waits on the ProfileRollout must never read the previous content's
@@ -198,14 +201,13 @@ func (c *Controller) syncProfile(ctx context.Context, key string) error {
 }
 
 // ensureRevisions creates the revision of the profile's current content,
-// hash, in its namespace and in each namespace whose sessions use it by
+// hash, in its namespace and in each of namespaces, whose sessions use it by
 // grant. The state it returns is the first that is not available, the
 // profile's own first: the rollout waits for every namespace's. The creates
 // in other namespaces go out revisionCreators at a time: the fan-out waits
 // for the last of them, and fifty in turn would add a second to it.
-func (c *Controller) ensureRevisions(ctx context.Context, profile *corev1.ConfigMap, hash string) (revisionState, error) {
+func (c *Controller) ensureRevisions(ctx context.Context, profile *corev1.ConfigMap, hash string, namespaces []string) (revisionState, error) {
 	state, err := c.ensureRevision(ctx, profile, hash, profile.Namespace)
-	namespaces := c.consumerNamespaces(profile.Namespace, profile.Name)
 	states := make([]revisionState, len(namespaces))
 	errs := make([]error, len(namespaces)+1)
 	errs[len(namespaces)] = err

@@ -738,11 +738,14 @@ func (c *Controller) ensureRevision(ctx context.Context, profile *corev1.ConfigM
 }
 
 // deleteStaleRevisions deletes the revisions of a profile that no pod can
-// mount, other than those of the contents kept (the current and the stable
-// one, while the profile exists) and, in each namespace, the newest keep.
-// Each step of it is independent: a failed delete does not stop the others,
-// and the errors are returned together.
-func (c *Controller) deleteStaleRevisions(ctx context.Context, profileKey string, kept []string, keep int) error {
+// mount, other than, in the namespaces that use it (consumes), those of the
+// contents kept (the current and the stable one, while the profile exists)
+// and the newest keep. In a namespace that no longer uses it (its grant
+// revoked, its sessions gone), only what a pod may mount stays: the copies
+// of a profile are not left behind where it is no longer granted. Each step
+// of it is independent: a failed delete does not stop the others, and the
+// errors are returned together.
+func (c *Controller) deleteStaleRevisions(ctx context.Context, profileKey string, kept []string, keep int, consumes func(namespace string) bool) error {
 	objs, err := c.revisionIndexer.ByIndex(revisionOfIndex, profileKey)
 	if err != nil {
 		return err
@@ -767,6 +770,10 @@ func (c *Controller) deleteStaleRevisions(ctx context.Context, profileKey string
 	var stale []*corev1.ConfigMap
 	for _, namespace := range slices.Sorted(maps.Keys(byNamespace)) {
 		revisions := byNamespace[namespace]
+		if !consumes(namespace) {
+			stale = append(stale, staleRevisions(revisions, nil, inUse, 0)...)
+			continue
+		}
 		ref := revisions[0].Annotations[RevisionOfAnnotation]
 		keptNames := make([]string, 0, len(kept))
 		for _, hash := range kept {

@@ -387,9 +387,29 @@ func (w *world) checkRevisionsAtRest() {
 	}
 
 	// Each profile keeps the revisions mounted, its current one and at most
-	// the history limit of others.
+	// the history limit of others; in the sessions' namespace, the copies of
+	// the platform's profile while it is granted there, and only those
+	// mounted while it is not.
 	for _, profile := range slices.Sorted(maps.Keys(byProfile)) {
 		names := byProfile[profile]
+		if profile == worldPlatformRef && !w.grantedOnServer() {
+			// A session whose Deployment is outside the controller's cache
+			// (its managed-by label removed) keeps the revision its status
+			// names: the Deployment may mount it still (revisionsOutOfSight).
+			outOfSight := map[string]bool{}
+			for _, s := range w.server.sessions() {
+				if d := w.server.deployment(s.Name); d == nil || d.Labels[worldManagedByLabel] != worldManagedByValue {
+					outOfSight[s.Status.ProfileRevision] = true
+				}
+			}
+			for _, name := range names {
+				if len(mounted[name]) == 0 && !outOfSight[name] {
+					w.violate("revision-left-ungranted", "revision %s of %s stays in namespace %s, which no grant permits and no pod mounts it from",
+						name, profile, worldNamespace)
+				}
+			}
+			continue
+		}
 		inUse := 0
 		for _, name := range names {
 			if len(mounted[name]) > 0 {

@@ -30,7 +30,9 @@ import (
 //     ReferenceNotPermitted;
 //   - with a grant, it is as one of a profile of its own namespace: at rest
 //     it runs the revision of pf-z's current content, copied into its
-//     namespace, and pf-z's rollout counts it.
+//     namespace, and pf-z's rollout counts it;
+//   - without one, at rest, no copy of pf-z stays in the sessions'
+//     namespace that nothing may mount (revision-left-ungranted).
 
 const worldGrantPrefix = "grant-"
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -134,6 +135,11 @@ func TestProfilesOfAnotherNamespaceOnlyByGrant(t *testing.T) {
 	if _, err := e.kube.CoreV1().ConfigMaps(tenantA).Get(e.ctx, foreignRevision(v3), metav1.GetOptions{}); err == nil {
 		t.Errorf("revision %s was copied into tenant A's namespace after the grant was revoked", foreignRevision(v3))
 	}
+	// The copies no pod mounts leave the namespace with the grant.
+	e.eventually("the copy no pod mounts deleted from tenant A's namespace", func() (bool, error) {
+		_, err := e.kube.CoreV1().ConfigMaps(tenantA).Get(e.ctx, foreignRevision(v1), metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Errorf("revision %s: %v", foreignRevision(v1), err)
+	})
 
 	// Granted again (every ConfigMap of the namespace): the session catches up.
 	e.grant(platform, tenantA, "")
