@@ -158,8 +158,8 @@ type Controller struct {
 	deploymentLister  appslisters.DeploymentLister
 	deploymentIndexer cache.Indexer
 	replicaSetIndexer cache.Indexer
-	grants            *grantChecker // nil: no ReferenceGrant API
-	namespace         string        // Options.Namespace
+	grants            atomic.Pointer[grantChecker] // nil: no ReferenceGrant API (yet)
+	namespace         string                       // Options.Namespace
 	cachesSynced      []cache.InformerSynced
 
 	// queue holds GameSession keys; profileQueue profile keys, for the
@@ -258,7 +258,7 @@ func NewController(
 		budget:               newClusterBudget(opts.Clock, opts.MaxMovingSessions, opts.MaxMovesPerMinute),
 	}
 	if informers.Grants != nil {
-		c.grants = &grantChecker{indexer: informers.Grants.GetIndexer()}
+		c.grants.Store(&grantChecker{indexer: informers.Grants.GetIndexer()})
 		c.cachesSynced = append(c.cachesSynced, informers.Grants.HasSynced)
 	}
 	// The fan-out reads c.queue at call time, so tests may swap the queue.

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -124,9 +125,9 @@ func (c *Controller) referencePermitted(session *gamesv1.GameSession) (ok bool, 
 	switch {
 	case c.namespace != "":
 		return false, fmt.Sprintf(MessageNamespacedController, session.Spec.ProfileRef, c.namespace)
-	case c.grants == nil:
+	case c.grants.Load() == nil:
 		return false, fmt.Sprintf(MessageNoReferenceGrantAPI, session.Spec.ProfileRef)
-	case !c.grants.permits(session.Namespace, namespace, name):
+	case !c.grants.Load().permits(session.Namespace, namespace, name):
 		return false, fmt.Sprintf(MessageReferenceNotPermitted, session.Spec.ProfileRef, namespace,
 			gamesv1.SchemeGroupVersion.Group, gameSessionKind.Kind, session.Namespace, name)
 	}
@@ -137,12 +138,13 @@ func (c *Controller) referencePermitted(session *gamesv1.GameSession) (ok bool, 
 // profileNamespace/name, by its namespace alone: grants are by namespace.
 func (c *Controller) permittedKey(key, profileNamespace, name string) bool {
 	namespace, _, _ := cache.SplitMetaNamespaceKey(key)
-	return namespace == profileNamespace || c.grants.permits(namespace, profileNamespace, name)
+	return namespace == profileNamespace || c.grants.Load().permits(namespace, profileNamespace, name)
 }
 
 // consumerNamespaces returns the namespaces other than the profile's whose
 // sessions use it by grant: each needs a revision of its own.
 func (c *Controller) consumerNamespaces(profileNamespace, name string) []string {
+	grants := c.grants.Load()
 	seen := map[string]bool{}
 	var out []string
 	for _, key := range c.sessionKeysOf(profileKey(profileNamespace, name)) {
@@ -151,11 +153,35 @@ func (c *Controller) consumerNamespaces(profileNamespace, name string) []string 
 			continue
 		}
 		seen[namespace] = true
-		if c.grants.permits(namespace, profileNamespace, name) {
+		if grants.permits(namespace, profileNamespace, name) {
 			out = append(out, namespace)
 		}
 	}
 	return out
+}
+
+// EnableGrants makes the controller read grants from informer, for a
+// ReferenceGrant API that the cluster started to serve after the controller
+// started (its CRD installed later). It registers the grant handlers, waits
+// until the informer, which the caller starts, has synced, and then queues
+// every session that uses a profile of another namespace: each may be
+// permitted now. It returns false if ctx ends first.
+func (c *Controller) EnableGrants(ctx context.Context, informer cache.SharedIndexInformer) (bool, error) {
+	if _, err := informer.AddEventHandler(c.eventHandlers().grants); err != nil {
+		return false, err
+	}
+	if !cache.WaitForNamedCacheSync("referencegrants", ctx.Done(), informer.HasSynced) {
+		return false, nil
+	}
+	c.grants.Store(&grantChecker{indexer: informer.GetIndexer()})
+	for _, namespace := range c.sessionIndexer.ListIndexFuncValues(grantingNamespaceIndex) {
+		keys, _ := c.sessionIndexer.IndexKeys(grantingNamespaceIndex, namespace)
+		for _, key := range keys {
+			c.queue.Add(key)
+		}
+	}
+	c.logger.Info("Reading ReferenceGrants: GameSessions may now use profiles of other namespaces by grant")
+	return true, nil
 }
 
 // grantChanged queues what a grant of namespace may have changed: the

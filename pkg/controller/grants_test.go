@@ -104,6 +104,10 @@ func TestReferencePermitted(t *testing.T) {
 		return &gamesv1.GameSession{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "a"}, Spec: gamesv1.GameSessionSpec{ProfileRef: ref}}
 	}
 	empty := &grantChecker{indexer: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})}
+	withGrants := func(c *Controller) *Controller {
+		c.grants.Store(empty)
+		return c
+	}
 	tests := []struct {
 		name    string
 		c       *Controller
@@ -114,8 +118,8 @@ func TestReferencePermitted(t *testing.T) {
 		{"own namespace", &Controller{}, "arena", true, ""},
 		{"own namespace, spelt out", &Controller{}, "tenant/arena", true, ""},
 		{"no grant API", &Controller{}, "platform/arena", false, "serves no ReferenceGrant API"},
-		{"a controller of one namespace", &Controller{namespace: "tenant", grants: empty}, "platform/arena", false, `manages namespace "tenant" only`},
-		{"no grant", &Controller{grants: empty}, "platform/arena", false, "no ReferenceGrant there permits it"},
+		{"a controller of one namespace", withGrants(&Controller{namespace: "tenant"}), "platform/arena", false, `manages namespace "tenant" only`},
+		{"no grant", withGrants(&Controller{}), "platform/arena", false, "no ReferenceGrant there permits it"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

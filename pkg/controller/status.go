@@ -19,7 +19,7 @@ const (
 	MessageProfileResolved          = "Profile ConfigMap %q resolved: its current content is %s"
 	MessageProfileFound             = "Profile ConfigMap %q found (hash %s); it is rolled out once the session has a Deployment of its own"
 	MessageProfileNotFound          = "No ConfigMap %q matching %q in namespace %q: create it, or add the label if it exists. The Deployment, if any, is left running as it is"
-	MessageNoReferenceGrantAPI      = "Profile %q is in another namespace, which needs a ReferenceGrant there, and this cluster serves no ReferenceGrant API: install Gateway API's ReferenceGrant CRD (and restart the controller), or use a profile of the session's own namespace. The Deployment, if any, is left running as it is"
+	MessageNoReferenceGrantAPI      = "Profile %q is in another namespace, which needs a ReferenceGrant there, and this cluster serves no ReferenceGrant API: install Gateway API's ReferenceGrant CRD (the controller looks for it again every --reference-grant-recheck), or use a profile of the session's own namespace. The Deployment, if any, is left running as it is"
 	MessageNamespacedController     = "Profile %q is in another namespace, and this controller manages namespace %q only (--namespace): use a profile of the session's own namespace, or a cluster-wide install. The Deployment, if any, is left running as it is"
 	MessageReferenceNotPermitted    = "Profile %q is in namespace %q, and no ReferenceGrant there permits it: a grant needs spec.from {group: %s, kind: %s, namespace: %s} and spec.to {group: \"\", kind: ConfigMap, name: %s (or no name)}. The Deployment, if any, is left running as it is"
 	MessageWaitingForProfile        = "Waiting for profile ConfigMap %q before creating the Deployment"

@@ -1,10 +1,12 @@
 package tenancy
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -12,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/example/gamesession-controller/cmd/gamesession-controller/app"
+	"github.com/example/gamesession-controller/internal/manifests"
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 	"github.com/example/gamesession-controller/pkg/controller"
 )
@@ -181,4 +184,55 @@ func TestNamespacedControllerRefusesOtherNamespacesProfiles(t *testing.T) {
 	if _, err := e.kube.AppsV1().Deployments(tenant).Get(e.ctx, "a", metav1.GetOptions{}); err == nil {
 		t.Errorf("a namespaced controller created a Deployment for another namespace's profile")
 	}
+}
+
+// A cluster that starts serving the ReferenceGrant API after the controller
+// started (Gateway API installed later) needs no restart: the controller
+// refuses cross-namespace profiles, saying the API is missing, until it
+// finds the API on one of its rechecks; then a grant permits as always.
+func TestGrantAPIInstalledLater(t *testing.T) {
+	e := newEnv(t)
+	crds := apiextensionsClient(t)
+	const crdName = "referencegrants.gateway.networking.k8s.io"
+	if err := crds.Delete(e.ctx, crdName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	reinstall := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		return manifests.InstallCRDs(ctx, adminConfig(), "testdata/referencegrants.yaml")
+	}
+	// The later tests need it, whatever happens here.
+	t.Cleanup(func() {
+		if err := reinstall(); err != nil {
+			t.Errorf("installing the ReferenceGrant CRD again: %v", err)
+		}
+	})
+	e.eventually("the ReferenceGrant API gone from discovery", func() (bool, error) {
+		_, err := e.kube.Discovery().ServerResourcesForGroupVersion(referenceGrants.GroupVersion().String())
+		return apierrors.IsNotFound(err), fmt.Errorf("discovery: %v", err)
+	})
+
+	platform, tenant := e.namespace(), e.namespace()
+	e.createProfile(platform, "arena", dataOf("1"))
+	e.createSession(tenant, "a", platform+"/arena")
+	e.startController(adminConfig(), func(o *app.Options) { o.ReferenceGrantRecheck = 500 * time.Millisecond })
+	e.eventually("the session refused: no ReferenceGrant API", func() (bool, error) {
+		c, err := e.resolved(tenant, "a")
+		if err != nil || c == nil {
+			return false, err
+		}
+		return c.Reason == gamesv1.ReasonReferenceNotPermitted && strings.Contains(c.Message, "serves no ReferenceGrant API"),
+			fmt.Errorf("ProfileResolved %s %s: %s", c.Status, c.Reason, c.Message)
+	})
+
+	if err := reinstall(); err != nil {
+		t.Fatal(err)
+	}
+	e.grant(platform, tenant, "arena")
+	e.eventually("the session to run the profile, by grant, with no restart", func() (bool, error) {
+		got, err := e.mounted(tenant, "a")
+		want := controller.RevisionName(platform+"/arena", hashOf(dataOf("1")))
+		return got == want, fmt.Errorf("mounts %q, want %q (%v)", got, want, err)
+	})
 }

@@ -180,6 +180,14 @@ func (rc *runningController) count(what string) int {
 	return rc.answered[what]
 }
 
+// apiextensionsClient is the CRD client, for the test that removes the
+// ReferenceGrant CRD for a while.
+func apiextensionsClient(t *testing.T) dynamic.ResourceInterface {
+	t.Helper()
+	return dynamic.NewForConfigOrDie(adminConfig()).Resource(schema.GroupVersionResource{
+		Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+}
+
 type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -54,6 +54,10 @@ type Options struct {
 	// profile moves, across all profiles. 0: no limit.
 	MaxMovingSessions int
 	MaxMovesPerMinute int
+	// ReferenceGrantRecheck is how often a cluster-wide controller that
+	// found no ReferenceGrant API at start-up looks for it again, so that a
+	// Gateway API install later needs no restart. 0: never.
+	ReferenceGrantRecheck time.Duration
 	// RevisionHistoryLimit is how many of each profile's newest revisions
 	// are kept for rollback besides those in use.
 	RevisionHistoryLimit int
@@ -119,6 +123,8 @@ func NewOptions() *Options {
 		// absorbs. docs/rollouts.md says how to size them.
 		MaxMovingSessions: 500,
 		MaxMovesPerMinute: 1000,
+		// One discovery request a minute while the API is missing.
+		ReferenceGrantRecheck: time.Minute,
 
 		LeaderElectionID: "gamesession-controller",
 		// The timings of kube-controller-manager: a standby takes over at
@@ -150,6 +156,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.RolloutMaxDefer, "rollout-max-defer", o.RolloutMaxDefer, "Default time busy sessions (label "+gamesv1.BusyLabel+"="+gamesv1.BusyLabelValue+") may hold back their move after a rollout started: a duration such as 30m, after which they move busy or not, or \"never\". Annotation "+rollout.AnnotationMaxDefer+".")
 	fs.IntVar(&o.MaxMovingSessions, "max-moving-sessions", o.MaxMovingSessions, "Cluster-wide budget: at most this many sessions, across all profiles, moved to a new profile revision and not yet Ready at once. 0: no limit.")
 	fs.IntVar(&o.MaxMovesPerMinute, "max-moves-per-minute", o.MaxMovesPerMinute, "Cluster-wide budget: at most this many profile moves started in any minute, across all profiles. 0: no limit.")
+	fs.DurationVar(&o.ReferenceGrantRecheck, "reference-grant-recheck", o.ReferenceGrantRecheck, "How often a cluster-wide controller that found no ReferenceGrant API (Gateway API's CRD) at start-up looks for it again; once found, profiles of other namespaces are used by grant without a restart. 0: never.")
 	fs.StringVar(&o.RolloutMaxFailed, "rollout-max-failed", o.RolloutMaxFailed, "Default brake of a profile's rollouts: halt when more than N (or N%) of the sessions moved to a new revision fail (ProgressDeadlineExceeded). Empty: no brake. Annotation "+rollout.AnnotationMaxFailed+".")
 	fs.IntVar(&o.RevisionHistoryLimit, "revision-history-limit", o.RevisionHistoryLimit, "How many of a profile's newest unused revisions are kept for rollback, besides the current one and those a Deployment mounts, which are always kept.")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Run the controller only while holding a Lease, so that several replicas can run with one active. Enable whenever more than one replica may run.")
@@ -187,6 +194,9 @@ func (o *Options) Validate() error {
 	}
 	if _, err := o.RolloutDefaults(); err != nil {
 		return err
+	}
+	if o.ReferenceGrantRecheck < 0 {
+		return fmt.Errorf("--reference-grant-recheck must not be negative, got %v", o.ReferenceGrantRecheck)
 	}
 	if o.MaxMovingSessions < 0 || o.MaxMovesPerMinute < 0 {
 		return fmt.Errorf("--max-moving-sessions and --max-moves-per-minute must not be negative (0 is no limit), got %d and %d",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -157,14 +158,13 @@ func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interf
 			return err
 		}
 		if found {
-			grantFactory = dynamicinformer.NewFilteredDynamicSharedInformerFactory(informers.dynamic, o.ResyncPeriod, metav1.NamespaceAll, nil)
-			grants = grantFactory.ForResource(gvr).Informer()
-			if err := grants.SetTransform(controller.SlimReferenceGrant); err != nil {
+			if grantFactory, grants, err = newGrantInformer(informers.dynamic, o.ResyncPeriod, gvr); err != nil {
 				return err
 			}
 			logger.Info("Profiles of other namespaces are permitted by ReferenceGrants", "resource", gvr.String())
 		} else {
-			logger.Info("The cluster serves no ReferenceGrant API: GameSessions may use profiles of their own namespace only")
+			logger.Info("The cluster serves no ReferenceGrant API: GameSessions may use profiles of their own namespace only, until it does",
+				"recheck", o.ReferenceGrantRecheck)
 		}
 	}
 	sessionInformer := sessionFactory.Games().V1().GameSessions()
@@ -204,6 +204,15 @@ func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interf
 	if grantFactory != nil {
 		grantFactory.Start(ctx.Done())
 		defer grantFactory.Shutdown()
+	} else if o.Namespace == "" && o.ReferenceGrantRecheck > 0 {
+		// Stopped, and waited for, before the other informers.
+		lateCtx, cancelLate := context.WithCancel(ctx)
+		var late sync.WaitGroup
+		late.Go(func() {
+			watchForReferenceGrants(lateCtx, o.ReferenceGrantRecheck, kubeClient.Discovery(), informers.dynamic, o.ResyncPeriod, c)
+		})
+		defer late.Wait()
+		defer cancelLate()
 	}
 	// Shutdown waits for the informer goroutines, so Run leaves nothing behind.
 	defer deploymentFactory.Shutdown()
@@ -227,29 +236,14 @@ func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interf
 // API's CRDs are an optional install). Discovery errors other than "not
 // served" are retried for a while: a controller that started without grants
 // because of a transient error would refuse every cross-namespace profile
-// until its next restart.
+// until it looked again.
 func referenceGrantResource(ctx context.Context, client discovery.DiscoveryInterface) (gvr schema.GroupVersionResource, found bool, err error) {
 	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Steps: 6, Cap: 10 * time.Second}
 	err = wait.ExponentialBackoffWithContext(ctx, backoff, func(context.Context) (bool, error) {
-		var lastErr error
-		for _, candidate := range controller.ReferenceGrantVersions {
-			list, err := client.ServerResourcesForGroupVersion(candidate.GroupVersion().String())
-			switch {
-			case apierrors.IsNotFound(err):
-				continue
-			case err != nil:
-				lastErr = err
-				continue
-			}
-			for _, r := range list.APIResources {
-				if r.Name == candidate.Resource {
-					gvr, found = candidate, true
-					return true, nil
-				}
-			}
-		}
-		if lastErr != nil {
-			klog.FromContext(ctx).Info("Looking for the ReferenceGrant API", "err", lastErr)
+		var lookErr error
+		gvr, found, lookErr = lookForReferenceGrants(client)
+		if lookErr != nil {
+			klog.FromContext(ctx).Info("Looking for the ReferenceGrant API", "err", lookErr)
 			return false, nil
 		}
 		return true, nil
@@ -258,6 +252,77 @@ func referenceGrantResource(ctx context.Context, client discovery.DiscoveryInter
 		return gvr, false, fmt.Errorf("looking for the ReferenceGrant API: %w", err)
 	}
 	return gvr, found, nil
+}
+
+// lookForReferenceGrants asks discovery once for each ReferenceGrant version,
+// the preferred first.
+func lookForReferenceGrants(client discovery.DiscoveryInterface) (schema.GroupVersionResource, bool, error) {
+	var lastErr error
+	for _, candidate := range controller.ReferenceGrantVersions {
+		list, err := client.ServerResourcesForGroupVersion(candidate.GroupVersion().String())
+		switch {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			lastErr = err
+			continue
+		}
+		for _, r := range list.APIResources {
+			if r.Name == candidate.Resource {
+				return candidate, true, nil
+			}
+		}
+	}
+	return schema.GroupVersionResource{}, false, lastErr
+}
+
+// newGrantInformer is the dynamic informer of ReferenceGrants, with no label
+// filter and trimmed to their spec.
+func newGrantInformer(client dynamic.Interface, resync time.Duration, gvr schema.GroupVersionResource) (dynamicinformer.DynamicSharedInformerFactory, cache.SharedIndexInformer, error) {
+	factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(client, resync, metav1.NamespaceAll, nil)
+	informer := factory.ForResource(gvr).Informer()
+	if err := informer.SetTransform(controller.SlimReferenceGrant); err != nil {
+		return nil, nil, err
+	}
+	return factory, informer, nil
+}
+
+// watchForReferenceGrants looks for the ReferenceGrant API every interval
+// until the cluster serves it, then starts the grant informer and hands it
+// to the controller: a Gateway API install after the controller started
+// needs no restart. It returns when ctx ends, its informer stopped.
+func watchForReferenceGrants(ctx context.Context, interval time.Duration, client discovery.DiscoveryInterface,
+	dyn dynamic.Interface, resync time.Duration, c *controller.Controller) {
+	logger := klog.FromContext(ctx)
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		gvr, found, err := lookForReferenceGrants(client)
+		if err != nil {
+			logger.V(2).Info("Looking for the ReferenceGrant API", "err", err)
+		}
+		if !found {
+			continue
+		}
+		logger.Info("The cluster serves the ReferenceGrant API now", "resource", gvr.String())
+		factory, informer, err := newGrantInformer(dyn, resync, gvr)
+		if err != nil {
+			logger.Error(err, "Starting the ReferenceGrant informer")
+			return
+		}
+		factory.Start(ctx.Done())
+		defer factory.Shutdown()
+		if _, err := c.EnableGrants(ctx, informer); err != nil {
+			logger.Error(err, "Reading ReferenceGrants")
+		}
+		<-ctx.Done()
+		return
+	}
 }
 
 // informerClients are the clients the informers list and watch with.
