@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -73,6 +74,10 @@ type profilePlan struct {
 	plan     rollout.Plan
 	memory   rollout.Memory // what the rollout remembers after this plan
 	revision revisionState
+	// unavailableIn holds, by namespace, the revisions of the content that
+	// cannot be had, with why: a session says its own namespace's reason,
+	// not another's (a quota in one tenant's namespace, say).
+	unavailableIn map[string]revisionState
 	// started is when the rollout towards hash began: max-defer counts
 	// from it, and the ProfileRollout records it (status.startTime).
 	started time.Time
@@ -172,7 +177,7 @@ func (c *Controller) syncProfile(ctx context.Context, key string) error {
 	}
 	hash := c.profileHashes.hash(profile)
 	consumers := c.consumerNamespaces(namespace, name)
-	revision, createErr := c.ensureRevisions(ctx, profile, hash, consumers)
+	revision, unavailableIn, createErr := c.ensureRevisions(ctx, profile, hash, consumers)
 	kept := []string{hash}
 	if stable := c.stableHash(profile, hash); stable != "" {
 		kept = append(kept, stable)
@@ -180,7 +185,7 @@ func (c *Controller) syncProfile(ctx context.Context, key string) error {
 	deleteErr := c.deleteStaleRevisions(ctx, key, kept, c.revisionHistoryLimit, func(ns string) bool {
 		return ns == namespace || slices.Contains(consumers, ns)
 	})
-	pp := c.planRollout(ctx, profile, hash, revision)
+	pp := c.planRollout(ctx, profile, hash, revision, unavailableIn)
 	// Recorded at once, the revision on its way or not: a GitOps tool that
 	// waits on the ProfileRollout must never read the previous content's
 	// Complete as this one's.
@@ -203,10 +208,12 @@ func (c *Controller) syncProfile(ctx context.Context, key string) error {
 // ensureRevisions creates the revision of the profile's current content,
 // hash, in its namespace and in each of namespaces, whose sessions use it by
 // grant. The state it returns is the first that is not available, the
-// profile's own first: the rollout waits for every namespace's. The creates
+// profile's own first: the rollout waits for every namespace's. With it
+// come the namespaces whose revision cannot be had, and why. The creates
 // in other namespaces go out revisionCreators at a time: the fan-out waits
 // for the last of them, and fifty in turn would add a second to it.
-func (c *Controller) ensureRevisions(ctx context.Context, profile *corev1.ConfigMap, hash string, namespaces []string) (revisionState, error) {
+func (c *Controller) ensureRevisions(ctx context.Context, profile *corev1.ConfigMap, hash string,
+	namespaces []string) (revisionState, map[string]revisionState, error) {
 	state, err := c.ensureRevision(ctx, profile, hash, profile.Namespace)
 	states := make([]revisionState, len(namespaces))
 	errs := make([]error, len(namespaces)+1)
@@ -225,12 +232,23 @@ func (c *Controller) ensureRevisions(ctx context.Context, profile *corev1.Config
 	}
 	close(next)
 	wg.Wait()
-	for _, s := range states {
+	var unavailable map[string]revisionState
+	note := func(namespace string, s revisionState) {
+		if s.reason != "" && !s.available {
+			if unavailable == nil {
+				unavailable = map[string]revisionState{}
+			}
+			unavailable[namespace] = s
+		}
+	}
+	note(profile.Namespace, state)
+	for i, s := range states {
+		note(namespaces[i], s)
 		if state.available && !s.available {
 			state = s
 		}
 	}
-	return state, errors.Join(errs...)
+	return state, unavailable, errors.Join(errs...)
 }
 
 // revisionCreators bounds the revision creates one profile sync sends at
@@ -315,7 +333,8 @@ func memoryOf(stored *gamesv1.ProfileRollout, hash string) rollout.Memory {
 
 // planRollout plans the rollout of a profile's current revision, stores the
 // plan, queues the sessions whose turn came, and reports progress.
-func (c *Controller) planRollout(ctx context.Context, profile *corev1.ConfigMap, hash string, revision revisionState) *profilePlan {
+func (c *Controller) planRollout(ctx context.Context, profile *corev1.ConfigMap, hash string, revision revisionState,
+	unavailableIn map[string]revisionState) *profilePlan {
 	key := profileKey(profile.Namespace, profile.Name)
 	policy, policyErr := c.policyOf(profile)
 	stored := c.storedRollout(profile)
@@ -352,7 +371,7 @@ func (c *Controller) planRollout(ctx context.Context, profile *corev1.ConfigMap,
 		memory.Started = stored.Status.StartTime.Time
 	}
 	plan := rollout.Decide(policy, members, memory, now)
-	next := &profilePlan{hash: hash, policy: policy.String(), plan: plan, revision: revision, started: memory.Started,
+	next := &profilePlan{hash: hash, policy: policy.String(), plan: plan, revision: revision, unavailableIn: unavailableIn, started: memory.Started,
 		window: windowString(policy),
 		memory: rollout.Memory{Halted: plan.Phase == rollout.PhaseHalted, StableHash: memory.StableHash, Started: memory.Started}}
 	if plan.Settled && plan.Failed == 0 {
@@ -458,10 +477,18 @@ func revisionUnavailable(pp *profilePlan) bool {
 
 // revisionNews reports whether the revision became unavailable, available
 // again, or unavailable for another reason (the sessions quote the API
-// server's message).
+// server's message), in the profile's namespace or in one that uses it by
+// grant: each session says its own namespace's.
 func revisionNews(prev, next *profilePlan) bool {
-	return revisionUnavailable(prev) != revisionUnavailable(next) ||
-		revisionUnavailable(next) && prev.revision.message != next.revision.message
+	if revisionUnavailable(prev) != revisionUnavailable(next) ||
+		revisionUnavailable(next) && prev.revision.message != next.revision.message {
+		return true
+	}
+	var before map[string]revisionState
+	if prev != nil {
+		before = prev.unavailableIn
+	}
+	return !maps.EqualFunc(before, next.unavailableIn, func(a, b revisionState) bool { return a.message == b.message })
 }
 
 // rolloutMembers returns the profile's sessions that have a Deployment of

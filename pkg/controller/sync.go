@@ -439,10 +439,11 @@ func (c *Controller) chooseRevision(session *gamesv1.GameSession, profile *corev
 		}
 		choice := revisionChoice{hash: rolled, reason: gamesv1.ReasonRevisionPending, planNeeded: true,
 			message: fmt.Sprintf(MessageRevisionPending, targetRevision)}
-		if pp := c.plans.latest(profileKey(profile.Namespace, profile.Name)); pp != nil && pp.hash == target &&
-			pp.revision.reason != "" && !pp.revision.available {
-			choice.reason, choice.message = gamesv1.ReasonRevisionUnavailable, pp.revision.message
-			return choice
+		if pp := c.plans.latest(profileKey(profile.Namespace, profile.Name)); pp != nil && pp.hash == target {
+			if st, ok := pp.unavailableIn[session.Namespace]; ok {
+				choice.reason, choice.message = gamesv1.ReasonRevisionUnavailable, st.message
+				return choice
+			}
 		}
 		// A change of the session's own spec waits for the revision, which
 		// is on its way, when the session moves at once: one write takes
