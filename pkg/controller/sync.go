@@ -84,12 +84,11 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	status := newSessionStatus(session)
-	status.deadlineExceeded = c.progressDeadlineExceeded
+	refusal := ""
 	if permitted, message := c.referencePermitted(session); !permitted {
 		// Another namespace's profile, not granted: as good as missing.
 		// The Deployment keeps the revision it runs.
-		profile, status.refusal = nil, message
+		profile, refusal = nil, message
 	}
 	if !c.expectations.satisfied(key, deployment) {
 		// The cache has not caught up with our last write to the Deployment.
@@ -100,6 +99,9 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 	// The cache shows the last write: a move it completed, or a move that
 	// was refused or overtaken, frees its place in the cluster-wide budget.
 	c.settleMove(key, session, deployment)
+	status := newSessionStatus(session)
+	status.deadlineExceeded = c.progressDeadlineExceeded
+	status.refusal = refusal
 	result, err := c.reconcileDeployment(ctx, session, profile, deployment, status)
 	// Requeues are decided here, from what the steps returned.
 	if result.requeueAfter > 0 {
