@@ -595,10 +595,14 @@ func TestRolloutStateFixForwardIgnoresStaleDeadline(t *testing.T) {
 		return nil
 	})
 
-	// A longer deadline for the fix: kube-controller-manager must see
-	// progress within it after the freeze, on 2 busy cores. The canary stays
-	// timed out on the broken content meanwhile.
-	e.setProgressDeadline(canary, "120")
+	// A longer deadline for the fix, for every session: kube-controller-
+	// manager must see progress within it after the freeze, and the other
+	// sessions' pods must become ready within it once they move, on 2 busy
+	// cores (with 5s, a CI run halted the fix on a session whose pods took
+	// 35s). The canary stays timed out on the broken content meanwhile.
+	for _, name := range names {
+		e.setProgressDeadline(name, "120")
+	}
 	if d := e.waitKCMObserved(canary); !progressDeadlineExceeded(d) {
 		t.Fatalf("the failed canary's Deployment no longer reports ProgressDeadlineExceeded: %+v", d.Status.Conditions)
 	}
