@@ -40,8 +40,12 @@ const (
 	// watch is refused. Such an informer falls back to polling with LIST, and
 	// client-go's reflector backs off 0.8s*2^n (jitter only lengthens it)
 	// between attempts: after its fourth LIST the next one is at least 6.4s
-	// away. A watching controller reacts in a fraction of a second.
-	blindFor = 2 * time.Second
+	// away. A watching controller reacts in a fraction of a second, and
+	// completes a step within it: the slowest step measured in CI, a
+	// profile edit rolled to three Deployments, took 2.3s on busy cores
+	// (4.6s with other test runs beside it), so the window is 4s, still
+	// 2.4s short of the next list.
+	blindFor = 4 * time.Second
 
 	// heldFor is how long a revision that a ReplicaSet mounts must be seen
 	// kept once it is stale otherwise: several profile syncs (one follows
@@ -644,8 +648,8 @@ func (s *rbacScenario) failsWithout(effect revocationEffect) {
 		// Counted per informer: with two informers of a resource, three
 		// lists in all may be two of one, whose next list is then less
 		// than blindFor away.
-		// Four lists, not three: the next is then at least 6.4s away, three
-		// times blindFor, a margin CI's load does not eat (with three, a
+		// Four lists, not three: the next is then at least 6.4s away, 2.4s
+		// more than blindFor, a margin CI's load does not eat (with three, a
 		// list came within blindFor once in a CI rehearsal).
 		s.waitFor(fmt.Sprintf("every %s informer to poll: watch refused, 4 lists each", resource), func() bool {
 			informers, lists := s.ctl.requests.listsPerInformer(resource)
