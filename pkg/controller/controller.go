@@ -117,6 +117,11 @@ type Informers struct {
 	// nil when the cluster serves none, and then no session may use a
 	// profile of another namespace.
 	Grants cache.SharedIndexInformer
+	// Secrets: Secrets matching SecretSelector, through SecretDigester as
+	// the transform, so that the cache holds a digest of each one's data
+	// and never the data. Nil: Secret changes roll nothing, and the
+	// Deployments keep the Secret digest they have.
+	Secrets coreinformers.SecretInformer
 }
 
 // Controller reconciles GameSessions into Deployments, and profiles into
@@ -159,7 +164,9 @@ type Controller struct {
 	deploymentIndexer cache.Indexer
 	replicaSetIndexer cache.Indexer
 	grants            atomic.Pointer[grantChecker] // nil: no ReferenceGrant API (yet)
-	namespace         string                       // Options.Namespace
+	secretLister      corelisters.SecretLister     // nil: Secrets are not tracked
+	secretChanges     *secretChanges
+	namespace         string // Options.Namespace
 	cachesSynced      []cache.InformerSynced
 
 	// queue holds GameSession keys; profileQueue profile keys, for the
@@ -256,6 +263,11 @@ func NewController(
 		rolloutDefaults:      *opts.RolloutDefaults,
 		revisionHistoryLimit: opts.RevisionHistoryLimit,
 		budget:               newClusterBudget(opts.Clock, opts.MaxMovingSessions, opts.MaxMovesPerMinute),
+		secretChanges:        newSecretChanges(),
+	}
+	if informers.Secrets != nil {
+		c.secretLister = informers.Secrets.Lister()
+		c.cachesSynced = append(c.cachesSynced, informers.Secrets.Informer().HasSynced)
 	}
 	if informers.Grants != nil {
 		c.grants.Store(&grantChecker{indexer: informers.Grants.GetIndexer()})
@@ -276,6 +288,7 @@ func NewController(
 	}{
 		{informers.Sessions.Informer(), profileRefIndex, profileRefIndexFunc},
 		{informers.Sessions.Informer(), grantingNamespaceIndex, grantingNamespaceIndexFunc},
+		{informers.Sessions.Informer(), secretRefIndex, secretRefIndexFunc},
 		{informers.Revisions.Informer(), revisionOfIndex, revisionOfIndexFunc},
 		{informers.Deployments.Informer(), mountedRevisionIndex, deploymentMountIndexFunc},
 		{informers.ReplicaSets.Informer(), mountedRevisionIndex, replicaSetMountIndexFunc},
@@ -307,6 +320,11 @@ func NewController(
 			return nil, err
 		}
 	}
+	if informers.Secrets != nil {
+		if _, err := informers.Secrets.Informer().AddEventHandler(h.secrets); err != nil {
+			return nil, err
+		}
+	}
 	return c, nil
 }
 
@@ -314,7 +332,7 @@ func NewController(
 // informer: NewController registers them, and the sequence harness
 // (sequence_test.go) delivers its events to the same ones.
 type eventHandlers struct {
-	sessions, rollouts, profiles, revisions, deployments, replicaSets, grants cache.ResourceEventHandlerFuncs
+	sessions, rollouts, profiles, revisions, deployments, replicaSets, grants, secrets cache.ResourceEventHandlerFuncs
 }
 
 func (c *Controller) eventHandlers() eventHandlers {
@@ -372,6 +390,11 @@ func (c *Controller) eventHandlers() eventHandlers {
 				}
 			},
 			DeleteFunc: c.grantChanged,
+		},
+		secrets: cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.secretChanged,
+			UpdateFunc: c.secretUpdated,
+			DeleteFunc: c.secretChanged,
 		},
 	}
 }

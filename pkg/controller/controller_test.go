@@ -69,6 +69,7 @@ type fixture struct {
 	revisionIndexer   cache.Indexer
 	deploymentIndexer cache.Indexer
 	replicaSetIndexer cache.Indexer
+	secretIndexer     cache.Indexer
 
 	// Requests the next run must make, in order; list and watch excluded.
 	kubeActions []wantAction
@@ -127,6 +128,7 @@ func newFixtureWithOptions(ctx context.Context, t *testing.T, opts Options, obje
 	f.revisionIndexer = informers.Revisions.Informer().GetIndexer()
 	f.deploymentIndexer = informers.Deployments.Informer().GetIndexer()
 	f.replicaSetIndexer = informers.ReplicaSets.Informer().GetIndexer()
+	f.secretIndexer = informers.Secrets.Informer().GetIndexer()
 	for _, obj := range objects {
 		f.setCached(obj)
 	}
@@ -147,6 +149,7 @@ func testInformers(kubeClient kubernetes.Interface, gameClient clientset.Interfa
 		Revisions:   kubeinformers.NewSharedInformerFactory(kubeClient, 0).Core().V1().ConfigMaps(),
 		Deployments: kubeFactory.Apps().V1().Deployments(),
 		ReplicaSets: kubeFactory.Apps().V1().ReplicaSets(),
+		Secrets:     kubeFactory.Core().V1().Secrets(),
 	}
 }
 
@@ -266,6 +269,8 @@ func (f *fixture) indexerFor(obj runtime.Object) cache.Indexer {
 		return f.replicaSetIndexer
 	case *gamesv1.ProfileRollout:
 		return f.rolloutIndexer
+	case *corev1.Secret:
+		return f.secretIndexer
 	}
 	f.t.Fatalf("no informer cache for %T", obj)
 	return nil

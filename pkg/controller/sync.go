@@ -60,6 +60,7 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 		// its ownerReference, and deleting a session never waits on us.
 		logger.V(4).Info("GameSession deleted")
 		c.expectations.forget(key)
+		c.secretChanges.settled(key)
 		c.wake(c.budget.forget(key))
 		for _, revision := range c.revisions.forgetSession(key) {
 			// Nothing else may hold it: its profile sync looks again.
@@ -228,7 +229,7 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 		return result, nil
 	}
 	if observed == nil {
-		created, live, err := c.createDeployment(ctx, session, c.desiredDeployment(session, profile, result.choice.hash))
+		created, live, err := c.createDeployment(ctx, session, c.desiredDeployment(session, profile, result.choice.hash, nil))
 		switch {
 		case apierrors.IsInvalid(err):
 			status.deploymentInvalid(err)
@@ -272,7 +273,16 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 			message: fmt.Sprintf(MessageWaitingForClusterBudget, RevisionName(ref, rolled),
 				RevisionName(ref, target), c.budget)}
 	}
-	current, patched, err := c.patchDeployment(ctx, session, observed, c.desiredDeployment(session, profile, result.choice.hash))
+	desired, hold := c.desiredWithSecrets(session, profile, result.choice.hash, observed)
+	if hold != nil {
+		// Neither a condition nor an Event: a rotation of a Secret shared by
+		// thousands of sessions would write thousands of either.
+		klog.FromContext(ctx).V(2).Info("A change of the session's Secrets waits", "why", hold.reason)
+		if after := hold.requeueAfter; after > 0 && (result.requeueAfter == 0 || after < result.requeueAfter) {
+			result.requeueAfter = after
+		}
+	}
+	current, patched, err := c.patchDeployment(ctx, session, observed, desired)
 	switch {
 	case apierrors.IsInvalid(err):
 		// Refused: no move is under way, and none holds a budget slot.
@@ -372,7 +382,7 @@ func (c *Controller) reconcileWithoutProfile(ctx context.Context, session *games
 		return result, nil
 	}
 	result.choice = revisionChoice{hash: rolled}
-	current, patched, err := c.patchDeployment(ctx, session, observed, c.desiredDeployment(session, nil, rolled))
+	current, patched, err := c.patchDeployment(ctx, session, observed, c.desiredDeployment(session, nil, rolled, observed))
 	switch {
 	case apierrors.IsInvalid(err):
 		status.profileMissing(observed)
@@ -452,7 +462,7 @@ func (c *Controller) chooseRevision(session *gamesv1.GameSession, profile *corev
 		// both along, and the game servers restart once, not twice. The
 		// revision's arrival queues the session (profileFanOut.revisionCreated).
 		if policy, err := c.policyOf(profile); err == nil && policy.Unpaced() && rolled != "" &&
-			deploymentNeedsUpdate(observed, c.desiredDeployment(session, profile, rolled)) {
+			deploymentNeedsUpdate(observed, c.desiredDeployment(session, profile, rolled, observed)) {
 			choice.hold = true
 		}
 		return choice
@@ -476,7 +486,7 @@ func (c *Controller) chooseRevision(session *gamesv1.GameSession, profile *corev
 func (c *Controller) heldBack(session *gamesv1.GameSession, profile *corev1.ConfigMap,
 	observed *appsv1.Deployment, rolled string) (time.Duration, bool) {
 	remaining, holding := c.fanOut.holdsBack(profileKey(profile.Namespace, profile.Name))
-	if !holding || deploymentNeedsUpdate(observed, c.desiredDeployment(session, profile, rolled)) {
+	if !holding || deploymentNeedsUpdate(observed, c.desiredDeployment(session, profile, rolled, observed)) {
 		return 0, false
 	}
 	return remaining, true
@@ -486,7 +496,33 @@ func (c *Controller) heldBack(session *gamesv1.GameSession, profile *corev1.Conf
 // profile's rollout policy. Without the profile (nil), or with a policy that
 // does not parse, the controller cannot know the deadline: the session's own,
 // if it sets one, or else whatever the Deployment has, stays.
-func (c *Controller) desiredDeployment(session *gamesv1.GameSession, profile *corev1.ConfigMap, hash string) *appsv1.Deployment {
+//
+// Its pod template carries the labelled Secrets it is to run with
+// (secretsToRun): observed is the Deployment as the sync found it, nil if
+// none.
+func (c *Controller) desiredDeployment(session *gamesv1.GameSession, profile *corev1.ConfigMap, hash string,
+	observed *appsv1.Deployment) *appsv1.Deployment {
+	d, _ := c.desiredWithSecrets(session, profile, hash, observed)
+	return d
+}
+
+// desiredWithSecrets is desiredDeployment, and why a change of the
+// session's Secrets waits (nil if none does).
+func (c *Controller) desiredWithSecrets(session *gamesv1.GameSession, profile *corev1.ConfigMap, hash string,
+	observed *appsv1.Deployment) (*appsv1.Deployment, *secretHold) {
+	d := c.deploymentWithoutSecrets(session, profile, hash)
+	set, hold, err := c.secretsToRun(session, profile, observed, d)
+	if err != nil {
+		// A cache's lister answers nothing but NotFound; whatever else
+		// comes, the pods keep what they run.
+		set, hold = observedSecrets(observed), nil
+	}
+	withSecrets(d, set)
+	return d, hold
+}
+
+// deploymentWithoutSecrets is the desired Deployment before its Secrets.
+func (c *Controller) deploymentWithoutSecrets(session *gamesv1.GameSession, profile *corev1.ConfigMap, hash string) *appsv1.Deployment {
 	d := NewDeployment(session, hash)
 	if session.Spec.ProgressDeadlineSeconds != nil {
 		return d

@@ -354,6 +354,31 @@ func newSession(name, profile string, replicas int32) *gamesv1.GameSession {
 	}
 }
 
+// withSecretEnv makes the session's game server read the Secret's "token"
+// into an env var.
+func withSecretEnv(s *gamesv1.GameSession, secret string) *gamesv1.GameSession {
+	s.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{
+		Name: "game-server",
+		Env: []corev1.EnvVar{{Name: "TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: "token"}}}},
+	}}}}
+	return s
+}
+
+// createSecret creates a Secret, labelled for the controller if labelled.
+func (e *env) createSecret(name string, data map[string][]byte, labelled bool) *corev1.Secret {
+	e.t.Helper()
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: data}
+	if labelled {
+		secret.Labels = map[string]string{gamesv1.SecretLabel: gamesv1.SecretLabelValue}
+	}
+	secret, err := e.kube.CoreV1().Secrets(e.ns).Create(e.ctx, secret, metav1.CreateOptions{})
+	if err != nil {
+		e.t.Fatalf("create Secret %s: %v", name, err)
+	}
+	return secret
+}
+
 func (e *env) createSession(s *gamesv1.GameSession) *gamesv1.GameSession {
 	e.t.Helper()
 	s, err := e.game.GamesV1().GameSessions(e.ns).Create(e.ctx, s, metav1.CreateOptions{})

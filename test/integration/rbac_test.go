@@ -76,13 +76,18 @@ type rbacScenario struct {
 	// ReplicaSet of the test's own (holdout) mounts: vaultHashes are its
 	// contents, first to last.
 	vaultHashes []string
+	// secretsHash is the digest of rbacSecret in the first session's
+	// Deployment.
+	secretsHash string
 	heldSince   time.Time
 }
 
-// The vault profile and the ReplicaSet that holds its first revision.
+// The vault profile and the ReplicaSet that holds its first revision, and
+// the labelled Secret the first session reads.
 const (
 	vaultProfile = "vault"
 	holdoutName  = "holdout"
+	rbacSecret   = "arena-credentials"
 )
 
 var rbacSteps = []rbacStep{
@@ -95,8 +100,41 @@ var rbacSteps = []rbacStep{
 		return holder != "", fmt.Errorf("lease holder %q", holder)
 	}},
 	{name: "create Deployments", done: func(s *rbacScenario) (bool, error) {
-		return s.deploymentsCarry(s.sessions, s.hash)
+		if ok, err := s.deploymentsCarry(s.sessions, s.hash); !ok {
+			return false, err
+		}
+		// The first session's template reads the labelled Secret: its
+		// Deployment carries the Secret's digest.
+		d, err := s.deployment(s.sessions[0])
+		if err != nil {
+			return false, err
+		}
+		s.secretsHash = d.Spec.Template.Annotations[gamesv1.SecretsHashAnnotation]
+		return s.secretsHash != "", fmt.Errorf("deployment %s carries no digest of Secret %s", d.Name, rbacSecret)
 	}},
+	{name: "roll a Secret rotation", reaction: true,
+		act: func(s *rbacScenario) {
+			secret, err := s.kube.CoreV1().Secrets(s.ns).Get(s.ctx, rbacSecret, metav1.GetOptions{})
+			if err != nil {
+				s.t.Fatal(err)
+			}
+			secret.Data["token"] = []byte("rotated")
+			if _, err := s.kube.CoreV1().Secrets(s.ns).Update(s.ctx, secret, metav1.UpdateOptions{}); err != nil {
+				s.t.Fatal(err)
+			}
+		},
+		done: func(s *rbacScenario) (bool, error) {
+			d, err := s.deployment(s.sessions[0])
+			if err != nil {
+				return false, err
+			}
+			got := d.Spec.Template.Annotations[gamesv1.SecretsHashAnnotation]
+			if got == "" || got == s.secretsHash {
+				return false, fmt.Errorf("deployment %s still carries the digest from before the rotation", d.Name)
+			}
+			s.secretsHash = got
+			return true, nil
+		}},
 	{name: "record the rollout",
 		// The profile's ProfileRollout, created and its status written for
 		// the profile's content.
@@ -402,9 +440,14 @@ func setUpRBACScenario(t *testing.T, revoked ...grantedVerb) (*rbacScenario, *co
 	}
 	s := &rbacScenario{env: e}
 	s.hash = controller.ProfileHash(e.createProfile("arena", map[string]string{"server.cfg": "max_players=16"}, true))
+	e.createSecret(rbacSecret, map[string][]byte{"token": []byte("first")}, true)
 	for i := range 3 {
 		name := fmt.Sprintf("arena-%d", i)
-		e.createSession(newSession(name, "arena", 1))
+		session := newSession(name, "arena", 1)
+		if i == 0 {
+			withSecretEnv(session, rbacSecret)
+		}
+		e.createSession(session)
 		s.sessions = append(s.sessions, name)
 	}
 	e.createSession(newSession("drifter", "late", 1))
@@ -553,6 +596,16 @@ var revocationEffects = map[string]revocationEffect{
 		reported: refusedAgain("get configmaps")},
 	// Without watch, a ReplicaSet that stops mounting a revision goes
 	// unseen until the informer's next list, and the revision stays.
+	// Without list, with streaming lists off, the Secret informer never
+	// syncs.
+	"ClusterRole list secrets": {streamingOff: true},
+	// Without watch, a rotation goes unseen until the informer's next list.
+	"ClusterRole watch secrets": {failsAt: "roll a Secret rotation", denied: "watch secrets", polling: true},
+	// Without get or create of its digest key, the controller cannot key the
+	// Secret digests: it tries again with backoff, and syncs nothing (its
+	// caches never start, and /readyz fails).
+	"Role get secrets":              {failsAt: "create Deployments", denied: "get secrets", reported: refusedAgain("get secrets")},
+	"Role create secrets":           {failsAt: "create Deployments", denied: "create secrets", reported: refusedAgain("create secrets")},
 	"ClusterRole watch replicasets": {failsAt: "delete a revision no ReplicaSet mounts", denied: "watch replicasets", polling: true},
 	// Grants are read by a cluster-wide controller only, and this
 	// package's controllers each manage one namespace: test/tenancy

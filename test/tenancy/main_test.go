@@ -67,6 +67,9 @@ type env struct {
 	kube kubernetes.Interface
 	game clientset.Interface
 	dyn  dynamic.Interface
+	// ownNamespace is the controller's own namespace, where its Secret
+	// digest key lives; "" for the default one's ("default").
+	ownNamespace string
 }
 
 func newEnv(t *testing.T) *env {
@@ -140,6 +143,9 @@ func (e *env) startController(cfg *rest.Config, configure ...func(*app.Options))
 	o.ProfileChangeDelay = 0
 	o.MetricsBindAddress = "0"
 	o.HealthProbeBindAddress = "0"
+	if e.ownNamespace != "" {
+		o.SecretDigestKey = e.ownNamespace + "/" + o.SecretDigestKey
+	}
 	for _, f := range configure {
 		f(o)
 	}

@@ -56,6 +56,28 @@ func (e *env) controllerIdentity(revoked ...revokedVerb) *rest.Config {
 	if _, err := rbac.ClusterRoleBindings().Create(e.ctx, binding, metav1.CreateOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
+	// The Role of the controller's own namespace (its Secret digest key,
+	// and the Lease), bound there: the account's namespace plays it.
+	objs, err = manifests.DecodeFiles("../../artifacts/rbac/leader-election-role.yaml")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	own := &rbacv1.Role{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs[0].Object, own); err != nil {
+		e.t.Fatal(err)
+	}
+	own.Namespace = ns
+	if _, err := rbac.Roles(ns).Create(e.ctx, own, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := rbac.RoleBindings(ns).Create(e.ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: own.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: own.Name},
+		Subjects:   binding.Subjects,
+	}, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	e.ownNamespace = ns
 	e.t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -77,7 +99,8 @@ func (e *env) controllerIdentity(revoked ...revokedVerb) *rest.Config {
 	}
 	e.eventually("the authorizer to apply the controller's ClusterRole", func() (bool, error) {
 		for _, r := range []revokedVerb{{"gateway.networking.k8s.io", "referencegrants", "list"},
-			{"gateway.networking.k8s.io", "referencegrants", "watch"}, {"", "configmaps", "create"}} {
+			{"gateway.networking.k8s.io", "referencegrants", "watch"}, {"", "configmaps", "create"},
+			{"", "secrets", "watch"}} {
 			ok, err := allowed(r)
 			if err != nil {
 				return false, err

@@ -82,6 +82,25 @@ says why each is needed.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]
+# Labelled Secrets (--watch-secrets), cached as a keyed digest of their data
+# only: RBAC cannot grant by label.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["list", "watch"]
+{{- end }}
+
+{{/*
+The Secret digest key, in the controller's own namespace: create (not
+limited by name) and a get of the key only.
+*/}}
+{{- define "gamesession-controller.keyRules" -}}
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["create"]
+- apiGroups: [""]
+  resources: ["secrets"]
+  resourceNames: ["gamesession-controller-secret-digest-key"]
+  verbs: ["get"]
 {{- end }}
 
 {{/*

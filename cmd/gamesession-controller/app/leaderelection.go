@@ -149,6 +149,12 @@ func (o *Options) leaderElectionNamespace(readFile func(string) ([]byte, error))
 	if o.LeaderElectionNamespace != "" {
 		return o.LeaderElectionNamespace
 	}
+	return o.ownNamespace(readFile)
+}
+
+// ownNamespace is the controller's own namespace: in a cluster, the pod's;
+// else --namespace; else "default".
+func (o *Options) ownNamespace(readFile func(string) ([]byte, error)) string {
 	// Only with the in-cluster configuration: a test or `make run` talking to
 	// another API server from inside some pod must not pick that pod's
 	// namespace.

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -67,6 +68,14 @@ type Options struct {
 	// `make run` and the tests run a single instance and should not wait for a
 	// lease; the Deployment in artifacts/ turns it on for its two replicas.
 	LeaderElect bool
+	// WatchSecrets rolls the game servers of a session when a labelled
+	// Secret its pod template references changes (gamesv1.SecretLabel).
+	WatchSecrets bool
+	// SecretDigestKey is the Secret, "name" in the controller's own
+	// namespace or "namespace/name", that holds the key of the Secret
+	// digests; the controller creates it the first time.
+	SecretDigestKey string
+
 	// LeaderElectionNamespace holds the Lease. Empty: the pod's own
 	// namespace with the in-cluster configuration, else Namespace, else
 	// "default" (leaderElectionNamespace).
@@ -126,6 +135,9 @@ func NewOptions() *Options {
 		// One discovery request a minute while the API is missing.
 		ReferenceGrantRecheck: time.Minute,
 
+		WatchSecrets:    true,
+		SecretDigestKey: "gamesession-controller-secret-digest-key",
+
 		LeaderElectionID: "gamesession-controller",
 		// The timings of kube-controller-manager: a standby takes over at
 		// most 15s after the leader stops renewing, and a leader that cannot
@@ -159,6 +171,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.ReferenceGrantRecheck, "reference-grant-recheck", o.ReferenceGrantRecheck, "How often a cluster-wide controller that found no ReferenceGrant API (Gateway API's CRD) at start-up looks for it again; once found, profiles of other namespaces are used by grant without a restart. 0: never.")
 	fs.StringVar(&o.RolloutMaxFailed, "rollout-max-failed", o.RolloutMaxFailed, "Default brake of a profile's rollouts: halt when more than N (or N%) of the sessions moved to a new revision fail (ProgressDeadlineExceeded). Empty: no brake. Annotation "+rollout.AnnotationMaxFailed+".")
 	fs.IntVar(&o.RevisionHistoryLimit, "revision-history-limit", o.RevisionHistoryLimit, "How many of a profile's newest unused revisions are kept for rollback, besides the current one and those a Deployment mounts, which are always kept.")
+	fs.BoolVar(&o.WatchSecrets, "watch-secrets", o.WatchSecrets, "Roll a session's game servers when a Secret its pod template references, labelled "+gamesv1.SecretLabel+"="+gamesv1.SecretLabelValue+", changes. Needs list and watch on Secrets; the controller caches a keyed digest of the labelled ones, never their data.")
+	fs.StringVar(&o.SecretDigestKey, "secret-digest-key", o.SecretDigestKey, "The Secret, NAME in the controller's own namespace or NAMESPACE/NAME, holding the key of the Secret digests in pod templates. Created the first time; keep it, as a new key restarts every game server that uses a labelled Secret.")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Run the controller only while holding a Lease, so that several replicas can run with one active. Enable whenever more than one replica may run.")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "Namespace of the leader election Lease. Empty: the pod's own namespace when running in a cluster, else --namespace, else \"default\".")
 	fs.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID, "Name of the leader election Lease. Replicas with the same namespace and name elect one leader.")
@@ -197,6 +211,11 @@ func (o *Options) Validate() error {
 	}
 	if o.ReferenceGrantRecheck < 0 {
 		return fmt.Errorf("--reference-grant-recheck must not be negative, got %v", o.ReferenceGrantRecheck)
+	}
+	if o.WatchSecrets {
+		if _, _, err := o.secretDigestKeyName(func(string) ([]byte, error) { return nil, nil }); err != nil {
+			return err
+		}
 	}
 	if o.MaxMovingSessions < 0 || o.MaxMovesPerMinute < 0 {
 		return fmt.Errorf("--max-moving-sessions and --max-moves-per-minute must not be negative (0 is no limit), got %d and %d",
@@ -290,4 +309,20 @@ func validateBindAddress(addr string) error {
 		return fmt.Errorf("invalid port %q", port)
 	}
 	return nil
+}
+
+// secretDigestKeyName resolves --secret-digest-key: NAME in the controller's
+// own namespace, or NAMESPACE/NAME.
+func (o *Options) secretDigestKeyName(readFile func(string) ([]byte, error)) (namespace, name string, err error) {
+	namespace, name, found := strings.Cut(o.SecretDigestKey, "/")
+	if !found {
+		namespace, name = o.ownNamespace(readFile), o.SecretDigestKey
+	}
+	if errs := validation.IsDNS1123Label(namespace); len(errs) > 0 {
+		return "", "", fmt.Errorf("--secret-digest-key %q: namespace %q: %s", o.SecretDigestKey, namespace, errs[0])
+	}
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return "", "", fmt.Errorf("--secret-digest-key %q: Secret name %q: %s", o.SecretDigestKey, name, errs[0])
+	}
+	return namespace, name, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	kubeinformers "k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -167,6 +169,29 @@ func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interf
 				"recheck", o.ReferenceGrantRecheck)
 		}
 	}
+	// Labelled Secrets, each replaced in the cache by a keyed digest of its
+	// data (controller.SecretDigester): the cache never holds Secret data.
+	var secretFactory kubeinformers.SharedInformerFactory
+	var secretInformer coreinformers.SecretInformer
+	if o.WatchSecrets {
+		namespace, name, err := o.secretDigestKeyName(os.ReadFile)
+		if err != nil {
+			return err
+		}
+		key, err := waitForSecretDigestKey(ctx, kubeClient, namespace, name)
+		if err != nil {
+			if ctx.Err() != nil {
+				logger.Info("Stopped before the Secret digest key was read")
+				return nil
+			}
+			return err
+		}
+		secretFactory = kubeinformers.NewSharedInformerFactoryWithOptions(informers.kube, o.ResyncPeriod,
+			kubeinformers.WithNamespace(o.Namespace),
+			kubeinformers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = controller.SecretSelector() }),
+			kubeinformers.WithTransform(controller.SecretDigester(key)))
+		secretInformer = secretFactory.Core().V1().Secrets()
+	}
 	sessionInformer := sessionFactory.Games().V1().GameSessions()
 	c, err := controller.NewController(ctx, kubeClient, gameClient,
 		controller.Informers{
@@ -177,6 +202,7 @@ func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interf
 			Deployments: deploymentFactory.Apps().V1().Deployments(),
 			ReplicaSets: deploymentFactory.Apps().V1().ReplicaSets(),
 			Grants:      grants,
+			Secrets:     secretInformer,
 		},
 		controller.Options{
 			ProfileSelector:      o.ProfileSelector,
@@ -201,6 +227,10 @@ func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interf
 	profileFactory.Start(ctx.Done())
 	revisionFactory.Start(ctx.Done())
 	deploymentFactory.Start(ctx.Done())
+	if secretFactory != nil {
+		secretFactory.Start(ctx.Done())
+		defer secretFactory.Shutdown()
+	}
 	if grantFactory != nil {
 		grantFactory.Start(ctx.Done())
 		defer grantFactory.Shutdown()

@@ -29,6 +29,25 @@ const (
 	// the busy sessions; it reaches neither the Deployment nor the pods.
 	BusyLabel      = "games.example.com/busy"
 	BusyLabelValue = "true"
+
+	// SecretLabel marks a Secret whose changes roll the game servers that
+	// use it: a session's pod template that references a Secret carrying
+	// SecretLabel=SecretLabelValue (a volume, a projected source, env or
+	// envFrom) rolls when the Secret's data change. The controller watches
+	// only Secrets with the label, and keeps a keyed digest of their data,
+	// never the data.
+	SecretLabel      = "games.example.com/session-secret"
+	SecretLabelValue = "true"
+
+	// SecretsAnnotation on a Deployment's pod template lists, comma
+	// separated, the labelled Secrets its pods were started with, and
+	// SecretsHashAnnotation holds a keyed digest of their data: changing it
+	// is what rolls the Deployment when one of them changes. Both are absent
+	// when the template references no labelled Secret. The digest is keyed
+	// by a Secret of the controller's own, so it tells nothing about the
+	// data to whoever can read Deployments.
+	SecretsAnnotation     = "games.example.com/secrets"
+	SecretsHashAnnotation = "games.example.com/secrets-hash"
 )
 
 // Condition types reported in GameSessionStatus.Conditions.
