@@ -270,7 +270,7 @@ func TestSecretRotationRollsOnlyItsSessions(t *testing.T) {
 
 func TestSecretChangeWaitsForThePolicy(t *testing.T) {
 	tests := []struct {
-		name      string
+		name string
 		// configure changes the session blue-1 or the profile, once the
 		// Deployments run.
 		configure func(s *gamesv1.GameSession, profile *corev1.ConfigMap)

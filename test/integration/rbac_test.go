@@ -547,7 +547,7 @@ var revocationEffects = map[string]revocationEffect{
 	"ClusterRole list deployments":           {streamingOff: true},
 	"ClusterRole watch deployments":          {failsAt: "recreate a deleted Deployment", denied: "watch deployments", polling: true},
 	"ClusterRole create deployments":         {failsAt: "create Deployments", denied: "create deployments"},
-	"ClusterRole patch deployments":          {failsAt: "roll a profile edit", denied: "patch deployments"},
+	"ClusterRole patch deployments":          {failsAt: "roll a Secret rotation", denied: "patch deployments"},
 	"ClusterRole create events":              {failsAt: "record events", denied: "create events"},
 	"ClusterRole patch events":               {failsAt: "repeat a warning", denied: "patch events"},
 	"Role create leases":                     {failsAt: "take the lease", denied: "create leases"},
