@@ -92,6 +92,10 @@ func (w *world) stepActions() []action {
 	if w.tenancy {
 		actions = append(actions, action{2, w.createGrant}, action{2, w.deleteGrant})
 	}
+	if w.secrets {
+		actions = append(actions, action{8, w.writeSecret}, action{2, w.relabelSecret}, action{2, w.deleteSecret},
+			action{6, w.editSessionSecrets})
+	}
 	return actions
 }
 

@@ -223,6 +223,8 @@ func (w *world) noteDelivered(r apiResource, ev watchEvent, prev object) {
 		if !ev.known && ev.change.author != byController && ownedFieldsChanged(ev.change) {
 			w.credit(ev.obj.GetName())
 		}
+	case secretsResource:
+		w.noteSecretDelivered(ev, prev)
 	case grantsResource:
 		// A grant made is the platform's profile appearing to the sessions
 		// that use it; one revoked may let a spec change through that
@@ -371,6 +373,12 @@ func (w *world) creditMissed(events []watchEvent) {
 			for _, s := range w.server.sessions() {
 				if crossNamespace(s) {
 					appeared[s.Name] = true
+				}
+			}
+		case secretsResource:
+			for _, s := range w.server.sessions() {
+				if slices.Contains(templateSecrets(s.Spec.Template), ev.obj.GetName()) {
+					w.secretMoves[s.Name]++
 				}
 			}
 		default:

@@ -177,7 +177,7 @@ func TestSequenceRegressions(t *testing.T) {
 			// The sequence as it was found, and match-safe or with the
 			// platform's profile if its seed makes it so (then it is
 			// another sequence of the same seed).
-			if w := runWorld(newWorldOf(tc.seed, false, false)); len(w.violations) > 0 {
+			if w := runWorld(newWorldOf(tc.seed, false, false, false)); len(w.violations) > 0 {
 				t.Fatalf("%s\n%s", tc.what, w.report())
 			}
 			if w := runSequence(tc.seed); len(w.violations) > 0 {
@@ -370,6 +370,12 @@ type world struct {
 	// cacheGranted: whether the controller's grant cache, as last
 	// delivered, permits the world's sessions the platform's profile.
 	tenancy      bool
+	// secrets: sessions read labelled Secrets, which users write, relabel
+	// and delete (world_secrets_test.go); secretMoves counts, by session,
+	// the Secret changes its cache showed that its Deployment has yet to
+	// take.
+	secrets     bool
+	secretMoves map[string]int
 	cacheGranted bool
 
 	alive      bool // false once the controller panicked
@@ -382,11 +388,14 @@ type world struct {
 	violations []violation
 }
 
-func newWorld(seed uint64) *world { return newWorldOf(seed, matchSafeOf(seed), tenancyOf(seed)) }
+func newWorld(seed uint64) *world {
+	return newWorldOf(seed, matchSafeOf(seed), tenancyOf(seed), secretsOf(seed))
+}
 
 // newWorldOf is newWorld, match-safe or not, with the platform's profile and
-// its grants or without (world_tenancy_test.go).
-func newWorldOf(seed uint64, matchSafe, tenancy bool) *world {
+// its grants or without (world_tenancy_test.go), with Secrets or without
+// (world_secrets_test.go).
+func newWorldOf(seed uint64, matchSafe, tenancy, secrets bool) *world {
 	start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	w := &world{
 		seed:       seed,
@@ -422,6 +431,9 @@ func newWorldOf(seed uint64, matchSafe, tenancy bool) *world {
 		alive:      true,
 		failStreak: map[string]int{},
 		tenancy:    tenancy,
+		secrets:    secrets,
+
+		secretMoves: map[string]int{},
 	}
 	w.profileChangeDelay = []time.Duration{0, 500 * time.Millisecond, 2 * time.Second}[w.rng.IntN(3)]
 	w.paced = w.rng.IntN(3) == 0
@@ -443,6 +455,9 @@ func newWorldOf(seed uint64, matchSafe, tenancy bool) *world {
 	}
 	if tenancy {
 		w.logf("tenancy: sessions may use %s by grant", worldPlatformRef)
+	}
+	if secrets {
+		w.logf("secrets: sessions read labelled Secrets %v", worldSecretNames)
 	}
 	return w
 }
@@ -529,6 +544,7 @@ func (w *world) startController() {
 		rolloutsResource:    newInformerCache(rolloutsResource, informers.Rollouts.Informer().GetIndexer(), h.rollouts),
 		replicaSetsResource: newInformerCache(replicaSetsResource, informers.ReplicaSets.Informer().GetIndexer(), h.replicaSets),
 		grantsResource:      newInformerCache(grantsResource, informers.Grants.GetIndexer(), h.grants),
+		secretsResource:     newInformerCache(secretsResource, informers.Secrets.Informer().GetIndexer(), h.secrets),
 	}
 	for r, ic := range w.caches {
 		ic.onDeliver = func(ev watchEvent, prev object) {

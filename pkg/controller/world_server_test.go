@@ -86,11 +86,13 @@ const (
 	replicaSetsResource
 	// grantsResource holds the platform namespace's ReferenceGrants.
 	grantsResource
+	// secretsResource holds the Secrets sessions read (world_secrets_test.go).
+	secretsResource
 	resourceCount
 )
 
 func (r apiResource) String() string {
-	return [...]string{"gamesession", "configmap", "deployment", "revision", "profilerollout", "replicaset", "referencegrant"}[r]
+	return [...]string{"gamesession", "configmap", "deployment", "revision", "profilerollout", "replicaset", "referencegrant", "secret"}[r]
 }
 
 // isConfigMap reports whether r stores ConfigMaps.
@@ -101,7 +103,7 @@ func (r apiResource) groupKind() schema.GroupKind {
 		gamesv1.SchemeGroupVersion.WithKind("GameSession").GroupKind(), corev1.SchemeGroupVersion.WithKind("ConfigMap").GroupKind(),
 		appsv1.SchemeGroupVersion.WithKind("Deployment").GroupKind(), corev1.SchemeGroupVersion.WithKind("ConfigMap").GroupKind(),
 		gamesv1.SchemeGroupVersion.WithKind("ProfileRollout").GroupKind(), appsv1.SchemeGroupVersion.WithKind("ReplicaSet").GroupKind(),
-		{Group: "gateway.networking.k8s.io", Kind: "ReferenceGrant"},
+		{Group: "gateway.networking.k8s.io", Kind: "ReferenceGrant"}, corev1.SchemeGroupVersion.WithKind("Secret").GroupKind(),
 	}[r]
 }
 
@@ -109,7 +111,7 @@ func (r apiResource) groupResource() schema.GroupResource {
 	return [...]schema.GroupResource{
 		gamesv1.Resource("gamesessions"), corev1.Resource("configmaps"), appsv1.Resource("deployments"), corev1.Resource("configmaps"),
 		gamesv1.Resource("profilerollouts"), appsv1.Resource("replicasets"),
-		{Group: "gateway.networking.k8s.io", Resource: "referencegrants"},
+		{Group: "gateway.networking.k8s.io", Resource: "referencegrants"}, corev1.Resource("secrets"),
 	}[r]
 }
 
