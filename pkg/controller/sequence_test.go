@@ -369,13 +369,13 @@ type world struct {
 	// tenancy: the platform's profile and its grants are in the sequence;
 	// cacheGranted: whether the controller's grant cache, as last
 	// delivered, permits the world's sessions the platform's profile.
-	tenancy      bool
+	tenancy bool
 	// secrets: sessions read labelled Secrets, which users write, relabel
 	// and delete (world_secrets_test.go); secretMoves counts, by session,
 	// the Secret changes its cache showed that its Deployment has yet to
 	// take.
-	secrets     bool
-	secretMoves map[string]int
+	secrets      bool
+	secretMoves  map[string]int
 	cacheGranted bool
 
 	alive      bool // false once the controller panicked
