@@ -136,6 +136,16 @@ func parseArgs(t *testing.T, args []string) *app.Options {
 	return opts
 }
 
+// leaseNames returns the Lease names the Role grants get and update of.
+func leaseNames(role *rbacv1.Role) []string {
+	for _, rule := range role.Rules {
+		if slices.Contains(rule.Resources, "leases") && len(rule.ResourceNames) > 0 {
+			return rule.ResourceNames
+		}
+	}
+	return nil
+}
+
 // leaseRole returns the rules of the Role that grants the Lease.
 func leaseRole(t *testing.T, objs []*unstructured.Unstructured) *rbacv1.Role {
 	t.Helper()
@@ -169,7 +179,7 @@ func TestControllerValuesBecomeFlags(t *testing.T) {
 			t.Errorf("default values give options\n%+v\nwant the binary's defaults with leader election\n%+v", got, want)
 		}
 		role := leaseRole(t, objs)
-		if names := role.Rules[len(role.Rules)-1].ResourceNames; !slices.Equal(names, []string{want.LeaderElectionID}) {
+		if names := leaseNames(role); !slices.Equal(names, []string{want.LeaderElectionID}) {
 			t.Errorf("the Lease Role grants %v, want the binary's default Lease %q", names, want.LeaderElectionID)
 		}
 		if role.Namespace != systemNamespace {
@@ -251,7 +261,7 @@ func TestControllerValuesBecomeFlags(t *testing.T) {
 				t.Errorf("container ports %v, want metrics 9090 and health 9091", ports)
 			}
 			role := leaseRole(t, objs)
-			if names := role.Rules[len(role.Rules)-1].ResourceNames; !slices.Equal(names, []string{"arena-lease"}) {
+			if names := leaseNames(role); !slices.Equal(names, []string{"arena-lease"}) {
 				t.Errorf("the Lease Role grants %v, want [arena-lease]", names)
 			}
 			if wantNS := cmp.Or(wantOpts.LeaderElectionNamespace, systemNamespace); role.Namespace != wantNS {

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -149,26 +150,20 @@ func (o *Options) leaderElectionNamespace(readFile func(string) ([]byte, error))
 	if o.LeaderElectionNamespace != "" {
 		return o.LeaderElectionNamespace
 	}
-	return o.ownNamespace(readFile)
+	return cmp.Or(o.podNamespace(readFile), o.Namespace, metav1.NamespaceDefault)
 }
 
-// ownNamespace is the controller's own namespace: in a cluster, the pod's;
-// else --namespace; else "default".
-func (o *Options) ownNamespace(readFile func(string) ([]byte, error)) string {
-	// Only with the in-cluster configuration: a test or `make run` talking to
-	// another API server from inside some pod must not pick that pod's
-	// namespace.
+// podNamespace is the namespace of the pod the controller runs in, "" when
+// it runs outside a cluster. Only with the in-cluster configuration: a test
+// or `make run` talking to another API server from inside some pod must not
+// pick that pod's namespace.
+func (o *Options) podNamespace(readFile func(string) ([]byte, error)) string {
 	if o.RESTConfig == nil && o.Kubeconfig == "" && o.Master == "" {
 		if b, err := readFile(serviceAccountNamespaceFile); err == nil {
-			if ns := strings.TrimSpace(string(b)); ns != "" {
-				return ns
-			}
+			return strings.TrimSpace(string(b))
 		}
 	}
-	if o.Namespace != "" {
-		return o.Namespace
-	}
-	return metav1.NamespaceDefault
+	return ""
 }
 
 // leaderIdentity names this process in the Lease: the hostname (the pod name

@@ -1,12 +1,14 @@
 package app
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"net"
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
@@ -311,14 +313,18 @@ func validateBindAddress(addr string) error {
 	return nil
 }
 
-// secretDigestKeyName resolves --secret-digest-key: NAME in the controller's
-// own namespace, or NAMESPACE/NAME.
+// secretDigestKeyName resolves --secret-digest-key: NAMESPACE/NAME, or NAME
+// in the controller's own namespace: in a cluster the pod's, where its Role
+// is; outside one, where it keeps its Lease (--leader-election-namespace),
+// else --namespace, else "default".
 func (o *Options) secretDigestKeyName(readFile func(string) ([]byte, error)) (namespace, name string, err error) {
 	namespace, name, found := strings.Cut(o.SecretDigestKey, "/")
 	if !found {
-		namespace, name = o.ownNamespace(readFile), o.SecretDigestKey
+		namespace, name = cmp.Or(o.podNamespace(readFile), o.LeaderElectionNamespace, o.Namespace, metav1.NamespaceDefault), o.SecretDigestKey
 	}
-	if errs := validation.IsDNS1123Label(namespace); len(errs) > 0 {
+	// --namespace may be a $(POD_NAMESPACE) the kubelet expands: only the
+	// flag's own namespace is checked here, the API server checks the rest.
+	if errs := validation.IsDNS1123Label(namespace); found && len(errs) > 0 {
 		return "", "", fmt.Errorf("--secret-digest-key %q: namespace %q: %s", o.SecretDigestKey, namespace, errs[0])
 	}
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
