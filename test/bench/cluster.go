@@ -68,9 +68,9 @@ type env struct {
 	pids         map[string]int
 
 	running map[*ctlProc]struct{}
-	// budgetFlags says, by binary, whether it has the cluster-wide budget's
-	// flags (budgetArgs).
-	budgetFlags map[string]bool
+	// budgetFlags holds, by binary, the flags its version takes that the
+	// benchmark sets: the cluster-wide budget's, the Secret digest key's.
+	budgetFlags map[string][]string
 	hot         []*hotProfile
 	created     atomic.Int64 // sessions created so far
 	nonce       atomic.Int64
@@ -123,6 +123,8 @@ func (e *env) startControlPlane(ctx context.Context) error {
 		filepath.Join(e.root, "artifacts/manager/service-account.yaml"),
 		filepath.Join(e.root, "artifacts/rbac/clusterrole.yaml"),
 		filepath.Join(e.root, "artifacts/rbac/clusterrole-binding.yaml"),
+		filepath.Join(e.root, "artifacts/rbac/leader-election-role.yaml"),
+		filepath.Join(e.root, "artifacts/rbac/leader-election-role-binding.yaml"),
 	); err != nil {
 		return err
 	}
@@ -366,13 +368,23 @@ func indexOf(hot []*hotProfile, h *hotProfile) int {
 	return -1
 }
 
-// createNoise creates n unlabelled ConfigMaps of about size bytes each.
+// createNoise creates n unlabelled ConfigMaps and n unlabelled Secrets of
+// about size bytes each: the controller watches both kinds, filtered by
+// label, and must cache neither.
 func (e *env) createNoise(ctx context.Context, n, size int) error {
 	blob := strings.Repeat("0123456789abcdef", size/16+1)[:size]
 	return parallel(ctx, n, createWorkers, func(ctx context.Context, i int) error {
+		name := fmt.Sprintf("unrelated-%05d", i)
 		_, err := e.admin.CoreV1().ConfigMaps(noiseNS).Create(ctx, &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("unrelated-%05d", i), Namespace: noiseNS},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: noiseNS},
 			Data:       map[string]string{"blob": blob},
+		}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		_, err = e.admin.CoreV1().Secrets(noiseNS).Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: noiseNS},
+			Data:       map[string][]byte{"blob": []byte(blob)},
 		}, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			return nil

@@ -37,20 +37,26 @@ var httpClient = &http.Client{Timeout: 10 * time.Second}
 // would pace it (and, with no kube-controller-manager to report Deployments
 // complete, hold every move after the first 500). A binary from before the
 // budget (-compare-bin) has no such flags. Later args override these.
+//
+// A binary that tracks Secrets keeps its digest key where the artifacts'
+// Role lets it, in the controller's namespace: outside a cluster it would
+// look in "default".
 func (e *env) budgetArgs(bin string) []string {
 	if e.budgetFlags == nil {
-		e.budgetFlags = map[string]bool{}
+		e.budgetFlags = map[string][]string{}
 	}
-	known, seen := e.budgetFlags[bin]
+	args, seen := e.budgetFlags[bin]
 	if !seen {
 		out, _ := exec.Command(bin, "--help").CombinedOutput()
-		known = strings.Contains(string(out), "-max-moving-sessions")
-		e.budgetFlags[bin] = known
+		if strings.Contains(string(out), "-max-moving-sessions") {
+			args = append(args, "--max-moving-sessions=0", "--max-moves-per-minute=0")
+		}
+		if strings.Contains(string(out), "-secret-digest-key") {
+			args = append(args, "--secret-digest-key="+saNamespace+"/gamesession-controller-secret-digest-key")
+		}
+		e.budgetFlags[bin] = args
 	}
-	if !known {
-		return nil
-	}
-	return []string{"--max-moving-sessions=0", "--max-moves-per-minute=0"}
+	return args
 }
 
 // startController runs the binary with the SA kubeconfig, loopback-only

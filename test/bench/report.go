@@ -69,7 +69,7 @@ func (r *results) markdown() string {
 	w("- Encodings: the controller's Kubernetes client and the benchmark's Deployment watch speak protobuf; the GameSession client and the ceiling loop speak JSON.\n")
 	w("- Controller: the binary of this checkout as a process of its own, as ServiceAccount `%s/%s` with `artifacts/rbac` (so API Priority and Fairness classifies it as `%s`), `--workers=%d --kube-api-qps=%g --kube-api-burst=%d`, and no cluster-wide budget (`--max-moving-sessions=0 --max-moves-per-minute=0`: the fan-outs measure the write path, which the budget would pace); default `--profile-change-delay` is %s.\n",
 		saNamespace, saName, saFlowSchema, r.cfg.workers, r.cfg.qps, r.cfg.burst, r.defaultDelay)
-	w("- Sessions: %s sharing one profile each (the fan-outs), plus %d other profiles with %d session(s) each; %s unrelated ConfigMaps of %d KiB for the memory run.\n",
+	w("- Sessions: %s sharing one profile each (the fan-outs), plus %d other profiles with %d session(s) each; %s unrelated ConfigMaps and as many unrelated Secrets, of %d KiB each, for the memory run.\n",
 		joinInts(r.cfg.sizes), max(r.cfg.profiles-len(r.cfg.sizes), 0), r.cfg.otherPerProfile, num(r.cfg.unrelated), r.cfg.unrelatedSize>>10)
 	w("- Pod template: %s (`-template`).\n", templateDescription[r.cfg.template])
 	w("- Wall time: %s (%s)\n\n", r.wall.Round(time.Second), r.phaseList())
@@ -155,8 +155,8 @@ func (r *results) markdown() string {
 
 // controllerInformers is the number of informers, and so of watches, the
 // controller runs: GameSessions, ProfileRollouts, profiles, revisions,
-// Deployments and ReplicaSets.
-const controllerInformers = 6
+// Deployments, ReplicaSets and labelled Secrets.
+const controllerInformers = 7
 
 // writeStateRows writes the rows of the measurements the -fanout-only mode
 // skips: watches, idle, memory, cold start and bursts.
@@ -169,7 +169,7 @@ func (r *results) writeStateRows(w func(string, ...any)) {
 		r.idle.periods, r.idle.period, num(int(r.idle.syncs)), num(r.cold.sessions), idleWrites, r.idle.req.flows[saFlowSchema], yes(idleWrites == 0 && r.idle.req.flows[saFlowSchema] == 0))
 	rssGrowth := growth(r.memBefore.RSS, r.memAfter.RSS)
 	nfGrowth := growth(r.noFilterBefore.RSS, r.noFilterAfter.RSS)
-	w("| 5 | Memory: RSS of a fresh controller, before → after %s unrelated ConfigMaps | %s | %s → %s (**%+.1f%%**) | informer without the label filter: %s → %s (%+.1f%%) | — | < 5%% | %s |\n",
+	w("| 5 | Memory: RSS of a fresh controller, before → after %s unrelated ConfigMaps and as many unrelated Secrets | %s | %s → %s (**%+.1f%%**) | informer without the label filter: %s → %s (%+.1f%%) | — | < 5%% | %s |\n",
 		num(r.cfg.unrelated), num(r.cold.sessions), mib(r.memBefore.RSS), mib(r.memAfter.RSS), rssGrowth,
 		mib(r.noFilterBefore.RSS), mib(r.noFilterAfter.RSS), nfGrowth, yes(math.Abs(rssGrowth) < 5))
 	hwmGrowth := growth(r.memBefore.HWM, r.memAfter.HWM)
@@ -190,7 +190,7 @@ func (r *results) writeStateRows(w func(string, ...any)) {
 	for _, c := range []struct {
 		label string
 		res   coldResult
-	}{{"", r.cold}, {fmt.Sprintf(", with %s unrelated ConfigMaps", num(r.cfg.unrelated)), r.coldNoise}} {
+	}{{"", r.cold}, {fmt.Sprintf(", with %s unrelated ConfigMaps and Secrets", num(r.cfg.unrelated)), r.coldNoise}} {
 		w("| 6 | Cold start, everything in sync%s: process start → caches synced / queue drained | %s | %s / %s, %g writes (%s) | — | — | 0 writes | %s |\n",
 			c.label, num(c.res.sessions), secs(c.res.ready), secs(c.res.drained), c.res.req.writesTo(controllerResources), readSummary(c.res.req), yes(c.res.req.writesTo(controllerResources) == 0))
 	}
@@ -238,7 +238,7 @@ func (r *results) writeDetails(w func(string, ...any)) {
 	if r.cfg.fanOutOnly {
 		return
 	}
-	w("### Memory\n\n| Process | Unrelated ConfigMaps | RSS | Peak RSS | Heap in use | Heap after GC | GC goal | ConfigMaps cached |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	w("### Memory\n\n| Process | Unrelated ConfigMaps (and as many Secrets) | RSS | Peak RSS | Heap in use | Heap after GC | GC goal | ConfigMaps cached |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	row := func(name string, u int, m memSample, cached string) {
 		w("| %s | %s | %s | %s | %s | %s | %s | %s |\n", name, num(u), mib(m.RSS), mib(m.HWM), mib(m.HeapInuse), mib(m.LiveHeap), mib(m.GCGoal), cached)
 	}
