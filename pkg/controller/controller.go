@@ -166,6 +166,7 @@ type Controller struct {
 	grants            atomic.Pointer[grantChecker] // nil: no ReferenceGrant API (yet)
 	secretLister      corelisters.SecretLister     // nil: Secrets are not tracked
 	secretChanges     *secretChanges
+	secretPacer       *secretPacer
 	namespace         string // Options.Namespace
 	cachesSynced      []cache.InformerSynced
 
@@ -264,6 +265,7 @@ func NewController(
 		revisionHistoryLimit: opts.RevisionHistoryLimit,
 		budget:               newClusterBudget(opts.Clock, opts.MaxMovingSessions, opts.MaxMovesPerMinute),
 		secretChanges:        newSecretChanges(),
+		secretPacer:          newSecretPacer(),
 	}
 	if informers.Secrets != nil {
 		c.secretLister = informers.Secrets.Lister()

@@ -244,8 +244,11 @@ type secretHold struct {
 // session's own spec) takes the new set along: its game servers restart
 // once, not twice. Without a Secret informer the Deployment keeps what it
 // has, so turning the feature off restarts nothing.
+//
+// reserve takes the place a paced profile's max-rolling gives the move;
+// without it, the answer only says whether there is one.
 func (c *Controller) secretsToRun(session *gamesv1.GameSession, profile *corev1.ConfigMap,
-	observed, desired *appsv1.Deployment) (secretSet, *secretHold, error) {
+	observed, desired *appsv1.Deployment, reserve bool) (secretSet, *secretHold, error) {
 	have := observedSecrets(observed)
 	if c.secretLister == nil {
 		return have, nil, nil
@@ -293,6 +296,19 @@ func (c *Controller) secretsToRun(session *gamesv1.GameSession, profile *corev1.
 		if ends := seen.Add(*policy.MaxDefer); now.Before(ends) {
 			return have, &secretHold{reason: "the session is busy", requeueAfter: ends.Sub(now)}, nil
 		}
+	}
+	if policy.Unpaced() {
+		return want, nil, nil
+	}
+	// Paced: a place among the profile's max-rolling, counted over its
+	// sessions. The session's own sync frees it (settleSecretMove).
+	profileKey := profileKey(profile.Namespace, profile.Name)
+	sessions, err := c.sessionIndexer.IndexKeys(profileRefIndex, profileKey)
+	if err != nil {
+		return have, nil, err
+	}
+	if limit := policy.MaxRollingOf(len(sessions)); !c.secretPacer.admit(profileKey, key, want.hash, limit, reserve) {
+		return have, &secretHold{reason: fmt.Sprintf("%d sessions of profile %s roll for their Secrets already, its max-rolling", limit, profileKey)}, nil
 	}
 	return want, nil, nil
 }
@@ -359,5 +375,116 @@ func (c *Controller) secretUpdated(oldObj, newObj interface{}) {
 	before, after := oldObj.(*corev1.Secret), newObj.(*corev1.Secret)
 	if before.Annotations[secretDigestAnnotation] != after.Annotations[secretDigestAnnotation] {
 		c.secretChanged(newObj)
+	}
+}
+
+// secretPacer paces the rotations of a profile's sessions by its policy's
+// max-rolling: at most that many of its sessions moved to a new Secret
+// digest and not yet Ready at once. A session whose Deployment fails
+// (ProgressDeadlineExceeded) keeps its place, so a rotation that breaks the
+// game servers stops after max-rolling of them, as a brake would; a new
+// digest (the Secret fixed) moves them again, in the places they hold.
+// Waiting sessions are queued again, first come first, as places free up.
+//
+// In memory only: a restarted controller starts with no session moving, and
+// may let max-rolling more start while the old ones finish.
+type secretPacer struct {
+	mu      sync.Mutex
+	moving  map[string]map[string]string // profile → session → digest
+	profile map[string]string            // session → the profile it moves in
+	waiting map[string][]string          // profile → sessions, first come first
+}
+
+func newSecretPacer() *secretPacer {
+	return &secretPacer{moving: map[string]map[string]string{}, profile: map[string]string{}, waiting: map[string][]string{}}
+}
+
+// admit gives the session of profile a place to move to hash, if one of
+// limit is free or it holds one already, and records it; else it waits.
+// Without reserve it only says whether it would.
+func (p *secretPacer) admit(profile, session, hash string, limit int, reserve bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	moving := p.moving[profile]
+	_, holds := moving[session]
+	if !reserve {
+		return holds || len(moving) < limit
+	}
+	if held := p.profile[session]; held != "" && held != profile {
+		p.releaseLocked(session) // its profileRef changed: moves in the new one
+	}
+	moving = p.moving[profile]
+	if _, ok := moving[session]; ok || len(moving) < limit {
+		if moving == nil {
+			moving = map[string]string{}
+			p.moving[profile] = moving
+		}
+		moving[session] = hash
+		p.profile[session] = profile
+		p.waiting[profile] = slices.DeleteFunc(p.waiting[profile], func(k string) bool { return k == session })
+		return true
+	}
+	if !slices.Contains(p.waiting[profile], session) {
+		p.waiting[profile] = append(p.waiting[profile], session)
+	}
+	return false
+}
+
+// movingTo returns the digest the session holds a place for, "" if none.
+func (p *secretPacer) movingTo(session string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.moving[p.profile[session]][session]
+}
+
+// release frees the session's place, and forgets it among the waiting; it
+// returns the sessions to queue again.
+func (p *secretPacer) release(session string) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.releaseLocked(session)
+}
+
+func (p *secretPacer) releaseLocked(session string) []string {
+	profile, ok := p.profile[session]
+	if !ok {
+		return nil
+	}
+	delete(p.profile, session)
+	delete(p.moving[profile], session)
+	if len(p.moving[profile]) == 0 {
+		delete(p.moving, profile)
+	}
+	// All of them: each syncs, and those without room wait again. A
+	// rotation rarely has many waiting at once, and a place freed is
+	// rarely taken by the first alone.
+	wake := p.waiting[profile]
+	delete(p.waiting, profile)
+	return wake
+}
+
+// forget drops a deleted session, moving or waiting.
+func (p *secretPacer) forget(session string) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for profile, waiting := range p.waiting {
+		p.waiting[profile] = slices.DeleteFunc(waiting, func(k string) bool { return k == session })
+	}
+	return p.releaseLocked(session)
+}
+
+// settleSecretMove frees the session's place once its Deployment d (as the
+// cache shows it, nil if none) runs the digest it moved to and is Ready, or
+// runs another one: a move refused, or superseded. One that failed keeps it.
+func (c *Controller) settleSecretMove(key string, session *gamesv1.GameSession, d *appsv1.Deployment) {
+	hash := c.secretPacer.movingTo(key)
+	if hash == "" {
+		return
+	}
+	if d != nil && !blocks(d, session) && observedSecrets(d).hash == hash && !deploymentComplete(d) {
+		return
+	}
+	for _, k := range c.secretPacer.release(key) {
+		c.queue.Add(k)
 	}
 }

@@ -12,10 +12,12 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/json"
 	core "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 	"github.com/example/gamesession-controller/pkg/rollout"
@@ -150,10 +152,12 @@ func withSecretVolume(s *gamesv1.GameSession, secret string) *gamesv1.GameSessio
 type secretWorld struct {
 	f                 *fixture
 	blue, green, none *gamesv1.GameSession
+	extra             []*gamesv1.GameSession
 	profile           *corev1.ConfigMap
 }
 
-func newSecretWorld(t *testing.T) *secretWorld {
+// newSecretWorld is the three sessions, and extra readers of "blue".
+func newSecretWorld(t *testing.T, extraBlue ...string) *secretWorld {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	w := &secretWorld{
@@ -162,10 +166,16 @@ func newSecretWorld(t *testing.T) *secretWorld {
 		none:    newSession(testNamespace, "plain-1", "classic"),
 		profile: newProfile(testNamespace, "classic", classicData),
 	}
-	w.f = newFixture(ctx, t, w.blue, w.green, w.none, w.profile,
+	objects := []runtime.Object{w.blue, w.green, w.none, w.profile,
 		cachedSecret(t, testDigestKey, labelledSecret("blue", map[string]string{"token": "one"})),
-		cachedSecret(t, testDigestKey, labelledSecret("green", map[string]string{"token": "one"})))
-	for _, s := range []*gamesv1.GameSession{w.blue, w.green, w.none} {
+		cachedSecret(t, testDigestKey, labelledSecret("green", map[string]string{"token": "one"}))}
+	for _, name := range extraBlue {
+		s := withSecretVolume(newSession(testNamespace, name, "classic"), "blue")
+		w.extra = append(w.extra, s)
+		objects = append(objects, s)
+	}
+	w.f = newFixture(ctx, t, objects...)
+	for _, s := range w.all() {
 		kube, game := w.sync(t, sessionKey(s))
 		w.f.observe(append(kube, game...)...)
 	}
@@ -190,6 +200,10 @@ func (w *secretWorld) sync(t *testing.T, key string) (kube, game []core.Action) 
 	return filterInformerActions(w.f.kubeClient.Actions()), filterInformerActions(w.f.gameClient.Actions())
 }
 
+func (w *secretWorld) all() []*gamesv1.GameSession {
+	return append([]*gamesv1.GameSession{w.blue, w.green, w.none}, w.extra...)
+}
+
 // rotate changes the data of a Secret, as its informer delivers it.
 func (w *secretWorld) rotate(t *testing.T, name, token string) {
 	t.Helper()
@@ -208,7 +222,7 @@ func (w *secretWorld) rotate(t *testing.T, name, token string) {
 func (w *secretWorld) syncAll(t *testing.T) map[string]*appsv1.Deployment {
 	t.Helper()
 	written := map[string]*appsv1.Deployment{}
-	for _, s := range []*gamesv1.GameSession{w.blue, w.green, w.none} {
+	for _, s := range w.all() {
 		kube, game := w.sync(t, sessionKey(s))
 		for _, a := range kube {
 			if a.GetVerb() == "patch" && a.GetResource().Resource == "deployments" {
@@ -372,4 +386,57 @@ func (w *secretWorld) rotate2(t *testing.T) {
 	t.Helper()
 	secret := labelledSecret("blue", map[string]string{"token": "two"})
 	w.f.setCached(cachedSecret(t, testDigestKey, secret))
+}
+
+// complete makes the session's Deployment, as stored, rolled out and Ready,
+// or failed, and puts it in the cache.
+func (w *secretWorld) complete(t *testing.T, name string, failed bool) {
+	t.Helper()
+	d := w.f.storedDeployment(testNamespace, name).DeepCopy()
+	replicas := ptr.Deref(d.Spec.Replicas, 1)
+	d.Status.ObservedGeneration = d.Generation
+	d.Status.Replicas, d.Status.UpdatedReplicas, d.Status.ReadyReplicas, d.Status.AvailableReplicas = replicas, replicas, replicas, replicas
+	if failed {
+		d.Status.ReadyReplicas, d.Status.AvailableReplicas = 0, 0
+	}
+	w.f.setCached(d)
+}
+
+func TestSecretRotationPacedByMaxRolling(t *testing.T) {
+	w := newSecretWorld(t, "blue-2", "blue-3", "blue-4")
+	for _, name := range []string{"blue-1", "blue-2", "blue-3", "blue-4"} {
+		w.complete(t, name, false)
+	}
+	// Paced now that the Deployments run: 2 of the profile's 6 sessions.
+	w.profile = w.profile.DeepCopy()
+	w.profile.Annotations = map[string]string{rollout.AnnotationMaxRolling: "2"}
+	w.f.setCached(w.profile)
+	w.rotate(t, "blue", "two")
+
+	moved := func(written map[string]*appsv1.Deployment) []string { return slices.Sorted(maps.Keys(written)) }
+	first := moved(w.syncAll(t))
+	if len(first) != 2 {
+		t.Fatalf("max-rolling 2 moved %v", first)
+	}
+	if again := moved(w.syncAll(t)); len(again) != 0 {
+		t.Fatalf("with two rolling, a second pass moved %v", again)
+	}
+	// One Ready, one failed: the failed one keeps its place, as a brake.
+	w.complete(t, first[0], false)
+	w.complete(t, first[1], true)
+	second := moved(w.syncAll(t))
+	if len(second) != 1 || slices.Contains(first, second[0]) {
+		t.Fatalf("one place freed, moved %v (first %v)", second, first)
+	}
+	w.complete(t, second[0], true)
+	if stuck := moved(w.syncAll(t)); len(stuck) != 0 {
+		t.Fatalf("with two failed, the rotation went on: moved %v", stuck)
+	}
+	// Fixed: a new digest moves the failed ones again, in their places,
+	// and the last one once one of them is Ready.
+	w.rotate(t, "blue", "three")
+	fixed := moved(w.syncAll(t))
+	if !slices.Equal(fixed, []string{first[1], second[0]}) {
+		t.Fatalf("the fix moved %v, want the failed %v and %v", fixed, first[1], second[0])
+	}
 }

@@ -61,6 +61,9 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 		logger.V(4).Info("GameSession deleted")
 		c.expectations.forget(key)
 		c.secretChanges.settled(key)
+		for _, k := range c.secretPacer.forget(key) {
+			c.queue.Add(k)
+		}
 		c.wake(c.budget.forget(key))
 		for _, revision := range c.revisions.forgetSession(key) {
 			// Nothing else may hold it: its profile sync looks again.
@@ -100,6 +103,7 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 	// The cache shows the last write: a move it completed, or a move that
 	// was refused or overtaken, frees its place in the cluster-wide budget.
 	c.settleMove(key, session, deployment)
+	c.settleSecretMove(key, session, deployment)
 	status := newSessionStatus(session)
 	status.deadlineExceeded = c.progressDeadlineExceeded
 	status.refusal = refusal
@@ -273,7 +277,7 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 			message: fmt.Sprintf(MessageWaitingForClusterBudget, RevisionName(ref, rolled),
 				RevisionName(ref, target), c.budget)}
 	}
-	desired, hold := c.desiredWithSecrets(session, profile, result.choice.hash, observed)
+	desired, hold := c.desiredWithSecrets(session, profile, result.choice.hash, observed, true)
 	if hold != nil {
 		// Neither a condition nor an Event: a rotation of a Secret shared by
 		// thousands of sessions would write thousands of either.
@@ -287,6 +291,9 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 	case apierrors.IsInvalid(err):
 		// Refused: no move is under way, and none holds a budget slot.
 		c.wake(c.budget.release(key))
+		for _, k := range c.secretPacer.release(key) {
+			c.queue.Add(k)
+		}
 		status.leftAsIs(observed, target)
 		status.deploymentInvalid(err)
 		return result, nil
@@ -294,6 +301,7 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 		return result, err
 	}
 	c.settleMove(key, session, current)
+	c.settleSecretMove(key, session, current)
 	result.wrote = result.wrote || patched
 	status.profileResolved(result.choice.hash, target)
 	status.deployment(current)
@@ -502,16 +510,17 @@ func (c *Controller) heldBack(session *gamesv1.GameSession, profile *corev1.Conf
 // none.
 func (c *Controller) desiredDeployment(session *gamesv1.GameSession, profile *corev1.ConfigMap, hash string,
 	observed *appsv1.Deployment) *appsv1.Deployment {
-	d, _ := c.desiredWithSecrets(session, profile, hash, observed)
+	d, _ := c.desiredWithSecrets(session, profile, hash, observed, false)
 	return d
 }
 
 // desiredWithSecrets is desiredDeployment, and why a change of the
-// session's Secrets waits (nil if none does).
+// session's Secrets waits (nil if none does). reserve takes the place a
+// paced rotation moves in: only for the write.
 func (c *Controller) desiredWithSecrets(session *gamesv1.GameSession, profile *corev1.ConfigMap, hash string,
-	observed *appsv1.Deployment) (*appsv1.Deployment, *secretHold) {
+	observed *appsv1.Deployment, reserve bool) (*appsv1.Deployment, *secretHold) {
 	d := c.deploymentWithoutSecrets(session, profile, hash)
-	set, hold, err := c.secretsToRun(session, profile, observed, d)
+	set, hold, err := c.secretsToRun(session, profile, observed, d, reserve)
 	if err != nil {
 		// A cache's lister answers nothing but NotFound; whatever else
 		// comes, the pods keep what they run.

@@ -416,3 +416,10 @@ func mostRun(members []Member) string {
 	}
 	return best
 }
+
+// MaxRollingOf is the policy's MaxRolling resolved against a profile of total
+// sessions, as a plan resolves it: at least one, at most total.
+func (p Policy) MaxRollingOf(total int) int {
+	maxRolling, _ := scale(p.MaxRolling, total, false)
+	return min(max(maxRolling, 1), total)
+}
