@@ -238,7 +238,9 @@ type secretHold struct {
 //   - while the profile's rollout policy holds every move: paused, or
 //     outside the maintenance window;
 //   - while the session is busy, until the policy's max-defer has passed
-//     since the controller saw the change.
+//     since the controller saw the change;
+//   - with a paced policy, while max-rolling of the profile's sessions move
+//     for their Secrets already (secretPacer).
 //
 // A Deployment whose template changes anyway (a new profile revision, the
 // session's own spec) takes the new set along: its game servers restart
