@@ -2,6 +2,7 @@ package tenancy
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
@@ -90,10 +91,12 @@ func (e *env) secretsHash(namespace, name string) (names, hash string, err error
 func TestSecretRotationRollsExactlyItsSessions(t *testing.T) {
 	e := newEnv(t)
 	blue, green := e.namespace(), e.namespace()
+	run := rand.String(8)
+	tokenFirst, tokenSecond := "first-token-"+run, "second-token-"+run
 	for _, ns := range []string{blue, green} {
 		e.createProfile(ns, "arena", map[string]string{"server.cfg": "max_players=16"})
-		e.putSecret(ns, "match-token", true, []byte("first"))
-		e.putSecret(ns, "unlabelled", false, []byte("first"))
+		e.putSecret(ns, "match-token", true, []byte(tokenFirst))
+		e.putSecret(ns, "unlabelled", false, []byte(tokenFirst))
 		e.createSessionReading(ns, "reader-1", "arena", "match-token")
 		e.createSessionReading(ns, "reader-2", "arena", "match-token", "unlabelled")
 		e.createSessionReading(ns, "bystander", "arena", "unlabelled")
@@ -137,7 +140,7 @@ func TestSecretRotationRollsExactlyItsSessions(t *testing.T) {
 	before := generations()
 
 	// A rotation in blue: blue's two readers roll, and nothing else.
-	e.putSecret(blue, "match-token", true, []byte("second"))
+	e.putSecret(blue, "match-token", true, []byte(tokenSecond))
 	e.eventually("blue's readers rolled", func() (bool, error) {
 		for _, name := range []string{"reader-1", "reader-2"} {
 			_, hash, err := e.secretsHash(blue, name)
@@ -150,8 +153,8 @@ func TestSecretRotationRollsExactlyItsSessions(t *testing.T) {
 	// The unlabelled Secret changes too; it rolls nothing. Then a rotation
 	// in green, whose event comes after both: once green's readers rolled,
 	// whatever the earlier events did is done.
-	e.putSecret(blue, "unlabelled", false, []byte("second"))
-	e.putSecret(green, "match-token", true, []byte("second"))
+	e.putSecret(blue, "unlabelled", false, []byte(tokenSecond))
+	e.putSecret(green, "match-token", true, []byte(tokenSecond))
 	e.eventually("green's readers rolled", func() (bool, error) {
 		for _, name := range []string{"reader-1", "reader-2"} {
 			_, hash, err := e.secretsHash(green, name)
@@ -161,6 +164,31 @@ func TestSecretRotationRollsExactlyItsSessions(t *testing.T) {
 		}
 		return true, nil
 	})
+	// Nothing the controller wrote holds a Secret's data: not the Events,
+	// not the sessions' status, not the Deployments.
+	for _, ns := range []string{blue, green} {
+		events, err := e.kube.CoreV1().Events(ns).List(e.ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sessions, err := e.game.GamesV1().GameSessions(ns).List(e.ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		deployments, err := e.kube.AppsV1().Deployments(ns).List(e.ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		written, err := json.Marshal([]any{events, sessions, deployments})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, token := range []string{tokenFirst, tokenSecond} {
+			if bytes.Contains(written, []byte(token)) {
+				t.Errorf("what the controller wrote in %s holds Secret data %q", ns, token)
+			}
+		}
+	}
 	after := generations()
 	for _, k := range all {
 		if moved := after[k] != before[k]; moved != (k.name == "reader-1" || k.name == "reader-2") {
