@@ -149,6 +149,10 @@ type Informers struct {
 //     (budget.go). A restart rebuilds the grants from the caches (every
 //     Deployment still rolling a revision), and its waiting sessions sync
 //     again on their own, their caches being new.
+//   - secretChanges and secretPacer (secrets.go): since when each session's
+//     Secret change has waited (for max-defer), and which sessions of a
+//     paced profile move for their Secrets (for max-rolling). A restart
+//     counts max-defer from its start, and lets max-rolling more start.
 type Controller struct {
 	kubeClient kubernetes.Interface
 	gameClient clientset.Interface
