@@ -371,7 +371,7 @@ func TestSecretTrackingOffKeepsWhatRuns(t *testing.T) {
 	before := observedSecrets(w.f.storedDeployment(testNamespace, "blue-1"))
 	// The same Deployments, under a controller without a Secret informer.
 	w.f.c.secretLister = nil
-	w.rotate2(t)
+	w.rotateUnseen(t)
 	if written := w.syncAll(t); len(written) != 0 {
 		t.Errorf("turning Secrets off rolled %v", slices.Sorted(maps.Keys(written)))
 	}
@@ -380,9 +380,9 @@ func TestSecretTrackingOffKeepsWhatRuns(t *testing.T) {
 	}
 }
 
-// rotate2 changes blue in the cache behind a controller that does not read
+// rotateUnseen changes blue in the cache behind a controller that does not read
 // it.
-func (w *secretWorld) rotate2(t *testing.T) {
+func (w *secretWorld) rotateUnseen(t *testing.T) {
 	t.Helper()
 	secret := labelledSecret("blue", map[string]string{"token": "two"})
 	w.f.setCached(cachedSecret(t, testDigestKey, secret))
