@@ -238,6 +238,12 @@ func (e *env) editProfile(namespace, name string, data map[string]string) {
 
 func (e *env) createSession(namespace, name, profileRef string) {
 	e.t.Helper()
+	e.createSessionWith(namespace, name, profileRef, nil)
+}
+
+// createSessionWith is createSession with a pod template (nil: none).
+func (e *env) createSessionWith(namespace, name, profileRef string, template *corev1.PodTemplateSpec) {
+	e.t.Helper()
 	s := &gamesv1.GameSession{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
 		Spec: gamesv1.GameSessionSpec{
@@ -245,6 +251,7 @@ func (e *env) createSession(namespace, name, profileRef string) {
 			Image:      "registry.example.com/arena-server:1.0.0",
 			Replicas:   ptr.To[int32](1),
 			Ports:      []gamesv1.GameServerPort{{Name: "game", ContainerPort: 7777}},
+			Template:   template,
 		},
 	}
 	if _, err := e.game.GamesV1().GameSessions(namespace).Create(e.ctx, s, metav1.CreateOptions{}); err != nil {

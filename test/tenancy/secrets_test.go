@@ -16,7 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/utils/ptr"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 )
@@ -31,23 +30,12 @@ func (e *env) createSessionReading(namespace, name, profileRef string, secrets .
 			LocalObjectReference: corev1.LocalObjectReference{Name: secret},
 			Items:                []corev1.KeyToPath{{Key: "token", Path: secret}}}})
 	}
-	s := &gamesv1.GameSession{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-		Spec: gamesv1.GameSessionSpec{
-			ProfileRef: profileRef,
-			Image:      "registry.example.com/arena-server:1.0.0",
-			Replicas:   ptr.To[int32](1),
-			Template: &corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-				Containers: []corev1.Container{{Name: "game-server",
-					VolumeMounts: []corev1.VolumeMount{{Name: "credentials", MountPath: "/var/run/credentials"}}}},
-				Volumes: []corev1.Volume{{Name: "credentials", VolumeSource: corev1.VolumeSource{
-					Projected: &corev1.ProjectedVolumeSource{Sources: sources}}}},
-			}},
-		},
-	}
-	if _, err := e.game.GamesV1().GameSessions(namespace).Create(e.ctx, s, metav1.CreateOptions{}); err != nil {
-		e.t.Fatalf("create session %s/%s: %v", namespace, name, err)
-	}
+	e.createSessionWith(namespace, name, profileRef, &corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "game-server",
+			VolumeMounts: []corev1.VolumeMount{{Name: "credentials", MountPath: "/var/run/credentials"}}}},
+		Volumes: []corev1.Volume{{Name: "credentials", VolumeSource: corev1.VolumeSource{
+			Projected: &corev1.ProjectedVolumeSource{Sources: sources}}}},
+	}})
 }
 
 // putSecret creates or updates a Secret with one key, "token".
@@ -141,29 +129,24 @@ func TestSecretRotationRollsExactlyItsSessions(t *testing.T) {
 
 	// A rotation in blue: blue's two readers roll, and nothing else.
 	e.putSecret(blue, "match-token", true, []byte(tokenSecond))
-	e.eventually("blue's readers rolled", func() (bool, error) {
-		for _, name := range []string{"reader-1", "reader-2"} {
-			_, hash, err := e.secretsHash(blue, name)
-			if err != nil || hash == hashes[key{blue, name}] {
-				return false, fmt.Errorf("%s/%s still runs digest %q (%v)", blue, name, hash, err)
+	readersRolled := func(ns string) func() (bool, error) {
+		return func() (bool, error) {
+			for _, name := range []string{"reader-1", "reader-2"} {
+				_, hash, err := e.secretsHash(ns, name)
+				if err != nil || hash == hashes[key{ns, name}] {
+					return false, fmt.Errorf("%s/%s still runs digest %q (%v)", ns, name, hash, err)
+				}
 			}
+			return true, nil
 		}
-		return true, nil
-	})
+	}
+	e.eventually("blue's readers rolled", readersRolled(blue))
 	// The unlabelled Secret changes too; it rolls nothing. Then a rotation
 	// in green, whose event comes after both: once green's readers rolled,
 	// whatever the earlier events did is done.
 	e.putSecret(blue, "unlabelled", false, []byte(tokenSecond))
 	e.putSecret(green, "match-token", true, []byte(tokenSecond))
-	e.eventually("green's readers rolled", func() (bool, error) {
-		for _, name := range []string{"reader-1", "reader-2"} {
-			_, hash, err := e.secretsHash(green, name)
-			if err != nil || hash == hashes[key{green, name}] {
-				return false, fmt.Errorf("%s/%s still runs digest %q (%v)", green, name, hash, err)
-			}
-		}
-		return true, nil
-	})
+	e.eventually("green's readers rolled", readersRolled(green))
 	// Nothing the controller wrote holds a Secret's data: not the Events,
 	// not the sessions' status, not the Deployments.
 	for _, ns := range []string{blue, green} {
