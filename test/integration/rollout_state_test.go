@@ -848,6 +848,11 @@ func TestRolloutStateRevisionCannotBeCreated(t *testing.T) {
 	e.rollTo("classic", content("v1"), sessions...)
 	e.rollTo("classic", content("v2"), sessions...)
 	e.waitRevisions("classic", slices.Sorted(slices.Values([]string{rev("v0"), rev("v1"), rev("v2")})))
+	// Ready on v2 before the quota, as the checks below expect them: on busy
+	// cores a pod of the move to v2 took 10s to become ready.
+	for _, name := range sessions {
+		e.waitForReadyOn(name, dataHash(content("v2")))
+	}
 
 	// The quota: exactly the ConfigMaps there are.
 	cms, err := e.kube.CoreV1().ConfigMaps(e.ns).List(e.ctx, metav1.ListOptions{})
