@@ -108,7 +108,28 @@ func TestCRDValidation(t *testing.T) {
 		}, []string{"activeDeadlineSeconds must not be set"}},
 		{"duplicate container names", func(s *gamesv1.GameSession) {
 			s.Spec.Template = templateOf(corev1.Container{Name: "metrics", Image: "m:1"}, corev1.Container{Name: "metrics", Image: "m:2"})
-		}, []string{"container names in spec.template.spec.containers must be unique"}},
+		}, []string{"spec.template.spec.containers[1]", "Duplicate value"}},
+		{"ephemeralContainers", func(s *gamesv1.GameSession) {
+			s.Spec.Template = templateOf(gameServer(""))
+			s.Spec.Template.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debug", Image: "busybox:1"}}}
+		}, []string{"spec.template.spec.ephemeralContainers", "ephemeralContainers must not be set"}},
+		{"overhead", func(s *gamesv1.GameSession) {
+			s.Spec.Template = templateOf(gameServer(""))
+			s.Spec.Template.Spec.Overhead = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}
+		}, []string{"spec.template.spec.overhead", "overhead must not be set"}},
+		{"an init container without an image", func(s *gamesv1.GameSession) {
+			s.Spec.Template = templateOf(gameServer(""))
+			s.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "setup"}}
+		}, []string{"each init container in spec.template.spec.initContainers needs an image"}},
+		{"an init container named as a container", func(s *gamesv1.GameSession) {
+			s.Spec.Template = templateOf(gameServer(""), corev1.Container{Name: "metrics", Image: "m:1"})
+			s.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "metrics", Image: "m:1"}}
+		}, []string{"a container name may appear only once across spec.template.spec.containers and initContainers"}},
+		{"duplicate port names", func(s *gamesv1.GameSession) {
+			gs := gameServer("")
+			gs.Ports = []corev1.ContainerPort{{Name: "game", ContainerPort: 7000}, {Name: "game", ContainerPort: 7001}}
+			s.Spec.Template = templateOf(gs)
+		}, []string{"port names must be unique within each container"}},
 		{"progress deadline within minReadySeconds", func(s *gamesv1.GameSession) {
 			s.Spec.ProgressDeadlineSeconds, s.Spec.MinReadySeconds = ptr.To[int32](10), ptr.To[int32](10)
 		}, []string{"progressDeadlineSeconds must be greater than minReadySeconds"}},

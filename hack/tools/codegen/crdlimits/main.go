@@ -8,7 +8,8 @@
 // hold millions of containers, and refuses the CRD. The bounds set here are
 // far above what a game server pod uses, and each is stated in the field's
 // description so that kubectl explain shows it. The images of the template
-// get spec.image's pattern.
+// get spec.image's pattern, and the rules about the template's own fields
+// are placed on those fields (templateRules).
 //
 // Usage: crdlimits FILE (rewritten in place).
 package main
@@ -42,6 +43,59 @@ var containerLimits = []limit{
 	{[]string{"volumeMounts", "[]", "mountPath"}, "maxLength", 1024},
 	{[]string{"ports"}, "maxItems", 64},
 	{[]string{"ports", "[]", "name"}, "maxLength", 15},
+}
+
+// rule is a CEL validation rule set on one schema of the pod template.
+type rule struct {
+	path    []string // property names from spec.template; "[]" steps into list items
+	rule    string
+	message string
+}
+
+// templateRules are the rules about the pod template's own fields, set on
+// those fields rather than on spec: the API server evaluates every rule of
+// the CRD on every write of a session, its status writes included, and each
+// step a rule takes down from the object it sits on (self.template.spec...)
+// costs a copy of the schema it leaves, forty properties for a pod spec. A
+// rule on the field itself takes no step, and is not evaluated at all when
+// the field is absent: together these cost a status write of a realistic
+// session a third of its API server time (docs/performance.md). The rules
+// that compare the template with spec's own fields (spec.container,
+// spec.image, ...) stay on spec, in types.go.
+//
+// Container names need no rule: containers is a list map keyed by name,
+// which the API server keeps unique by itself.
+var templateRules = []rule{
+	{[]string{"metadata", "labels"},
+		"!['app.kubernetes.io/name', 'app.kubernetes.io/instance', 'app.kubernetes.io/managed-by'].exists(k, k in self)",
+		"spec.template.metadata.labels must not set app.kubernetes.io/name, app.kubernetes.io/instance or app.kubernetes.io/managed-by: the controller sets them to select the session's pods"},
+	{[]string{"metadata", "annotations"},
+		"!('games.example.com/profile-hash' in self)",
+		"spec.template.metadata.annotations must not set games.example.com/profile-hash: the controller sets it to the hash of the profile the pods run"},
+	{[]string{"spec", "volumes"},
+		"self.all(v, v.name != 'profile')",
+		"spec.template.spec.volumes must not have a volume named profile: the name is reserved for the profile revision the controller mounts; rename the volume (and its mounts)"},
+	{[]string{"spec", "restartPolicy"},
+		"self == 'Always'",
+		"spec.template.spec.restartPolicy must be Always (or unset): a Deployment's pods always restart"},
+	{[]string{"spec", "activeDeadlineSeconds"},
+		"false",
+		"spec.template.spec.activeDeadlineSeconds must not be set: a Deployment does not allow it; a game server that must end should exit by itself"},
+	{[]string{"spec", "ephemeralContainers"},
+		"false",
+		"spec.template.spec.ephemeralContainers must not be set: ephemeral containers are added to running pods with kubectl debug, not to a template"},
+	{[]string{"spec", "overhead"},
+		"false",
+		"spec.template.spec.overhead must not be set: the pod's RuntimeClass sets it, and pods with an overhead of their own are refused"},
+	{[]string{"spec", "initContainers"},
+		"self.all(c, has(c.image))",
+		"each init container in spec.template.spec.initContainers needs an image"},
+	{[]string{"spec"},
+		"!has(self.initContainers) || self.initContainers.all(i, !self.containers.exists(c, c.name == i.name))",
+		"a container name may appear only once across spec.template.spec.containers and initContainers"},
+	{[]string{"spec", "containers", "[]", "ports"},
+		"self.all(p, !has(p.name) || self.exists_one(q, has(q.name) && q.name == p.name))",
+		"port names must be unique within each container of spec.template.spec.containers"},
 }
 
 func main() {
@@ -78,6 +132,15 @@ func run(file string) error {
 				return err
 			}
 		}
+		template := dig(v, "schema", "openAPIV3Schema", "properties", "spec", "properties", "template").(map[string]any)
+		for _, r := range templateRules {
+			schema, err := schemaAt(template, r.path)
+			if err != nil {
+				return err
+			}
+			rules, _ := schema["x-kubernetes-validations"].([]any)
+			schema["x-kubernetes-validations"] = append(rules, map[string]any{"rule": r.rule, "message": r.message})
+		}
 		// The template's images follow spec.image's pattern: an OpenAPI
 		// pattern is compiled once, where a CEL matches() over every
 		// container costs each write of a session (its status included) a
@@ -111,19 +174,9 @@ func run(file string) error {
 // apply sets l on the schema it names under podSpec, and says so in its
 // description.
 func apply(podSpec map[string]any, l limit) error {
-	schema := podSpec
-	for _, step := range l.path {
-		var next any
-		if step == "[]" {
-			next = schema["items"]
-		} else {
-			next = dig(schema, "properties", step)
-		}
-		s, ok := next.(map[string]any)
-		if !ok {
-			return fmt.Errorf("spec.template.spec: no schema at %v", l.path)
-		}
-		schema = s
+	schema, err := schemaAt(podSpec, l.path)
+	if err != nil {
+		return fmt.Errorf("spec.template.spec: %w", err)
 	}
 	schema[l.key] = l.value
 	what := fmt.Sprintf("At most %d items in a GameSession.", l.value)
@@ -136,6 +189,26 @@ func apply(podSpec map[string]any, l limit) error {
 		schema["description"] = what
 	}
 	return nil
+}
+
+// schemaAt is the schema path leads to from root: property names, and "[]"
+// for list items.
+func schemaAt(root map[string]any, path []string) (map[string]any, error) {
+	schema := root
+	for _, step := range path {
+		var next any
+		if step == "[]" {
+			next = schema["items"]
+		} else {
+			next = dig(schema, "properties", step)
+		}
+		s, ok := next.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("no schema at %v", path)
+		}
+		schema = s
+	}
+	return schema, nil
 }
 
 // dig follows keys through nested objects, nil where one is missing.

@@ -36,6 +36,11 @@ import (
 // both. The controller owns the Deployment's pod template entirely: it is
 // spec.template with the short fields folded into the game server container,
 // the controller's labels, and the profile mounted.
+//
+// The rules below relate the template to spec's own fields. The rules about
+// the template alone sit on its fields (hack/tools/codegen/crdlimits), where
+// a session's writes, its status writes included, evaluate them at a
+// fraction of the cost.
 type GameSessionSpecApplyConfiguration struct {
 	// profileRef names the profile ConfigMap that the game servers mount
 	// read-only at /etc/gamesession/profile: "name" for one of the
