@@ -87,6 +87,17 @@ type Options struct {
 	// moves started in any minute (see clusterBudget). Zero is no limit.
 	MaxMovingSessions int
 	MaxMovesPerMinute int
+
+	// PatchDeployments makes the controller write its changes to a
+	// Deployment as a patch of the fields that differ, not as an update of
+	// the whole object. An update costs the API server less (a patch is
+	// applied to the stored object, an update only decoded), but it is the
+	// cached copy with the controller's fields changed, and that copy was
+	// decoded into this build's API types: a field the API server serves
+	// and the types lack, as a cluster newer than the client's Kubernetes
+	// version may have, would be erased by it. Set it when the API server
+	// may be newer than k8s.io/api; the app does (--deployment-writes).
+	PatchDeployments bool
 }
 
 // Informers are the informers a Controller reads. Each must come from a
@@ -172,6 +183,7 @@ type Controller struct {
 	secretChanges     *secretChanges
 	secretPacer       *secretPacer
 	namespace         string // Options.Namespace
+	patchDeployments  bool   // Options.PatchDeployments
 	cachesSynced      []cache.InformerSynced
 
 	// queue holds GameSession keys; profileQueue profile keys, for the
@@ -270,6 +282,7 @@ func NewController(
 		budget:               newClusterBudget(opts.Clock, opts.MaxMovingSessions, opts.MaxMovesPerMinute),
 		secretChanges:        newSecretChanges(),
 		secretPacer:          newSecretPacer(),
+		patchDeployments:     opts.PatchDeployments,
 	}
 	if informers.Secrets != nil {
 		c.secretLister = informers.Secrets.Lister()

@@ -213,6 +213,12 @@ func (f *fixture) deploymentGeneration(action core.Action) (bool, runtime.Object
 			return true, nil, apierrors.NewConflict(appsv1.Resource("deployments"), name, errors.New("the object has been modified"))
 		}
 	}
+	// So does an update (the fake's tracker would take any).
+	if update, ok := action.(core.UpdateAction); ok && before != nil {
+		if rv := update.GetObject().(metav1.Object).GetResourceVersion(); rv != "" && rv != before.ResourceVersion {
+			return true, nil, apierrors.NewConflict(appsv1.Resource("deployments"), name, errors.New("the object has been modified"))
+		}
+	}
 	// The fake's own reaction applies the request.
 	if _, _, err := core.ObjectReaction(tracker)(action); err != nil {
 		return true, nil, err

@@ -240,6 +240,51 @@ type deploymentDiff struct {
 // gives the Deployment a new generation.
 func (d deploymentDiff) templateChange() bool { return d.profile || d.template }
 
+// String names the parts that differ, for logs.
+func (d deploymentDiff) String() string {
+	var parts []string
+	for _, p := range []struct {
+		name string
+		set  bool
+	}{{"labels", d.labels}, {"replicas", d.replicas}, {"settings", d.settings}, {"profile", d.profile}, {"template", d.template}} {
+		if p.set {
+			parts = append(parts, p.name)
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// deploymentUpdate is observed with the controller's fields that diff names
+// set to desired's: the object of an update. Everything else is observed's,
+// so another writer's labels, annotations and paused flag, and the restart
+// annotation of the template, are kept as a patch would keep them.
+func deploymentUpdate(observed, desired *appsv1.Deployment, diff deploymentDiff) *appsv1.Deployment {
+	d := observed.DeepCopy()
+	if diff.labels {
+		if d.Labels == nil {
+			d.Labels = make(map[string]string, len(desired.Labels))
+		}
+		maps.Copy(d.Labels, desired.Labels)
+	}
+	obs, des := &d.Spec, &desired.Spec
+	if diff.replicas {
+		obs.Replicas = ptr.To(ptr.Deref(des.Replicas, 1))
+	}
+	if diff.settings {
+		obs.Strategy = *des.Strategy.DeepCopy()
+		obs.MinReadySeconds = des.MinReadySeconds
+		obs.RevisionHistoryLimit = clonePtr(des.RevisionHistoryLimit)
+		if des.ProgressDeadlineSeconds != nil {
+			obs.ProgressDeadlineSeconds = clonePtr(des.ProgressDeadlineSeconds)
+		}
+	}
+	if diff.templateChange() {
+		template := keepRestart(&des.Template, &observed.Spec.Template)
+		obs.Template = *template.DeepCopy()
+	}
+	return d
+}
+
 func deploymentChanges(observed, desired *appsv1.Deployment) deploymentDiff {
 	obs, des := &observed.Spec, &desired.Spec
 	diff := deploymentDiff{
@@ -290,9 +335,18 @@ func profileVolumeIndex(t *corev1.PodTemplateSpec) int {
 	return slices.IndexFunc(t.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == profileVolumeName })
 }
 
+// clonePtr is a pointer to a copy of *p, or nil.
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
 // deploymentPatch returns a patch, and its type, that sets the controller's
-// fields of observed to desired: for a profile change alone profilePatch,
-// else a strategic merge patch.
+// fields of observed that diff names to desired: for a profile change alone
+// profilePatch, else a strategic merge patch.
 //
 // The patch carries observed's resourceVersion, which makes it conditional:
 // it applies to exactly the Deployment the sync read, or the API server
@@ -307,8 +361,7 @@ func profileVolumeIndex(t *corev1.PodTemplateSpec) int {
 // annotation and the profile volume (profilePatch). Any other difference of
 // the template replaces it whole ($patch: replace), which is what undoes a
 // hand edit, a renamed container included.
-func deploymentPatch(observed, desired *appsv1.Deployment) (types.PatchType, []byte, error) {
-	diff := deploymentChanges(observed, desired)
+func deploymentPatch(observed, desired *appsv1.Deployment, diff deploymentDiff) (types.PatchType, []byte, error) {
 	if diff == (deploymentDiff{profile: true}) {
 		patch, err := profilePatch(observed, desired)
 		return types.JSONPatchType, patch, err

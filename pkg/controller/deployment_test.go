@@ -132,10 +132,13 @@ func TestDeploymentNeedsUpdateAndPatch(t *testing.T) {
 }
 
 // applyPatch applies deploymentPatch(observed, desired) to observed as the API
-// server does, with the same strategic merge and JSON patch code.
+// server does, with the same strategic merge and JSON patch code, and checks
+// that the update the controller sends instead (deploymentUpdate) makes the
+// same Deployment: the two write paths differ in cost, never in result.
 func applyPatch(t *testing.T, observed, desired *appsv1.Deployment) *appsv1.Deployment {
 	t.Helper()
-	patchType, patch, err := deploymentPatch(observed, desired)
+	diff := deploymentChanges(observed, desired)
+	patchType, patch, err := deploymentPatch(observed, desired, diff)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,6 +165,13 @@ func applyPatch(t *testing.T, observed, desired *appsv1.Deployment) *appsv1.Depl
 	if err := json.Unmarshal(merged, patched); err != nil {
 		t.Fatal(err)
 	}
+	// The API server drops the resourceVersion precondition from the stored
+	// object, and so from the comparison.
+	updated, comparable := deploymentUpdate(observed, desired, diff), patched.DeepCopy()
+	updated.ResourceVersion, comparable.ResourceVersion = "", ""
+	if !equality.Semantic.DeepEqual(updated, comparable) {
+		t.Errorf("the update and the patch (%s) make different Deployments:\nupdate %+v\npatch  %+v", diff, updated.Spec, comparable.Spec)
+	}
 	return patched
 }
 
@@ -174,7 +184,7 @@ func TestDeploymentPatchIsConditional(t *testing.T) {
 		"profile change": NewDeployment(session, "new"),
 		"image change":   NewDeployment(withImage(session, "registry.example.com/arena:2"), "old"),
 	} {
-		patchType, patch, err := deploymentPatch(observed, desired)
+		patchType, patch, err := deploymentPatch(observed, desired, deploymentChanges(observed, desired))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,7 +222,7 @@ func withImage(session *gamesv1.GameSession, image string) *gamesv1.GameSession 
 func TestDeploymentPatchOfProfileChangeIsMinimal(t *testing.T) {
 	session := newSession(testNamespace, "arena-1", "classic")
 	observed := apiServerDeployment(session, "old")
-	patchType, patch, err := deploymentPatch(observed, NewDeployment(session, "new"))
+	patchType, patch, err := deploymentPatch(observed, NewDeployment(session, "new"), deploymentChanges(observed, NewDeployment(session, "new")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +256,7 @@ func TestDeploymentPatchOfRealisticTemplate(t *testing.T) {
 	session.Namespace, session.UID = testNamespace, "session-uid"
 	observed := NewDeployment(session, "old")
 	observed.ResourceVersion = "7"
-	patchType, patch, err := deploymentPatch(observed, NewDeployment(session, "new"))
+	patchType, patch, err := deploymentPatch(observed, NewDeployment(session, "new"), deploymentChanges(observed, NewDeployment(session, "new")))
 	if err != nil {
 		t.Fatal(err)
 	}

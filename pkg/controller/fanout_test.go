@@ -173,7 +173,7 @@ func TestFanOutWritesDeploymentsBeforeStatuses(t *testing.T) {
 		f.observe(filterInformerActions(f.kubeClient.Actions())...)
 	}
 	want := []string{
-		"patch deployments", "patch deployments", "patch deployments",
+		"update deployments", "update deployments", "update deployments",
 		"update gamesessions", "update gamesessions", "update gamesessions",
 	}
 	if fmt.Sprint(order) != fmt.Sprint(want) {

@@ -225,7 +225,7 @@ func (w *secretWorld) syncAll(t *testing.T) map[string]*appsv1.Deployment {
 	for _, s := range w.all() {
 		kube, game := w.sync(t, sessionKey(s))
 		for _, a := range kube {
-			if a.GetVerb() == "patch" && a.GetResource().Resource == "deployments" {
+			if v := a.GetVerb(); (v == "update" || v == "patch") && a.GetResource().Resource == "deployments" {
 				written[s.Name] = w.f.storedDeployment(testNamespace, s.Name)
 			}
 		}

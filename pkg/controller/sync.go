@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -579,46 +580,60 @@ func (c *Controller) createDeployment(ctx context.Context, session *gamesv1.Game
 	return nil, live, err
 }
 
-// patchDeployment patches the controller's fields of observed that differ
+// patchDeployment writes the controller's fields of observed that differ
 // from desired, and returns the Deployment as the API server now has it and
-// whether the patch changed it.
+// whether the write changed it. The write is an update of observed with those
+// fields changed (deploymentUpdate) or, with Options.PatchDeployments, a
+// patch of those fields alone (deploymentPatch). Both carry observed's
+// resourceVersion: a Deployment changed since the read is refused with a
+// Conflict, and the sync runs again on the newer copy.
 func (c *Controller) patchDeployment(ctx context.Context, session *gamesv1.GameSession,
 	observed, desired *appsv1.Deployment) (*appsv1.Deployment, bool, error) {
-	if !deploymentNeedsUpdate(observed, desired) {
+	diff := deploymentChanges(observed, desired)
+	if diff == (deploymentDiff{}) {
 		return observed, false, nil
 	}
-	patchType, patch, err := deploymentPatch(observed, desired)
-	if err != nil {
-		return nil, false, err
+	var patchType types.PatchType
+	var patch []byte
+	if c.patchDeployments {
+		var err error
+		if patchType, patch, err = deploymentPatch(observed, desired, diff); err != nil {
+			return nil, false, err
+		}
 	}
 	// Recorded before the request, as for a create: until the cache shows
 	// the write, the revision it mounts is in use. Every write counts, not
 	// only a move: the Deployment may be one the cache does not hold at all
-	// (its managed-by label removed, and put back by this patch).
+	// (its managed-by label removed, and put back by this write).
 	key := cache.MetaObjectToName(session).String()
 	generation := observed.Generation
-	templateChange := deploymentChanges(observed, desired).templateChange()
-	if templateChange {
+	if diff.templateChange() {
 		generation++
 	}
-	write := c.revisions.mounting(key, observed.UID, generation, templateChange, desired)
-	// A Conflict means the Deployment changed since it was read: the sync
-	// runs again, quietly, once the cache has the new version.
-	patched, err := c.kubeClient.AppsV1().Deployments(session.Namespace).Patch(ctx, desired.Name,
-		patchType, patch, metav1.PatchOptions{FieldManager: Name})
-	c.revisions.wrote(key, write, patched, err)
+	write := c.revisions.mounting(key, observed.UID, generation, diff.templateChange(), desired)
+	client := c.kubeClient.AppsV1().Deployments(session.Namespace)
+	var written *appsv1.Deployment
+	var err error
+	if c.patchDeployments {
+		written, err = client.Patch(ctx, desired.Name, patchType, patch, metav1.PatchOptions{FieldManager: Name})
+	} else {
+		written, err = client.Update(ctx, deploymentUpdate(observed, desired, diff), metav1.UpdateOptions{FieldManager: Name})
+	}
+	c.revisions.wrote(key, write, written, err)
 	if err != nil {
 		return nil, false, err
 	}
 	// An unchanged resourceVersion means the server had it already.
-	wrote := patched.ResourceVersion != observed.ResourceVersion
+	wrote := written.ResourceVersion != observed.ResourceVersion
 	if wrote {
-		klog.FromContext(ctx).V(2).Info("Patched Deployment", "deployment", klog.KObj(patched), "patch", string(patch))
+		if logger := klog.FromContext(ctx).V(2); logger.Enabled() {
+			logger.Info("Wrote Deployment", "deployment", klog.KObj(written), "changed", diff.String())
+		}
 	}
-	if patched.Generation > observed.Generation {
-		c.expectations.expect(cache.MetaObjectToName(session).String(), patched)
+	if written.Generation > observed.Generation {
+		c.expectations.expect(key, written)
 	}
-	return patched, wrote, nil
+	return written, wrote, nil
 }
 
 // blockedBy reports a Deployment of the session's name that the session cannot

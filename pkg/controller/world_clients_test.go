@@ -66,6 +66,8 @@ func (w *world) serveKube(action core.Action) (bool, runtime.Object, error) {
 			return w.getDeployment(action.(core.GetAction))
 		case "patch":
 			return w.patchDeployment(action.(core.PatchAction))
+		case "update":
+			return w.updateDeployment(action.(core.UpdateAction))
 		}
 	case "configmaps":
 		// Revisions: the profile sync creates and deletes them, reads one
@@ -219,6 +221,39 @@ func (w *world) patchDeployment(a core.PatchAction) (bool, runtime.Object, error
 		w.logf("  → PATCH deployment %s %s: no change", name, patch)
 	} else {
 		w.logf("  → PATCH deployment %s %s: rv %s→%s", name, patch, before.ResourceVersion, after.ResourceVersion)
+		w.noteControllerWrite(before, after)
+	}
+	if faulty {
+		w.logf("    (answered: injected %s)", f)
+		return true, nil, injectedError(f, deploymentsResource, name)
+	}
+	return true, after, nil
+}
+
+// updateDeployment serves the controller's update of a Deployment (its
+// write unless Options.PatchDeployments), with its resourceVersion as the
+// precondition, as the API server checks it.
+func (w *world) updateDeployment(a core.UpdateAction) (bool, runtime.Object, error) {
+	d := a.GetObject().(*appsv1.Deployment)
+	name := d.Name
+	w.controllerTried[name] = true
+	f, faulty := w.takeFault("patch")
+	if faulty && f != faultLostResponse {
+		w.logf("  → UPDATE deployment %s (rv %s): injected %s", name, d.ResourceVersion, f)
+		return true, nil, injectedError(f, deploymentsResource, name)
+	}
+	before := w.server.deployment(name)
+	updated, err := w.server.update(byController, deploymentsResource, d, true)
+	if err != nil {
+		w.logf("  → UPDATE deployment %s (rv %s): %v", name, d.ResourceVersion, err)
+		return true, nil, err
+	}
+	after := updated.(*appsv1.Deployment)
+	if after.ResourceVersion == before.ResourceVersion {
+		w.logf("  → UPDATE deployment %s (rv %s): no change", name, d.ResourceVersion)
+	} else {
+		w.logf("  → UPDATE deployment %s (rv %s): rv %s→%s, profile %s", name, d.ResourceVersion, before.ResourceVersion,
+			after.ResourceVersion, after.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation])
 		w.noteControllerWrite(before, after)
 	}
 	if faulty {

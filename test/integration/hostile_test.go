@@ -377,9 +377,9 @@ func TestHostileSessionChurn(t *testing.T) {
 	for name := range survivors {
 		e.waitForRolledSession(name, controller.ProfileHash(edited))
 	}
-	t.Logf("controller requests: %d Deployment creates (%d refused as existing), %d Deployment patches, %d status updates (%d conflicts)",
+	t.Logf("controller requests: %d Deployment creates (%d refused as existing), %d Deployment updates, %d status updates (%d conflicts)",
 		c.requests.count("create deployments"), c.requests.answered("create deployments", 409),
-		c.requests.count("patch deployments"), c.requests.count("update gamesessions/status"),
+		c.requests.count("update deployments"), c.requests.count("update gamesessions/status"),
 		c.requests.answered("update gamesessions/status", 409))
 }
 
@@ -403,7 +403,7 @@ func TestHostileProfileFlipping(t *testing.T) {
 	for _, name := range names {
 		e.waitForRolledSession(name, controller.ProfileHash(profile))
 	}
-	patchesBefore := c.requests.count("patch deployments")
+	updatesBefore := c.requests.count("update deployments")
 
 	// At least three seconds and 21 writes, as fast as twenty a second: on
 	// a busy machine a write may take longer than 50ms. An odd number of
@@ -442,8 +442,8 @@ func TestHostileProfileFlipping(t *testing.T) {
 		counts = append(counts, len(replicaSets.Items))
 		most = max(most, len(replicaSets.Items))
 	}
-	t.Logf("%d profile writes in %v; %d Deployment patches; ReplicaSets per Deployment: %v",
-		flips, time.Since(start).Round(time.Millisecond), c.requests.count("patch deployments")-patchesBefore, counts)
+	t.Logf("%d profile writes in %v; %d Deployment updates; ReplicaSets per Deployment: %v",
+		flips, time.Since(start).Round(time.Millisecond), c.requests.count("update deployments")-updatesBefore, counts)
 	if most > 2 {
 		t.Errorf("ReplicaSets per Deployment %v after flipping between two contents, want at most 2", counts)
 	}

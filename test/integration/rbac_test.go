@@ -464,10 +464,18 @@ func setUpRBACScenario(t *testing.T, revoked ...grantedVerb) (*rbacScenario, *co
 // in-process as that account, with leader election as the artifacts'
 // Deployment runs it.
 func (s *rbacScenario) start(r *controllerRBAC, revoked ...grantedVerb) {
+	s.startWith(r, "", revoked...)
+}
+
+// startWith is start with --deployment-writes set, unless empty.
+func (s *rbacScenario) startWith(r *controllerRBAC, deploymentWrites string, revoked ...grantedVerb) {
 	cfg := s.serviceAccountConfig(rbacServiceAccount)
 	s.applyRBAC(r)
 	s.waitForAuthorizer(rbacServiceAccount, r, revoked...)
 	s.ctl = s.startControllerAs(cfg, func(o *app.Options) {
+		if deploymentWrites != "" {
+			o.DeploymentWrites = deploymentWrites
+		}
 		o.LeaderElect = true
 		o.LeaderElectionNamespace = s.ns
 		// No revision kept for rollback: the one a profile edit replaces
@@ -502,7 +510,9 @@ func TestRBACIsSufficient(t *testing.T) {
 		// With streaming lists (client-go's WatchListClient, on by default)
 		// an informer lists over a watch; TestRBACEachVerbIsNeeded shows the
 		// list verbs are needed when streaming is unavailable.
-		if g.verb != "list" && !revocationEffects[g.String()].elsewhere && s.ctl.requests.count(key) == 0 {
+		// A verb of another --deployment-writes mode is shown needed there.
+		effect := revocationEffects[g.String()]
+		if g.verb != "list" && !effect.elsewhere && effect.deploymentWrites == "" && s.ctl.requests.count(key) == 0 {
 			t.Errorf("the controller never sent %q, which %s grants", key, g.role)
 		}
 		if n := s.ctl.requests.answered(key, http.StatusForbidden); n > 0 {
@@ -534,6 +544,9 @@ type revocationEffect struct {
 	// elsewhere: the verb is shown needed by another package's test, whose
 	// controller runs cluster-wide.
 	elsewhere bool
+	// deploymentWrites, if set, is the controller's --deployment-writes:
+	// the verb is needed in that mode.
+	deploymentWrites string
 }
 
 // revocationEffects has an entry for every verb of artifacts/rbac; a verb
@@ -547,11 +560,14 @@ var revocationEffects = map[string]revocationEffect{
 	"ClusterRole list deployments":           {streamingOff: true},
 	"ClusterRole watch deployments":          {failsAt: "recreate a deleted Deployment", denied: "watch deployments", polling: true},
 	"ClusterRole create deployments":         {failsAt: "create Deployments", denied: "create deployments"},
-	"ClusterRole patch deployments":          {failsAt: "roll a Secret rotation", denied: "patch deployments"},
-	"ClusterRole create events":              {failsAt: "record events", denied: "create events"},
-	"ClusterRole patch events":               {failsAt: "repeat a warning", denied: "patch events"},
-	"Role create leases":                     {failsAt: "take the lease", denied: "create leases"},
-	"Role get leases":                        {failsAt: "take the lease", denied: "get leases"},
+	"ClusterRole update deployments":         {failsAt: "roll a Secret rotation", denied: "update deployments"},
+	// Patches are the writes of --deployment-writes=patch, and of auto
+	// against an API server newer than the controller's API types.
+	"ClusterRole patch deployments": {failsAt: "roll a Secret rotation", denied: "patch deployments", deploymentWrites: "patch"},
+	"ClusterRole create events":     {failsAt: "record events", denied: "create events"},
+	"ClusterRole patch events":      {failsAt: "repeat a warning", denied: "patch events"},
+	"Role create leases":            {failsAt: "take the lease", denied: "create leases"},
+	"Role get leases":               {failsAt: "take the lease", denied: "get leases"},
 	// Without update, a first replica creates the Lease and leads until its
 	// first renewal fails, 10s later. Every later leader takes over an
 	// existing Lease, such as the one a predecessor released on its way
@@ -674,7 +690,7 @@ func TestRBACEachVerbIsNeeded(t *testing.T) {
 			if effect.setup != nil {
 				effect.setup(s)
 			}
-			s.start(r, g)
+			s.startWith(r, effect.deploymentWrites, g)
 			s.failsWithout(effect)
 		})
 	}

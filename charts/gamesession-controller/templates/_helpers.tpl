@@ -69,7 +69,7 @@ says why each is needed.
 # No delete: the garbage collector removes a session's Deployment.
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["list", "watch", "create", "patch"]
+  verbs: ["list", "watch", "create", "update", "patch"]
 # A GET only when a create answers AlreadyExists: the Deployment may be the
 # session's own with its managed-by label removed, which the cache omits.
 - apiGroups: ["apps"]

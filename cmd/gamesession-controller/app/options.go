@@ -77,6 +77,12 @@ type Options struct {
 	// namespace or "namespace/name", that holds the key of the Secret
 	// digests; the controller creates it the first time.
 	SecretDigestKey string
+	// DeploymentWrites is how the controller writes its Deployments:
+	// "update" (the whole object, cheapest for the API server), "patch"
+	// (the fields that differ), or "auto": update, unless the API server is
+	// newer than the Kubernetes API this build was made with, whose fields
+	// an update from the cache would erase (see deploymentWritesFor).
+	DeploymentWrites string
 
 	// LeaderElectionNamespace holds the Lease. Empty: the pod's own
 	// namespace with the in-cluster configuration, else Namespace, else
@@ -137,8 +143,9 @@ func NewOptions() *Options {
 		// One discovery request a minute while the API is missing.
 		ReferenceGrantRecheck: time.Minute,
 
-		WatchSecrets:    true,
-		SecretDigestKey: "gamesession-controller-secret-digest-key",
+		WatchSecrets:     true,
+		SecretDigestKey:  "gamesession-controller-secret-digest-key",
+		DeploymentWrites: deploymentWritesAuto,
 
 		LeaderElectionID: "gamesession-controller",
 		// The timings of kube-controller-manager: a standby takes over at
@@ -174,6 +181,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.RolloutMaxFailed, "rollout-max-failed", o.RolloutMaxFailed, "Default brake of a profile's rollouts: halt when more than N (or N%) of the sessions moved to a new revision fail (ProgressDeadlineExceeded). Empty: no brake. Annotation "+rollout.AnnotationMaxFailed+".")
 	fs.IntVar(&o.RevisionHistoryLimit, "revision-history-limit", o.RevisionHistoryLimit, "How many of a profile's newest unused revisions are kept for rollback, besides the current one and those a Deployment mounts, which are always kept.")
 	fs.BoolVar(&o.WatchSecrets, "watch-secrets", o.WatchSecrets, "Roll a session's game servers when a Secret its pod template references, labelled "+gamesv1.SecretLabel+"="+gamesv1.SecretLabelValue+", changes. Needs list and watch on Secrets; the controller caches a keyed digest of the labelled ones, never their data.")
+	fs.StringVar(&o.DeploymentWrites, "deployment-writes", o.DeploymentWrites, "How Deployments are written: update (the whole object; the cheapest for the API server), patch (only the fields that differ), or auto: update, unless the API server is a newer Kubernetes than this build's API types (then a field they lack would be erased), and patch then.")
 	fs.StringVar(&o.SecretDigestKey, "secret-digest-key", o.SecretDigestKey, "The Secret, NAME in the controller's own namespace or NAMESPACE/NAME, holding the key of the Secret digests in pod templates. Created the first time; keep it, as a new key restarts every game server that uses a labelled Secret.")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Run the controller only while holding a Lease, so that several replicas can run with one active. Enable whenever more than one replica may run.")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "Namespace of the leader election Lease. Empty: the pod's own namespace when running in a cluster, else --namespace, else \"default\".")
@@ -218,6 +226,11 @@ func (o *Options) Validate() error {
 		if _, _, err := o.secretDigestKeyName(func(string) ([]byte, error) { return nil, nil }); err != nil {
 			return err
 		}
+	}
+	switch o.DeploymentWrites {
+	case deploymentWritesAuto, deploymentWritesUpdate, deploymentWritesPatch:
+	default:
+		return fmt.Errorf("--deployment-writes must be auto, update or patch, got %q", o.DeploymentWrites)
 	}
 	if o.MaxMovingSessions < 0 || o.MaxMovesPerMinute < 0 {
 		return fmt.Errorf("--max-moving-sessions and --max-moves-per-minute must not be negative (0 is no limit), got %d and %d",

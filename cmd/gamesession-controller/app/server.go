@@ -192,6 +192,10 @@ func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interf
 			kubeinformers.WithTransform(controller.SecretDigester(key)))
 		secretInformer = secretFactory.Core().V1().Secrets()
 	}
+	patchDeployments, err := deploymentWritesFor(ctx, o.DeploymentWrites, kubeClient.Discovery())
+	if err != nil {
+		return err
+	}
 	sessionInformer := sessionFactory.Games().V1().GameSessions()
 	c, err := controller.NewController(ctx, kubeClient, gameClient,
 		controller.Informers{
@@ -213,6 +217,7 @@ func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interf
 			MaxMovingSessions:    o.MaxMovingSessions,
 			MaxMovesPerMinute:    o.MaxMovesPerMinute,
 			Namespace:            o.Namespace,
+			PatchDeployments:     patchDeployments,
 		})
 	if err != nil {
 		return err
