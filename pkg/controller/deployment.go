@@ -296,24 +296,26 @@ func deploymentChanges(observed, desired *appsv1.Deployment) deploymentDiff {
 			des.ProgressDeadlineSeconds != nil && !equality.Semantic.DeepEqual(obs.ProgressDeadlineSeconds, des.ProgressDeadlineSeconds),
 	}
 	want := keepRestart(&des.Template, &obs.Template)
-	if equality.Semantic.DeepEqual(obs.Template, want) {
-		return diff
-	}
-	// Seen with the observed profile hash and revision, does it match?
+	// One comparison of the whole template, the costliest step of a sync:
+	// when the profile hash or volume differs, the rest is compared with
+	// observed's in their place, which tells a profile change alone (the
+	// fan-out's write) from one that comes with other changes.
 	hash, volumeAt := want.Annotations[gamesv1.ProfileHashAnnotation], profileVolumeIndex(&want)
 	observedHash, observedVolume := obs.Template.Annotations[gamesv1.ProfileHashAnnotation], findByName(obs.Template.Spec.Volumes, profileVolumeName)
-	if volumeAt >= 0 && observedVolume != nil && observedVolume.ConfigMap != nil && observedHash != "" {
+	profileOnly := volumeAt >= 0 && observedVolume != nil && observedVolume.ConfigMap != nil && observedHash != ""
+	if profileOnly && (hash != observedHash || !equality.Semantic.DeepEqual(observedVolume, &want.Spec.Volumes[volumeAt])) {
 		want.Annotations = maps.Clone(want.Annotations)
 		want.Annotations[gamesv1.ProfileHashAnnotation] = observedHash
 		want.Spec.Volumes = slices.Clone(want.Spec.Volumes)
-		volume := *observedVolume.DeepCopy()
-		want.Spec.Volumes[volumeAt] = volume
+		want.Spec.Volumes[volumeAt] = *observedVolume
 		if equality.Semantic.DeepEqual(obs.Template, want) {
-			diff.profile = hash != observedHash || !equality.Semantic.DeepEqual(observedVolume, &des.Template.Spec.Volumes[volumeAt])
-			return diff
+			diff.profile = true
+		} else {
+			diff.template = true
 		}
+		return diff
 	}
-	diff.template = true
+	diff.template = !equality.Semantic.DeepEqual(obs.Template, want)
 	return diff
 }
 

@@ -468,6 +468,16 @@ func (r *results) writePacedRow(w func(string, ...any)) {
 			rollout.AnnotationMaxRolling, p.policy, num(p.budget), num(p.size), secs(p.rolled), secs(p.complete),
 			len(p.waves), lo, hi, med, num(p.maxInFlight), baseline, ratio, num(p.budget), yes(p.maxInFlight <= p.budget && p.maxInFlight > 0))
 	}
+	for _, p := range r.paced {
+		u, ok := r.unpacedRolled(p.size)
+		if !ok || u <= 0 {
+			continue
+		}
+		statuses := p.ctl.count("PUT", resStatus) / float64(p.size)
+		x := p.rolled.Seconds() / u.Seconds()
+		w("| 1 | Paced rollout whose budget never binds (pods ready at once): edit → last Deployment moved, against the unpaced fan-out; status writes per session | %s | %s; %.2f status writes/session | unpaced fan-out (median) %s | **%.2fx** | ≤ 1.5x, ≤ 2 status writes/session (a waiting session writes once as it starts waiting, once as it moves) | %s |\n",
+			num(p.size), secs(p.rolled), statuses, secs(u), x, yes(x <= 1.5 && statuses <= 2))
+	}
 }
 
 func (r *results) writePacedRequestsRow(w func(string, ...any)) {
