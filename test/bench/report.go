@@ -200,6 +200,7 @@ func (r *results) writeStateRows(w func(string, ...any)) {
 		w("| 5 | Memory per session: heap after GC / sessions (each session and its Deployment in the caches, the fixed part included) | %s | **%.1f KiB** | — | — | — | the manifest's 512 MiB limit holds ~%s such sessions |\n",
 			num(r.cold.sessions), perSession/1024, num(int(float64(manifestMemoryLimit)/perSession)))
 	}
+	r.writeScaleRows(w)
 	for _, c := range []struct {
 		label string
 		res   coldResult
@@ -474,4 +475,38 @@ const manifestMemoryLimit = 512 << 20
 var templateDescription = map[string]string{
 	"realistic": "realistic, `testutil.GameServerTemplate`: a game server and a metrics sidecar, readiness and liveness probes, 20 environment variables, a preStop drain, anti-affinity, a topology spread, security contexts",
 	"minimal":   "minimal, the short fields: an image, one port, CPU and memory requests",
+}
+
+// scaleSizes are the session counts the scale rows extrapolate to.
+var scaleSizes = []int{20000, 50000}
+
+// writeScaleRows extrapolates the measured memory and fan-out cost to
+// scaleSizes: each figure divided by the sessions it was measured with, and
+// multiplied by the target. Dividing the whole by the sessions counts the
+// fixed part (informers, clients, metrics) as theirs, so the memory figures
+// are upper bounds; the CPU and time figures assume the cost per session
+// stays what it was at the largest measured fan-out, and that one API server
+// keeps the ceiling's update rate. docs/performance.md fits a line through
+// two sizes instead.
+func (r *results) writeScaleRows(w func(string, ...any)) {
+	if r.cold.sessions == 0 || len(r.fanZero) == 0 {
+		return
+	}
+	largest := r.fanZero[len(r.fanZero)-1]
+	var cpuPerSession, apiPerSession []float64
+	for _, c := range largest.ctl {
+		cpuPerSession = append(cpuPerSession, c.req.cpu["controller"]/float64(largest.size))
+		apiPerSession = append(apiPerSession, c.req.cpu["kube-apiserver"]/float64(largest.size))
+	}
+	_, ctlCPU, _ := spread(cpuPerSession)
+	_, apiCPU, _ := spread(apiPerSession)
+	_, ceil := largest.medians()
+	rate := float64(largest.size) / ceil.Seconds()
+	heap := float64(r.memBefore.LiveHeap) / float64(r.cold.sessions)
+	hwm := float64(r.memBefore.HWM) / float64(r.cold.sessions)
+	for _, n := range scaleSizes {
+		w("| 9 | Scale, **extrapolated** from %s sessions (memory) and the %s-session fan-out (CPU, time): heap after GC, peak RSS; one edit's controller and kube-apiserver CPU; edit → last Deployment at the ceiling's %.0f updates/s | %s | heap ≤ %s, peak RSS ≤ %s; controller %.0f CPU-s, kube-apiserver %.0f CPU-s; ≥ %s | — | — | where one controller stops: docs/performance.md | — |\n",
+			num(r.cold.sessions), num(largest.size), rate, num(n), mib(uint64(heap*float64(n))), mib(uint64(hwm*float64(n))),
+			ctlCPU*float64(n), apiCPU*float64(n), secs(time.Duration(float64(n)/rate*float64(time.Second))))
+	}
 }
