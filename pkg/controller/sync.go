@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -287,7 +286,7 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 			result.requeueAfter = after
 		}
 	}
-	current, patched, err := c.patchDeployment(ctx, session, observed, desired)
+	current, patched, err := c.writeDeployment(ctx, session, observed, desired)
 	switch {
 	case apierrors.IsInvalid(err):
 		// Refused: no move is under way, and none holds a budget slot.
@@ -391,7 +390,7 @@ func (c *Controller) reconcileWithoutProfile(ctx context.Context, session *games
 		return result, nil
 	}
 	result.choice = revisionChoice{hash: rolled}
-	current, patched, err := c.patchDeployment(ctx, session, observed, c.desiredDeployment(session, nil, rolled, observed))
+	current, patched, err := c.writeDeployment(ctx, session, observed, c.desiredDeployment(session, nil, rolled, observed))
 	switch {
 	case apierrors.IsInvalid(err):
 		status.profileMissing(observed)
@@ -580,25 +579,30 @@ func (c *Controller) createDeployment(ctx context.Context, session *gamesv1.Game
 	return nil, live, err
 }
 
-// patchDeployment writes the controller's fields of observed that differ
+// writeDeployment writes the controller's fields of observed that differ
 // from desired, and returns the Deployment as the API server now has it and
 // whether the write changed it. The write is an update of observed with those
 // fields changed (deploymentUpdate) or, with Options.PatchDeployments, a
 // patch of those fields alone (deploymentPatch). Both carry observed's
 // resourceVersion: a Deployment changed since the read is refused with a
 // Conflict, and the sync runs again on the newer copy.
-func (c *Controller) patchDeployment(ctx context.Context, session *gamesv1.GameSession,
+func (c *Controller) writeDeployment(ctx context.Context, session *gamesv1.GameSession,
 	observed, desired *appsv1.Deployment) (*appsv1.Deployment, bool, error) {
 	diff := deploymentChanges(observed, desired)
 	if diff == (deploymentDiff{}) {
 		return observed, false, nil
 	}
-	var patchType types.PatchType
-	var patch []byte
+	client := c.kubeClient.AppsV1().Deployments(session.Namespace)
+	send := func() (*appsv1.Deployment, error) {
+		return client.Update(ctx, deploymentUpdate(observed, desired, diff), metav1.UpdateOptions{FieldManager: Name})
+	}
 	if c.patchDeployments {
-		var err error
-		if patchType, patch, err = deploymentPatch(observed, desired, diff); err != nil {
+		patchType, patch, err := deploymentPatch(observed, desired, diff)
+		if err != nil {
 			return nil, false, err
+		}
+		send = func() (*appsv1.Deployment, error) {
+			return client.Patch(ctx, desired.Name, patchType, patch, metav1.PatchOptions{FieldManager: Name})
 		}
 	}
 	// Recorded before the request, as for a create: until the cache shows
@@ -611,14 +615,7 @@ func (c *Controller) patchDeployment(ctx context.Context, session *gamesv1.GameS
 		generation++
 	}
 	write := c.revisions.mounting(key, observed.UID, generation, diff.templateChange(), desired)
-	client := c.kubeClient.AppsV1().Deployments(session.Namespace)
-	var written *appsv1.Deployment
-	var err error
-	if c.patchDeployments {
-		written, err = client.Patch(ctx, desired.Name, patchType, patch, metav1.PatchOptions{FieldManager: Name})
-	} else {
-		written, err = client.Update(ctx, deploymentUpdate(observed, desired, diff), metav1.UpdateOptions{FieldManager: Name})
-	}
+	written, err := send()
 	c.revisions.wrote(key, write, written, err)
 	if err != nil {
 		return nil, false, err
