@@ -166,13 +166,13 @@ func TestProfileEditRollsExactlyItsSessions(t *testing.T) {
 	}
 	e.waitForDeploymentsSettled()
 	before := e.deploymentVersions()
-	updatesBefore := c.requests.count("patch deployments")
+	updatesBefore := c.requests.count("update deployments")
 
 	// Scenario 4 first: metadata-only edits must roll nothing.
 	e.updateProfile("profile-0", func(cm *corev1.ConfigMap) { cm.Labels["team"] = "blue" })
 	e.updateProfile("profile-0", func(cm *corev1.ConfigMap) { cm.Annotations = map[string]string{"note": "reviewed"} })
 	time.Sleep(2 * time.Second)
-	if got := c.requests.count("patch deployments") - updatesBefore; got != 0 {
+	if got := c.requests.count("update deployments") - updatesBefore; got != 0 {
 		t.Fatalf("label/annotation-only profile edits caused %d Deployment updates, want 0", got)
 	}
 	if changed := changedKeys(before, e.deploymentVersions()); len(changed) != 0 {
@@ -191,7 +191,7 @@ func TestProfileEditRollsExactlyItsSessions(t *testing.T) {
 			t.Errorf("session %s status.profileHash %q, want %q", name, s.Status.ProfileHash, hash)
 		}
 	}
-	if got := c.requests.count("patch deployments") - updatesBefore; got != perProfile {
+	if got := c.requests.count("update deployments") - updatesBefore; got != perProfile {
 		t.Errorf("%d Deployment updates for a profile with %d sessions, want exactly one each", got, perProfile)
 	}
 	after := e.deploymentVersions()

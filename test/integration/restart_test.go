@@ -27,7 +27,7 @@ func TestProfileEditBurstCoalesces(t *testing.T) {
 	}
 	updatesBefore := make([]int, sessions)
 	for i := range sessions {
-		updatesBefore[i] = c.requests.count(fmt.Sprintf("patch deployments burst-%d", i))
+		updatesBefore[i] = c.requests.count(fmt.Sprintf("update deployments burst-%d", i))
 	}
 
 	start := time.Now()
@@ -47,7 +47,7 @@ func TestProfileEditBurstCoalesces(t *testing.T) {
 		e.waitForDeploymentHash(fmt.Sprintf("burst-%d", i), hash)
 	}
 	for i := range sessions {
-		writes := c.requests.count(fmt.Sprintf("patch deployments burst-%d", i)) - updatesBefore[i]
+		writes := c.requests.count(fmt.Sprintf("update deployments burst-%d", i)) - updatesBefore[i]
 		t.Logf("session burst-%d: %d Deployment writes for %d profile edits in %s", i, writes, edits, took)
 		if writes < 1 || writes > maxWrites {
 			t.Errorf("session burst-%d: %d Deployment writes for %d edits in %s, want 1 to %d", i, writes, edits, took, maxWrites)
