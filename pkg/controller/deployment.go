@@ -258,31 +258,36 @@ func (d deploymentDiff) String() string {
 // set to desired's: the object of an update. Everything else is observed's,
 // so another writer's labels, annotations and paused flag, and the restart
 // annotation of the template, are kept as a patch would keep them.
+//
+// It is a shallow copy: the request only encodes it, so it shares what it
+// does not change with the cached object and with desired (built for this
+// sync), and copies only the labels it changes. A deep copy of the cache's
+// Deployment would copy the pod template a profile change then replaces.
 func deploymentUpdate(observed, desired *appsv1.Deployment, diff deploymentDiff) *appsv1.Deployment {
-	d := observed.DeepCopy()
+	d := *observed
 	if diff.labels {
+		d.Labels = maps.Clone(observed.Labels)
 		if d.Labels == nil {
 			d.Labels = make(map[string]string, len(desired.Labels))
 		}
 		maps.Copy(d.Labels, desired.Labels)
 	}
-	obs, des := &d.Spec, &desired.Spec
+	des := &desired.Spec
 	if diff.replicas {
-		obs.Replicas = ptr.To(ptr.Deref(des.Replicas, 1))
+		d.Spec.Replicas = ptr.To(ptr.Deref(des.Replicas, 1))
 	}
 	if diff.settings {
-		obs.Strategy = *des.Strategy.DeepCopy()
-		obs.MinReadySeconds = des.MinReadySeconds
-		obs.RevisionHistoryLimit = clonePtr(des.RevisionHistoryLimit)
+		d.Spec.Strategy = des.Strategy
+		d.Spec.MinReadySeconds = des.MinReadySeconds
+		d.Spec.RevisionHistoryLimit = des.RevisionHistoryLimit
 		if des.ProgressDeadlineSeconds != nil {
-			obs.ProgressDeadlineSeconds = clonePtr(des.ProgressDeadlineSeconds)
+			d.Spec.ProgressDeadlineSeconds = des.ProgressDeadlineSeconds
 		}
 	}
 	if diff.templateChange() {
-		template := keepRestart(&des.Template, &observed.Spec.Template)
-		obs.Template = *template.DeepCopy()
+		d.Spec.Template = keepRestart(&des.Template, &observed.Spec.Template)
 	}
-	return d
+	return &d
 }
 
 func deploymentChanges(observed, desired *appsv1.Deployment) deploymentDiff {
@@ -335,15 +340,6 @@ func keepRestart(desired, observed *corev1.PodTemplateSpec) corev1.PodTemplateSp
 // profileVolumeIndex is the index of the profile volume in t, or -1.
 func profileVolumeIndex(t *corev1.PodTemplateSpec) int {
 	return slices.IndexFunc(t.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == profileVolumeName })
-}
-
-// clonePtr is a pointer to a copy of *p, or nil.
-func clonePtr[T any](p *T) *T {
-	if p == nil {
-		return nil
-	}
-	v := *p
-	return &v
 }
 
 // deploymentPatch returns a patch, and its type, that sets the controller's
