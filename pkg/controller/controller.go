@@ -188,8 +188,11 @@ type Controller struct {
 
 	// queue holds GameSession keys; profileQueue profile keys, for the
 	// profile sync (revisions and rollouts, see profilesync.go).
-	queue            workqueue.TypedRateLimitingInterface[string]
-	profileQueue     workqueue.TypedRateLimitingInterface[string]
+	queue        workqueue.TypedRateLimitingInterface[string]
+	profileQueue workqueue.TypedRateLimitingInterface[string]
+	// lanes orders queue: Deployment work before status writes (lanes.go).
+	// Tests that swap queue swap lanes with it.
+	lanes            sessionLanes
 	eventBroadcaster record.EventBroadcaster
 	recorder         record.EventRecorder
 	metrics          *metrics.ControllerMetrics
@@ -238,6 +241,7 @@ func NewController(
 	}
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	lanes := newLaneQueue(opts.Clock)
 	c := &Controller{
 		kubeClient:        kubeClient,
 		gameClient:        gameClient,
@@ -260,10 +264,8 @@ func NewController(
 			informers.Deployments.Informer().HasSynced,
 			informers.ReplicaSets.Informer().HasSynced,
 		},
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name, Clock: opts.Clock},
-		),
+		queue: newSessionQueue(Name, opts.Clock, lanes),
+		lanes: lanes,
 		profileQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name + "-profiles", Clock: opts.Clock},

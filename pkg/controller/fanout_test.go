@@ -7,9 +7,11 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 )
@@ -175,6 +177,60 @@ func TestFanOutWritesDeploymentsBeforeStatuses(t *testing.T) {
 	want := []string{
 		"update deployments", "update deployments", "update deployments",
 		"update gamesessions", "update gamesessions", "update gamesessions",
+	}
+	if fmt.Sprint(order) != fmt.Sprint(want) {
+		t.Errorf("requests in order: got %q, want %q", order, want)
+	}
+}
+
+// A sync that would only write a status while another session's Deployment
+// waits to be written leaves the status to the status lane; the status
+// lane's sync writes it once nothing else waits.
+func TestStatusWritesWaitForDeploymentWrites(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	profile := newProfile(testNamespace, "classic", classicData)
+	hash := ProfileHash(profile)
+	f := newFixture(ctx, t, profile)
+	f.cacheRevisionOf(profile)
+	// scaled-down: its Deployment lost a ready replica, so only its status
+	// changes. rescaled: its spec changed, so its Deployment is written.
+	scaledDown := settled(newSession(testNamespace, "scaled-down", "classic"), hash)
+	lagging := apiServerDeployment(scaledDown, hash)
+	lagging.Status.ReadyReplicas--
+	rescaled := settled(newSession(testNamespace, "rescaled", "classic"), hash)
+	rescaled.Spec.Replicas = ptr.To[int32](5)
+	rescaled.Generation++
+	for _, obj := range []runtime.Object{scaledDown, lagging, rescaled, apiServerDeployment(settled(newSession(testNamespace, "rescaled", "classic"), hash), hash)} {
+		f.setCached(obj)
+		tracker := f.kubeClient.Tracker()
+		if _, ok := obj.(*gamesv1.GameSession); ok {
+			tracker = f.gameClient.Tracker()
+		}
+		if err := tracker.Add(obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.c.queue.Add(testNamespace + "/scaled-down")
+	f.c.queue.Add(testNamespace + "/rescaled")
+
+	var order []string
+	for f.c.queue.Len() > 0 {
+		key, _ := f.c.queue.Get()
+		f.kubeClient.ClearActions()
+		f.gameClient.ClearActions()
+		if err := f.c.syncHandler(ctx, key); err != nil {
+			t.Fatalf("sync %s: %v", key, err)
+		}
+		f.c.queue.Done(key)
+		for _, a := range filterInformerActions(append(f.kubeClient.Actions(), f.gameClient.Actions()...)) {
+			order = append(order, a.GetVerb()+" "+a.GetResource().Resource+" "+actionName(a))
+		}
+		f.observe(filterInformerActions(append(f.kubeClient.Actions(), f.gameClient.Actions()...))...)
+	}
+	// rescaled's sync is the last of the first lane: nothing waits behind
+	// it, so it writes its status at once.
+	want := []string{
+		"update deployments rescaled", "update gamesessions rescaled", "update gamesessions scaled-down",
 	}
 	if fmt.Sprint(order) != fmt.Sprint(want) {
 		t.Errorf("requests in order: got %q, want %q", order, want)

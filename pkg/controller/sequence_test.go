@@ -524,7 +524,7 @@ func (w *world) startController() {
 		w.syncHeld = w.heldForRevision(key)
 		w.logf("sync %s", key)
 	}
-	c.queue = w.queue
+	c.queue, c.lanes = w.queue, w.queue
 	w.profileQueue = newStepQueue(w.clock, w.rng.IntN)
 	w.profileQueue.onGet = func(key string) {
 		w.profileSyncKey = key
@@ -621,7 +621,10 @@ func (w *world) sync() bool {
 		return true
 	}
 	w.failStreak[key] = 0
-	if !w.syncWrote && !w.syncHeld && !w.waitsForRollout(name) {
+	// A sync that left its status write to the status lane has not found
+	// the session in order: the status lane's sync of it goes on.
+	deferred := w.queue.takeDeferred(key)
+	if !w.syncWrote && !w.syncHeld && !deferred && !w.waitsForRollout(name) {
 		w.lapseCredits(name)
 	}
 	return true

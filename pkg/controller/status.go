@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -295,6 +296,13 @@ func deploymentComplete(d *appsv1.Deployment) bool {
 		d.Status.UpdatedReplicas == want &&
 		d.Status.Replicas == want &&
 		d.Status.ReadyReplicas == want
+}
+
+// changed completes the new status (summarize) and reports whether it
+// differs from the session's.
+func (s *sessionStatus) changed() bool {
+	s.summarize()
+	return !equality.Semantic.DeepEqual(&s.session.Status, s.status)
 }
 
 // conditionChanged reports whether the condition of that type in next differs

@@ -7,7 +7,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -50,6 +49,7 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 	ctx = klog.NewContext(ctx, logger)
 	// Taken first, so that every sync, even one that ends early, clears it.
 	rolling := c.fanOut.takeRolling(key)
+	from := c.lanes.handedFrom(key)
 	// A place the budget kept for this session and the sync did not take
 	// goes to the next one waiting, however the sync ends.
 	defer func() { c.wake(c.budget.sweep(key)) }()
@@ -118,11 +118,13 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	if rolling && result.wrote {
-		// A fan-out's first pass: the status waits at the end of the queue,
-		// behind the other sessions' Deployments (see profileFanOut).
+	if (rolling && result.wrote) || (from == firstLane && c.lanes.firstLaneWaiting() && status.changed()) {
+		// A fan-out's first pass, or a status write while Deployment work
+		// waits: the status goes to the status lane, behind the other
+		// sessions' Deployments (see sessionLanes). It changes, so a plan
+		// counts the session again, as below.
 		c.requestPlan(profile)
-		c.queue.Add(key)
+		c.deferStatus(key)
 		return nil
 	}
 	wroteStatus, err := c.writeStatus(ctx, session, status)
@@ -132,6 +134,12 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 		c.requestPlan(profile)
 	}
 	return err
+}
+
+// deferStatus queues the session in the status lane.
+func (c *Controller) deferStatus(key string) {
+	c.lanes.markStatusOnly(key)
+	c.queue.Add(key)
 }
 
 // requestPlan asks for a plan of the profile within planInterval: many
@@ -663,14 +671,15 @@ func controlledByEarlierSession(d *appsv1.Deployment, session *gamesv1.GameSessi
 // resourceVersion, so a status computed from a stale copy is refused (a
 // conflict, retried quietly) instead of overwriting a newer one.
 func (c *Controller) writeStatus(ctx context.Context, session *gamesv1.GameSession, status *sessionStatus) (bool, error) {
-	status.summarize()
-	if equality.Semantic.DeepEqual(&session.Status, status.status) {
+	if !status.changed() {
 		return false, nil
 	}
-	updated := session.DeepCopy()
+	// A shallow copy: the request only reads it, and the spec it shares
+	// with the cached session is the larger part of the object.
+	updated := *session
 	updated.Status = *status.status
 	klog.FromContext(ctx).V(4).Info("Updating GameSession status")
-	if _, err := c.gameClient.GamesV1().GameSessions(session.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: Name}); err != nil {
+	if _, err := c.gameClient.GamesV1().GameSessions(session.Namespace).UpdateStatus(ctx, &updated, metav1.UpdateOptions{FieldManager: Name}); err != nil {
 		return false, err
 	}
 	c.recordTransitions(session, &session.Status, status.status)

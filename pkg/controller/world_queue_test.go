@@ -39,15 +39,28 @@ type stepQueue struct {
 	inCall  bool
 	staged  []string
 	limited []string // keys rate-limited during the current call
+
+	// The lanes, as laneQueue keeps them: statusOnly holds the marks not
+	// yet consumed, inStatusLane the ready keys of the status lane, handed
+	// the lane of each key handed out.
+	statusOnly   map[string]bool
+	inStatusLane map[string]bool
+	handed       map[string]lane
+	// deferred holds the keys marked since the last takeDeferred.
+	deferred map[string]bool
 }
 
-var _ workqueue.TypedRateLimitingInterface[string] = &stepQueue{}
+var (
+	_ workqueue.TypedRateLimitingInterface[string] = &stepQueue{}
+	_ sessionLanes                                 = &stepQueue{}
+)
 
 func newStepQueue(clk *clocktesting.FakeClock, pick func(n int) int) *stepQueue {
 	return &stepQueue{
 		clock: clk, pick: pick,
 		dirty: map[string]bool{}, processing: map[string]bool{},
 		waiting: map[string]time.Time{}, requeues: map[string]int{},
+		statusOnly: map[string]bool{}, inStatusLane: map[string]bool{}, handed: map[string]lane{}, deferred: map[string]bool{},
 	}
 }
 
@@ -79,14 +92,69 @@ func (q *stepQueue) Add(key string) {
 	q.addLocked(key)
 }
 
+// addLocked follows the workqueue's Add, and calls push and touch where it
+// calls the storage's Push and Touch.
 func (q *stepQueue) addLocked(key string) {
-	if q.shutDown || q.dirty[key] {
+	if q.shutDown {
+		return
+	}
+	if q.dirty[key] {
+		if !q.processing[key] {
+			q.touch(key)
+		}
 		return
 	}
 	q.dirty[key] = true
 	if !q.processing[key] {
-		q.ready = append(q.ready, key)
+		q.push(key)
 	}
+}
+
+func (q *stepQueue) push(key string) {
+	q.ready = append(q.ready, key)
+	if q.statusOnly[key] {
+		q.inStatusLane[key] = true
+	}
+	delete(q.statusOnly, key)
+}
+
+func (q *stepQueue) touch(key string) {
+	if q.statusOnly[key] {
+		delete(q.statusOnly, key)
+		return
+	}
+	delete(q.inStatusLane, key)
+}
+
+func (q *stepQueue) markStatusOnly(key string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.statusOnly[key] = true
+	q.deferred[key] = true
+}
+
+// takeDeferred reports whether key was marked for the status lane since it
+// was last asked, and forgets it.
+func (q *stepQueue) takeDeferred(key string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	deferred := q.deferred[key]
+	delete(q.deferred, key)
+	return deferred
+}
+
+func (q *stepQueue) handedFrom(key string) lane {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	from := q.handed[key]
+	delete(q.handed, key)
+	return from
+}
+
+func (q *stepQueue) firstLaneWaiting() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.ready) > len(q.inStatusLane)
 }
 
 func (q *stepQueue) Len() int {
@@ -106,9 +174,22 @@ func (q *stepQueue) Get() (string, bool) {
 	if len(q.ready) == 0 {
 		panic("harness: Get on an empty queue")
 	}
-	i := q.pick(min(len(q.ready), 2))
+	// The first lane's keys go first; within a lane, one of the oldest two.
+	lane := make([]int, 0, 2)
+	fromStatus := len(q.ready) == len(q.inStatusLane)
+	for i, key := range q.ready {
+		if len(lane) < 2 && q.inStatusLane[key] == fromStatus {
+			lane = append(lane, i)
+		}
+	}
+	i := lane[q.pick(len(lane))]
 	key := q.ready[i]
 	q.ready = slices.Delete(q.ready, i, i+1)
+	delete(q.inStatusLane, key)
+	q.handed[key] = firstLane
+	if fromStatus {
+		q.handed[key] = statusLane
+	}
 	q.processing[key] = true
 	delete(q.dirty, key)
 	if q.onGet != nil {
@@ -122,7 +203,7 @@ func (q *stepQueue) Done(key string) {
 	defer q.mu.Unlock()
 	delete(q.processing, key)
 	if q.dirty[key] {
-		q.ready = append(q.ready, key)
+		q.push(key)
 	}
 }
 
