@@ -47,6 +47,9 @@ type Options struct {
 	// after (so overriding) the ones Start sets: tests that roll out
 	// thousands of Deployments raise its rate limit and parallelism.
 	ControllerManagerFlags []string
+	// APIServerFlags are added to kube-apiserver's flags, after the ones
+	// Start sets: the benchmark turns on alpha feature gates with them.
+	APIServerFlags []string
 	// Out receives progress messages; nil discards them.
 	Out io.Writer
 }
@@ -176,6 +179,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		// TaintNodesByCondition puts on every new node.
 		apiArgs = append(apiArgs, "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition")
 	}
+	apiArgs = append(apiArgs, opts.APIServerFlags...)
 	cp.apiserver = component{name: "kube-apiserver", bin: bins.apiserver, args: apiArgs}
 	apiserver, err := cp.launch(cp.apiserver.name, cp.apiserver.bin, cp.apiserver.args...)
 	if err != nil {

@@ -55,6 +55,9 @@ type env struct {
 	root          string
 	workDir       string
 	controllerBin string
+	// controllerEnv is added to the environment of the controllers started
+	// (the -compare-env of the other binary).
+	controllerEnv []string
 
 	cp           *controlplane.ControlPlane
 	adminCfg     *rest.Config
@@ -95,7 +98,7 @@ func (e *env) createSession(ctx context.Context, name, profile string) error {
 }
 
 func (e *env) startControlPlane(ctx context.Context) error {
-	cp, err := controlplane.Start(ctx, controlplane.Options{BinDir: e.cfg.controlplaneBin, Out: os.Stderr})
+	cp, err := controlplane.Start(ctx, controlplane.Options{BinDir: e.cfg.controlplaneBin, Out: os.Stderr, APIServerFlags: e.cfg.apiServerFlags})
 	if err != nil {
 		return err
 	}

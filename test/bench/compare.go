@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -33,9 +34,9 @@ func (e *env) compareSeries(ctx context.Context) ([]*abSeries, error) {
 				case 0:
 					ceil, err = e.ceiling(ctx, h.size, ceilingPut)
 				case 1:
-					ctl, err = e.fanOutFresh(ctx, e.controllerBin, "ab-this", h, timeout, delayArg)
+					ctl, err = e.fanOutFresh(ctx, e.controllerBin, nil, "ab-this", h, timeout, delayArg)
 				case 2:
-					other, err = e.fanOutFresh(ctx, e.cfg.compareBin, "ab-other", h, timeout, delayArg)
+					other, err = e.fanOutFresh(ctx, e.cfg.compareBin, e.cfg.compareEnv, "ab-other", h, timeout, delayArg)
 				}
 				if err != nil {
 					return out, err
@@ -53,11 +54,11 @@ func (e *env) compareSeries(ctx context.Context) ([]*abSeries, error) {
 }
 
 // fanOutFresh starts bin, lets it settle, measures one fan-out and stops it.
-func (e *env) fanOutFresh(ctx context.Context, bin, name string, h *hotProfile, timeout time.Duration, args ...string) (fanRound, error) {
-	saved := e.controllerBin
-	e.controllerBin = bin
+func (e *env) fanOutFresh(ctx context.Context, bin string, environ []string, name string, h *hotProfile, timeout time.Duration, args ...string) (fanRound, error) {
+	savedBin, savedEnv := e.controllerBin, e.controllerEnv
+	e.controllerBin, e.controllerEnv = bin, environ
 	p, _, err := e.coldStart(ctx, name, args...)
-	e.controllerBin = saved
+	e.controllerBin, e.controllerEnv = savedBin, savedEnv
 	if err != nil {
 		if p != nil {
 			_ = e.stopController(p)
@@ -76,6 +77,10 @@ func (r *results) writeCompare(w func(string, ...any)) {
 		return
 	}
 	w("\n### A/B: this checkout against `%s`\n\n", r.compare[0].compareBin)
+	if len(r.cfg.compareEnv) > 0 || len(r.cfg.apiServerFlags) > 0 {
+		w("The other binary ran with the environment `%s`; kube-apiserver with the flags `%s`.\n\n",
+			strings.Join(r.cfg.compareEnv, " "), strings.Join(r.cfg.apiServerFlags, " "))
+	}
 	w("Fan-out with `--profile-change-delay=0`, each controller a fresh process per round, paired with an update-ceiling round.\n\n")
 	w("| Sessions | This: rolled / idle | Other: rolled / idle | Ceiling | This / ceiling | Other / ceiling | This / other |\n|---:|---|---|---:|---:|---:|---:|\n")
 	for _, s := range r.compare {

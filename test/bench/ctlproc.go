@@ -90,6 +90,9 @@ func (e *env) startController(name string, args ...string) (*ctlProc, error) {
 		fmt.Sprintf("--kube-api-burst=%d", e.cfg.burst),
 	}, append(e.budgetArgs(e.controllerBin), args...)...)
 	p.cmd = exec.Command(e.controllerBin, all...)
+	if len(e.controllerEnv) > 0 {
+		p.cmd.Env = append(os.Environ(), e.controllerEnv...)
+	}
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	p.started = time.Now()
 	if err := startWithParent(p.cmd); err != nil {

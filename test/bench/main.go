@@ -45,6 +45,8 @@ type config struct {
 	variants        []string
 	fanOutOnly      bool
 	compareBin      string
+	compareEnv      []string
+	apiServerFlags  []string
 	pacedMaxRolling string
 	template        string
 	busyShare       float64
@@ -88,6 +90,9 @@ func parseFlags(args []string) (config, bool, string, error) {
 	fs.StringVar(&c.controlplaneBin, "controlplane-bin", "", "Directory of etcd and kube-apiserver. Default: bin/controlplane.")
 	fs.StringVar(&c.profileDir, "profile-dir", "", "If set, also run one fan-out with the controller in-process and write CPU and allocation profiles here.")
 	fs.BoolVar(&c.skipMicro, "skip-micro", false, "Skip the index-versus-scan micro-benchmark.")
+	var compareEnv, apiServerFlags string
+	fs.StringVar(&compareEnv, "compare-env", "", "Space-separated NAME=value pairs added to the environment of the -compare-bin controller, say KUBE_FEATURE_ClientsAllowCBOR=true: the same binary may be compared with itself under client-go feature gates.")
+	fs.StringVar(&apiServerFlags, "apiserver-flags", "", "Space-separated flags added to kube-apiserver's, say --feature-gates=CBORServingAndStorage=true.")
 	var variants string
 	fs.StringVar(&variants, "ceiling-variants", "put,patch,patch-min,status,patch+status", "Write-ceiling variants measured against each other at the largest size, to attribute the controller's cost: put, patch (merge patch of the controller's shape), patch-min, smp-min, jsonpatch-min (the annotation alone, as merge, strategic merge or JSON patch), status (the status update alone, on a twin CRD), patch+status (both, per session in turn). Empty: none.")
 	fs.StringVar(&c.compareBin, "compare-bin", "", "Another controller binary (say, built from the previous commit) to measure against this checkout's, fan-out by fan-out in the same run. Implies -fanout-only.")
@@ -97,7 +102,7 @@ func parseFlags(args []string) (config, bool, string, error) {
 	fs.DurationVar(&c.busyIdleOver, "busy-idle-over", 20*time.Second, "Span over which the busy sessions turn idle.")
 	fs.IntVar(&c.tenants, "tenants", 0, "Tenant namespaces whose sessions share one profile of a platform namespace by ReferenceGrant, measured last (the grant CRD is installed then). 0: skip it.")
 	fs.IntVar(&c.tenantSessions, "tenant-sessions", 1000, "Sessions of the tenants scenario, spread over its namespaces; at most the largest -sessions size, whose Deployments its ceiling rounds write.")
-	fs.BoolVar(&c.fanOutOnly, "fanout-only", false, "Measure only the fan-outs (with delay 0) and the ceiling variants: for iterating on performance changes.")
+	fs.BoolVar(&c.fanOutOnly, "fanout-only", false, "Measure only the fan-outs (with delay 0), the paced rollout (unless -paced-max-rolling is empty) and the ceiling variants: for iterating on performance changes.")
 	fs.BoolVar(&internalNoFilter, "internal-nofilter-informer", false, "Internal: run the no-filter informer memory baseline.")
 	fs.StringVar(&internalKubeconfig, "internal-kubeconfig", "", "Internal: kubeconfig of the no-filter baseline.")
 	if err := fs.Parse(args); err != nil {
@@ -132,6 +137,7 @@ func parseFlags(args []string) (config, bool, string, error) {
 	if c.compareBin != "" {
 		c.fanOutOnly = true
 	}
+	c.compareEnv, c.apiServerFlags = strings.Fields(compareEnv), strings.Fields(apiServerFlags)
 	known := map[string]bool{ceilingPut: true, ceilingPatch: true, ceilingPatchMin: true, ceilingSMPMin: true,
 		ceilingJSONPatchMin: true, ceilingStatus: true, ceilingPatchStatus: true}
 	for _, v := range strings.Split(variants, ",") {
@@ -356,7 +362,7 @@ func run(ctx context.Context, cfg config) (err error) {
 		phase("profiling", t)
 	}
 
-	if !cfg.fanOutOnly && cfg.pacedMaxRolling != "" {
+	if cfg.pacedMaxRolling != "" {
 		// After the unpaced fan-outs, which the kube-controller-manager
 		// stand-in must not disturb: it runs only within this phase.
 		t = time.Now()
