@@ -270,3 +270,40 @@ func TestFanOutJoinedEditRequeuesForTheRestOfTheDelay(t *testing.T) {
 		}
 	}
 }
+
+// A plan requested more than planInterval after the profile's last one is
+// made at once; one requested sooner waits for the rest of the interval.
+func TestRequestPlanWaitsOnlyForTheRestOfTheInterval(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	clock := clocktesting.NewFakeClock(time.Unix(10000, 0))
+	profile := newProfile(testNamespace, "classic", classicData)
+	f := newFixtureWithOptions(ctx, t, Options{Clock: clock}, profile)
+	key := profileKey(profile.Namespace, profile.Name)
+	f.c.plans.set(key, &profilePlan{hash: ProfileHash(profile), planned: clock.Now()})
+
+	clock.Step(planInterval / 5)
+	f.c.requestPlan(profile)
+	if n := f.c.profileQueue.Len(); n != 0 {
+		t.Fatalf("a request within the interval queued the profile at once (%d queued)", n)
+	}
+	clock.Step(planInterval - planInterval/5 - time.Millisecond)
+	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+		return f.c.profileQueue.Len() > 0, nil
+	}); err == nil {
+		t.Fatal("the profile was queued before the interval since its last plan was over")
+	}
+	clock.Step(time.Millisecond)
+	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return f.c.profileQueue.Len() > 0, nil
+	}); err != nil {
+		t.Fatal("the profile was not queued once the interval since its last plan was over")
+	}
+	key, _ = f.c.profileQueue.Get()
+	f.c.profileQueue.Done(key)
+
+	clock.Step(2 * planInterval)
+	f.c.requestPlan(profile)
+	if n := f.c.profileQueue.Len(); n != 1 {
+		t.Errorf("a request long after the last plan: %d queued, want 1 at once", n)
+	}
+}

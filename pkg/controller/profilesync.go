@@ -83,6 +83,9 @@ type profilePlan struct {
 	started time.Time
 	// window is the policy's maintenance window, "" if none.
 	window string
+	// planned is when the plan was made: the next comes planInterval later
+	// at the earliest (requestPlan).
+	planned time.Time
 }
 
 func newProfilePlans() *profilePlans {
@@ -372,7 +375,7 @@ func (c *Controller) planRollout(ctx context.Context, profile *corev1.ConfigMap,
 	}
 	plan := rollout.Decide(policy, members, memory, now)
 	next := &profilePlan{hash: hash, policy: policy.String(), plan: plan, revision: revision, unavailableIn: unavailableIn, started: memory.Started,
-		window: windowString(policy),
+		window: windowString(policy), planned: now,
 		memory: rollout.Memory{Halted: plan.Phase == rollout.PhaseHalted, StableHash: memory.StableHash, Started: memory.Started}}
 	if plan.Settled && plan.Failed == 0 {
 		next.memory.StableHash = hash

@@ -142,12 +142,21 @@ func (c *Controller) deferStatus(key string) {
 	c.queue.Add(key)
 }
 
-// requestPlan asks for a plan of the profile within planInterval: many
-// requests within it make one plan.
+// requestPlan asks for a plan of the profile planInterval after its last
+// one, or now if that is past: many requests within it make one plan. In a
+// paced rollout whose moves complete at once, each plan admits the next
+// sessions as soon as the interval allows, not an interval after the first
+// completion it hears of.
 func (c *Controller) requestPlan(profile *corev1.ConfigMap) {
-	if profile != nil {
-		c.profileQueue.AddAfter(profileKey(profile.Namespace, profile.Name), planInterval)
+	if profile == nil {
+		return
 	}
+	key := profileKey(profile.Namespace, profile.Name)
+	delay := planInterval
+	if pp := c.plans.latest(key); pp != nil {
+		delay = max(planInterval-c.clock.Since(pp.planned), 0)
+	}
+	c.profileQueue.AddAfter(key, delay)
 }
 
 // reconcileResult is what reconcileDeployment did and what it asks for.
