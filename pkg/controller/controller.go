@@ -725,7 +725,14 @@ func (c *Controller) updateDeployment(oldObj, newObj interface{}) {
 		return // a resync; the session's own resync covers it
 	}
 	c.deploymentObserved(newDeployment)
-	c.enqueueOwner(newDeployment)
+	if key := cache.MetaObjectToName(newDeployment).String(); c.expectations.awaits(key, newDeployment) {
+		// The event of the controller's own write, whose sync has done the
+		// Deployment's part: what is left is the status, which need not
+		// go before other sessions' Deployment writes (sessionLanes).
+		c.deferStatus(key)
+	} else {
+		c.enqueueOwner(newDeployment)
+	}
 	if old := mountedRevision(&oldDeployment.Spec.Template); old != mountedRevision(&newDeployment.Spec.Template) {
 		c.enqueueProfileOfRevision(oldDeployment.Namespace, old)
 	}

@@ -69,6 +69,16 @@ func (e *writeExpectations) satisfied(sessionKey string, cached *appsv1.Deployme
 	return true
 }
 
+// awaits reports whether d is the Deployment the session's last write
+// produced, and the cache has not yet been seen to show it: the watch event
+// of that write.
+func (e *writeExpectations) awaits(sessionKey string, d *appsv1.Deployment) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	exp, ok := e.bySession[sessionKey]
+	return ok && exp.uid == d.UID && exp.generation == d.Generation
+}
+
 // forget drops the session's expectation, for a deleted session.
 func (e *writeExpectations) forget(sessionKey string) {
 	e.mu.Lock()
