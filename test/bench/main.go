@@ -366,7 +366,7 @@ func run(ctx context.Context, cfg config) (err error) {
 		// After the unpaced fan-outs, which the kube-controller-manager
 		// stand-in must not disturb: it runs only within this phase.
 		t = time.Now()
-		if res.paced, err = e.pacedSeries(ctx, cfg.pacedMaxRolling); err != nil {
+		if res.pacedBaseline, res.paced, err = e.pacedSeries(ctx, cfg.pacedMaxRolling); err != nil {
 			return err
 		}
 		phase("paced rollout", t)

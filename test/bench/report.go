@@ -36,6 +36,7 @@ type results struct {
 	compare        []*abSeries
 	profiled       *fanRound
 	paced          []pacedRound
+	pacedBaseline  []pacedRound // unpaced, with the stand-in, before each paced round
 	busy           *busyRound
 	tenants        *tenantsResult
 }
