@@ -271,15 +271,16 @@ func TestFanOutJoinedEditRequeuesForTheRestOfTheDelay(t *testing.T) {
 	}
 }
 
-// A plan requested more than planInterval after the profile's last one is
-// made at once; one requested sooner waits for the rest of the interval.
+// A plan requested more than planInterval after the profile's last sync
+// began is made at once; one requested sooner waits for the rest of the
+// interval.
 func TestRequestPlanWaitsOnlyForTheRestOfTheInterval(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	clock := clocktesting.NewFakeClock(time.Unix(10000, 0))
 	profile := newProfile(testNamespace, "classic", classicData)
 	f := newFixtureWithOptions(ctx, t, Options{Clock: clock}, profile)
 	key := profileKey(profile.Namespace, profile.Name)
-	f.c.plans.set(key, &profilePlan{hash: ProfileHash(profile), planned: clock.Now()})
+	f.c.plans.started(key, clock.Now())
 
 	clock.Step(planInterval / 5)
 	f.c.requestPlan(profile)

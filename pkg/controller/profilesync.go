@@ -64,6 +64,11 @@ type profilePlans struct {
 	mu      sync.Mutex
 	plans   map[string]*profilePlan
 	written map[string]*gamesv1.ProfileRollout
+	// syncStarted is when each profile's latest sync began: the next plan
+	// comes planInterval later at the earliest (requestPlan). A plan in
+	// progress counts, so that requests during it make one plan after it,
+	// not a second one at once.
+	syncStarted map[string]time.Time
 }
 
 // profilePlan is a profile's rollout plan towards one content under one
@@ -83,13 +88,25 @@ type profilePlan struct {
 	started time.Time
 	// window is the policy's maintenance window, "" if none.
 	window string
-	// planned is when the plan was made: the next comes planInterval later
-	// at the earliest (requestPlan).
-	planned time.Time
 }
 
 func newProfilePlans() *profilePlans {
-	return &profilePlans{plans: map[string]*profilePlan{}, written: map[string]*gamesv1.ProfileRollout{}}
+	return &profilePlans{plans: map[string]*profilePlan{}, written: map[string]*gamesv1.ProfileRollout{}, syncStarted: map[string]time.Time{}}
+}
+
+// started records that a sync of the profile began at t.
+func (p *profilePlans) started(profileKey string, t time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.syncStarted[profileKey] = t
+}
+
+// lastStarted returns when the profile's latest sync began.
+func (p *profilePlans) lastStarted(profileKey string) (time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t, ok := p.syncStarted[profileKey]
+	return t, ok
 }
 
 // get returns the plan of profileKey towards hash under policy, or nil if
@@ -130,6 +147,7 @@ func (p *profilePlans) forget(profileKey string) {
 	defer p.mu.Unlock()
 	delete(p.plans, profileKey)
 	delete(p.written, profileKey)
+	delete(p.syncStarted, profileKey)
 }
 
 // lastWritten returns the ProfileRollout the controller last wrote for the
@@ -169,6 +187,9 @@ func (c *Controller) syncProfile(ctx context.Context, key string) error {
 	profile, err := c.cachedProfile(namespace, name)
 	if err != nil {
 		return err
+	}
+	if profile != nil {
+		c.plans.started(key, c.clock.Now())
 	}
 	if profile == nil {
 		c.forgetRollout(namespace, name)
@@ -375,7 +396,7 @@ func (c *Controller) planRollout(ctx context.Context, profile *corev1.ConfigMap,
 	}
 	plan := rollout.Decide(policy, members, memory, now)
 	next := &profilePlan{hash: hash, policy: policy.String(), plan: plan, revision: revision, unavailableIn: unavailableIn, started: memory.Started,
-		window: windowString(policy), planned: now,
+		window: windowString(policy),
 		memory: rollout.Memory{Halted: plan.Phase == rollout.PhaseHalted, StableHash: memory.StableHash, Started: memory.Started}}
 	if plan.Settled && plan.Failed == 0 {
 		next.memory.StableHash = hash

@@ -143,18 +143,18 @@ func (c *Controller) deferStatus(key string) {
 }
 
 // requestPlan asks for a plan of the profile planInterval after its last
-// one, or now if that is past: many requests within it make one plan. In a
-// paced rollout whose moves complete at once, each plan admits the next
-// sessions as soon as the interval allows, not an interval after the first
-// completion it hears of.
+// sync began, or now if that is past: many requests within it make one
+// plan. In a paced rollout whose moves complete at once, each plan admits
+// the next sessions as soon as the interval allows, not an interval after the
+// first completion it hears of.
 func (c *Controller) requestPlan(profile *corev1.ConfigMap) {
 	if profile == nil {
 		return
 	}
 	key := profileKey(profile.Namespace, profile.Name)
 	delay := planInterval
-	if pp := c.plans.latest(key); pp != nil {
-		delay = max(planInterval-c.clock.Since(pp.planned), 0)
+	if last, ok := c.plans.lastStarted(key); ok {
+		delay = max(planInterval-c.clock.Since(last), 0)
 	}
 	c.profileQueue.AddAfter(key, delay)
 }
