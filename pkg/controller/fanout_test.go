@@ -271,23 +271,37 @@ func TestFanOutJoinedEditRequeuesForTheRestOfTheDelay(t *testing.T) {
 	}
 }
 
-// A plan requested more than planInterval after the profile's last sync
-// began is made at once; one requested sooner waits for the rest of the
-// interval.
+// A plan requested more than planInterval (recordInterval, unpaced) after
+// the profile's last sync began is made at once; one requested sooner waits
+// for the rest of the interval.
 func TestRequestPlanWaitsOnlyForTheRestOfTheInterval(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		unpaced  bool
+		interval time.Duration
+	}{
+		{"paced", false, planInterval},
+		{"unpaced", true, recordInterval},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testRequestPlanInterval(t, tc.unpaced, tc.interval) })
+	}
+}
+
+func testRequestPlanInterval(t *testing.T, unpaced bool, interval time.Duration) {
 	_, ctx := ktesting.NewTestContext(t)
 	clock := clocktesting.NewFakeClock(time.Unix(10000, 0))
 	profile := newProfile(testNamespace, "classic", classicData)
 	f := newFixtureWithOptions(ctx, t, Options{Clock: clock}, profile)
 	key := profileKey(profile.Namespace, profile.Name)
+	f.c.plans.set(key, &profilePlan{hash: ProfileHash(profile), unpaced: unpaced})
 	f.c.plans.started(key, clock.Now())
 
-	clock.Step(planInterval / 5)
+	clock.Step(interval / 5)
 	f.c.requestPlan(profile)
 	if n := f.c.profileQueue.Len(); n != 0 {
 		t.Fatalf("a request within the interval queued the profile at once (%d queued)", n)
 	}
-	clock.Step(planInterval - planInterval/5 - time.Millisecond)
+	clock.Step(interval - interval/5 - time.Millisecond)
 	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 100*time.Millisecond, true, func(context.Context) (bool, error) {
 		return f.c.profileQueue.Len() > 0, nil
 	}); err == nil {
@@ -302,7 +316,7 @@ func TestRequestPlanWaitsOnlyForTheRestOfTheInterval(t *testing.T) {
 	key, _ = f.c.profileQueue.Get()
 	f.c.profileQueue.Done(key)
 
-	clock.Step(2 * planInterval)
+	clock.Step(2 * interval)
 	f.c.requestPlan(profile)
 	if n := f.c.profileQueue.Len(); n != 1 {
 		t.Errorf("a request long after the last plan: %d queued, want 1 at once", n)

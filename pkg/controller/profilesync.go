@@ -54,6 +54,11 @@ import (
 // a rollout, and one plan looks at every session of the profile.
 const planInterval = 250 * time.Millisecond
 
+// recordInterval is planInterval for a profile whose rollout is unpaced:
+// its plans gate no session, they only record the rollout's progress in the
+// ProfileRollout, so they come less often.
+const recordInterval = time.Second
+
 // replanInterval is how often a profile whose rollout has not settled, or
 // whose revision is not available, is planned again without an event.
 const replanInterval = 30 * time.Second
@@ -88,6 +93,8 @@ type profilePlan struct {
 	started time.Time
 	// window is the policy's maintenance window, "" if none.
 	window string
+	// unpaced tells a plan that gates no session (rollout.Policy.Unpaced).
+	unpaced bool
 }
 
 func newProfilePlans() *profilePlans {
@@ -396,7 +403,7 @@ func (c *Controller) planRollout(ctx context.Context, profile *corev1.ConfigMap,
 	}
 	plan := rollout.Decide(policy, members, memory, now)
 	next := &profilePlan{hash: hash, policy: policy.String(), plan: plan, revision: revision, unavailableIn: unavailableIn, started: memory.Started,
-		window: windowString(policy),
+		window: windowString(policy), unpaced: policy.Unpaced(),
 		memory: rollout.Memory{Halted: plan.Phase == rollout.PhaseHalted, StableHash: memory.StableHash, Started: memory.Started}}
 	if plan.Settled && plan.Failed == 0 {
 		next.memory.StableHash = hash

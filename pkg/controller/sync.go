@@ -143,18 +143,22 @@ func (c *Controller) deferStatus(key string) {
 }
 
 // requestPlan asks for a plan of the profile planInterval after its last
-// sync began, or now if that is past: many requests within it make one
-// plan. In a paced rollout whose moves complete at once, each plan admits
-// the next sessions as soon as the interval allows, not an interval after the
-// first completion it hears of.
+// sync began (recordInterval if its last plan was unpaced), or now if that
+// is past: many requests within it make one plan. In a paced rollout whose
+// moves complete at once, each plan admits the next sessions as soon as the
+// interval allows, not an interval after the first completion it hears of.
 func (c *Controller) requestPlan(profile *corev1.ConfigMap) {
 	if profile == nil {
 		return
 	}
 	key := profileKey(profile.Namespace, profile.Name)
-	delay := planInterval
+	interval := planInterval
+	if pp := c.plans.latest(key); pp != nil && pp.unpaced {
+		interval = recordInterval
+	}
+	delay := interval
 	if last, ok := c.plans.lastStarted(key); ok {
-		delay = max(planInterval-c.clock.Since(last), 0)
+		delay = max(interval-c.clock.Since(last), 0)
 	}
 	c.profileQueue.AddAfter(key, delay)
 }

@@ -206,6 +206,7 @@ type fanRound struct {
 	drained time.Duration // edit -> every session synced and the queue empty
 	req     requestDelta
 	client  map[string]float64
+	syncs   float64 // the controller's syncs in the window, both queues
 }
 
 // fanOut edits a hot profile and measures until every one of its Deployments
@@ -246,9 +247,11 @@ func (e *env) fanOut(ctx context.Context, p *ctlProc, h *hotProfile, timeout tim
 	}
 	r.rolled, r.drained = rolledAt.Sub(start), drainedAt.Sub(start)
 	r.req = diffSnapshots(before, after)
-	r.client = delta(st0.requests, readState(ss2).requests)
-	logf("fan-out %d via %s: rolled %s, drained %s; requests %s; cores %s", h.size, p.name,
-		r.rolled.Round(time.Millisecond), r.drained.Round(time.Millisecond), strings.Join(r.req.lines(), ", "), r.req.coresUsed())
+	st2 := readState(ss2)
+	r.client = delta(st0.requests, st2.requests)
+	r.syncs = st2.syncs - st0.syncs
+	logf("fan-out %d via %s: rolled %s, drained %s, %g syncs; requests %s; cores %s", h.size, p.name,
+		r.rolled.Round(time.Millisecond), r.drained.Round(time.Millisecond), r.syncs, strings.Join(r.req.lines(), ", "), r.req.coresUsed())
 	return r, nil
 }
 
