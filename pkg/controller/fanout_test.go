@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	core "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -161,18 +162,8 @@ func TestFanOutWritesDeploymentsBeforeStatuses(t *testing.T) {
 	f.events()
 
 	var order []string
-	for f.c.queue.Len() > 0 {
-		key, _ := f.c.queue.Get()
-		f.kubeClient.ClearActions()
-		f.gameClient.ClearActions()
-		if err := f.c.syncHandler(ctx, key); err != nil {
-			t.Fatalf("sync %s: %v", key, err)
-		}
-		f.c.queue.Done(key)
-		for _, a := range filterInformerActions(append(f.kubeClient.Actions(), f.gameClient.Actions()...)) {
-			order = append(order, a.GetVerb()+" "+a.GetResource().Resource)
-		}
-		f.observe(filterInformerActions(f.kubeClient.Actions())...)
+	for _, a := range syncQueueInOrder(ctx, f) {
+		order = append(order, a.GetVerb()+" "+a.GetResource().Resource)
 	}
 	want := []string{
 		"update deployments", "update deployments", "update deployments",
@@ -214,18 +205,8 @@ func TestStatusWritesWaitForDeploymentWrites(t *testing.T) {
 	f.c.queue.Add(testNamespace + "/rescaled")
 
 	var order []string
-	for f.c.queue.Len() > 0 {
-		key, _ := f.c.queue.Get()
-		f.kubeClient.ClearActions()
-		f.gameClient.ClearActions()
-		if err := f.c.syncHandler(ctx, key); err != nil {
-			t.Fatalf("sync %s: %v", key, err)
-		}
-		f.c.queue.Done(key)
-		for _, a := range filterInformerActions(append(f.kubeClient.Actions(), f.gameClient.Actions()...)) {
-			order = append(order, a.GetVerb()+" "+a.GetResource().Resource+" "+actionName(a))
-		}
-		f.observe(filterInformerActions(append(f.kubeClient.Actions(), f.gameClient.Actions()...))...)
+	for _, a := range syncQueueInOrder(ctx, f) {
+		order = append(order, a.GetVerb()+" "+a.GetResource().Resource+" "+actionName(a))
 	}
 	// rescaled's sync is the last of the first lane: nothing waits behind
 	// it, so it writes its status at once.
@@ -321,4 +302,25 @@ func testRequestPlanInterval(t *testing.T, unpaced bool, interval time.Duration)
 	if n := f.c.profileQueue.Len(); n != 1 {
 		t.Errorf("a request long after the last plan: %d queued, want 1 at once", n)
 	}
+}
+
+// syncQueueInOrder syncs the session queue's keys in the order the queue hands
+// them out, each write reaching the caches before the next sync, until the
+// queue is empty, and returns the writes in order.
+func syncQueueInOrder(ctx context.Context, f *fixture) []core.Action {
+	f.t.Helper()
+	var writes []core.Action
+	for f.c.queue.Len() > 0 {
+		key, _ := f.c.queue.Get()
+		f.kubeClient.ClearActions()
+		f.gameClient.ClearActions()
+		if err := f.c.syncHandler(ctx, key); err != nil {
+			f.t.Fatalf("sync %s: %v", key, err)
+		}
+		f.c.queue.Done(key)
+		actions := filterInformerActions(append(f.kubeClient.Actions(), f.gameClient.Actions()...))
+		writes = append(writes, actions...)
+		f.observe(actions...)
+	}
+	return writes
 }

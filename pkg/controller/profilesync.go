@@ -195,9 +195,6 @@ func (c *Controller) syncProfile(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	if profile != nil {
-		c.plans.started(key, c.clock.Now())
-	}
 	if profile == nil {
 		c.forgetRollout(namespace, name)
 		// Without a profile there is nothing to roll back to: only the
@@ -206,6 +203,7 @@ func (c *Controller) syncProfile(ctx context.Context, key string) error {
 		// label stays as it was.
 		return c.deleteStaleRevisions(ctx, key, nil, 0, func(string) bool { return false })
 	}
+	c.plans.started(key, c.clock.Now())
 	hash := c.profileHashes.hash(profile)
 	consumers := c.consumerNamespaces(namespace, name)
 	revision, unavailableIn, createErr := c.ensureRevisions(ctx, profile, hash, consumers)
