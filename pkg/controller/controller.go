@@ -167,6 +167,7 @@ type Informers struct {
 type Controller struct {
 	kubeClient kubernetes.Interface
 	gameClient clientset.Interface
+	putStatus  putSessionStatus // from gameClient, leaves the answer unread
 	logger     klog.Logger
 
 	sessionLister     gameslisters.GameSessionLister
@@ -245,6 +246,7 @@ func NewController(
 	c := &Controller{
 		kubeClient:        kubeClient,
 		gameClient:        gameClient,
+		putStatus:         newPutSessionStatus(gameClient),
 		logger:            logger,
 		sessionLister:     informers.Sessions.Lister(),
 		sessionIndexer:    informers.Sessions.Informer().GetIndexer(),

@@ -680,7 +680,7 @@ func controlledByEarlierSession(d *appsv1.Deployment, session *gamesv1.GameSessi
 }
 
 // writeStatus writes the new status if it differs from the cached one, then
-// announces its transitions as Events. UpdateStatus carries the cached
+// announces its transitions as Events. The write carries the cached
 // resourceVersion, so a status computed from a stale copy is refused (a
 // conflict, retried quietly) instead of overwriting a newer one.
 func (c *Controller) writeStatus(ctx context.Context, session *gamesv1.GameSession, status *sessionStatus) (bool, error) {
@@ -692,7 +692,7 @@ func (c *Controller) writeStatus(ctx context.Context, session *gamesv1.GameSessi
 	updated := *session
 	updated.Status = *status.status
 	klog.FromContext(ctx).V(4).Info("Updating GameSession status")
-	if _, err := c.gameClient.GamesV1().GameSessions(session.Namespace).UpdateStatus(ctx, &updated, metav1.UpdateOptions{FieldManager: Name}); err != nil {
+	if err := c.putStatus(ctx, &updated, metav1.UpdateOptions{FieldManager: Name}); err != nil {
 		return false, err
 	}
 	c.recordTransitions(session, &session.Status, status.status)
