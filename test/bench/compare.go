@@ -82,7 +82,7 @@ func (r *results) writeCompare(w func(string, ...any)) {
 			strings.Join(r.cfg.compareEnv, " "), strings.Join(r.cfg.apiServerFlags, " "))
 	}
 	w("Fan-out with `--profile-change-delay=0`, each controller a fresh process per round, paired with an update-ceiling round.\n\n")
-	w("| Sessions | This: rolled / idle | Other: rolled / idle | Ceiling | This / ceiling | Other / ceiling | This / other |\n|---:|---|---|---:|---:|---:|---:|\n")
+	w("| Sessions | This: rolled / idle | Other: rolled / idle | Ceiling | This / ceiling | Other / ceiling | This / other | Controller CPU / kube-apiserver's, this / other | Syncs per session, this / other |\n|---:|---|---|---:|---:|---:|---:|---|---|\n")
 	for _, s := range r.compare {
 		var c, o, cd, od, b []float64
 		for i := range s.ctl {
@@ -102,8 +102,33 @@ func (r *results) writeCompare(w func(string, ...any)) {
 			pair = append(pair, c[i]/o[i])
 		}
 		lo, pm, hi := spread(pair)
-		w("| %s | %s / %s | %s / %s | %s | %.2fx | %.2fx | **%.2fx** (%.2f–%.2f) |\n", num(s.size),
-			secs(dur(cm)), secs(dur(cdm)), secs(dur(om)), secs(dur(odm)), secs(dur(bm)), cr, or, pm, lo, hi)
+		_, thisShare, _ := spread(cpuShares(s.ctl))
+		_, otherShare, _ := spread(cpuShares(s.other))
+		w("| %s | %s / %s | %s / %s | %s | %.2fx | %.2fx | **%.2fx** (%.2f–%.2f) | %.1f%% / %.1f%% | %.2f / %.2f |\n", num(s.size),
+			secs(dur(cm)), secs(dur(cdm)), secs(dur(om)), secs(dur(odm)), secs(dur(bm)), cr, or, pm, lo, hi,
+			100*thisShare, 100*otherShare, syncsPerSession(s.ctl, s.size), syncsPerSession(s.other, s.size))
 	}
 	w("\n%s\n", fmt.Sprintf("Rounds: %d per size.", r.cfg.rounds))
+}
+
+// cpuShares is, per round, the controller's CPU time as a share of the
+// kube-apiserver's in the same window.
+func cpuShares(rounds []fanRound) []float64 {
+	var out []float64
+	for _, r := range rounds {
+		if api := r.req.cpu["kube-apiserver"]; api > 0 {
+			out = append(out, r.req.cpu["controller"]/api)
+		}
+	}
+	return out
+}
+
+// syncsPerSession is the median of the rounds' syncs over the fan-out size.
+func syncsPerSession(rounds []fanRound, size int) float64 {
+	var per []float64
+	for _, r := range rounds {
+		per = append(per, r.syncs/float64(size))
+	}
+	_, med, _ := spread(per)
+	return med
 }
