@@ -449,16 +449,13 @@ func (e *env) rolloutEvents(ctx context.Context, profile, revision string) (map[
 // time as a share of the kube-apiserver's in the same window (lowest, median,
 // highest), and the kube-apiserver's median cores in those windows.
 func (s *fanSeries) cpuShares() (lo, med, hi, apiCores float64) {
-	var shares, cores []float64
+	var cores []float64
 	for _, c := range s.ctl {
-		api := c.req.cpu["kube-apiserver"]
-		if api <= 0 || c.req.wall <= 0 {
-			continue
+		if api := c.req.cpu["kube-apiserver"]; api > 0 && c.req.wall > 0 {
+			cores = append(cores, api/c.req.wall.Seconds())
 		}
-		shares = append(shares, c.req.cpu["controller"]/api)
-		cores = append(cores, api/c.req.wall.Seconds())
 	}
-	lo, med, hi = spread(shares)
+	lo, med, hi = spread(cpuShares(s.ctl))
 	_, apiCores, _ = spread(cores)
 	return lo, med, hi, apiCores
 }
