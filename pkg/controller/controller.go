@@ -133,6 +133,12 @@ type Informers struct {
 	// and never the data. Nil: Secret changes roll nothing, and the
 	// Deployments keep the Secret digest they have.
 	Secrets coreinformers.SecretInformer
+	// SessionConfigs: ConfigMaps matching SessionConfigSelector, through
+	// SessionConfigDigester as the transform: a digest of each one's data,
+	// never the data. From a factory of its own, not the profiles'. Nil:
+	// their changes roll nothing, and the Deployments keep the digest they
+	// have.
+	SessionConfigs coreinformers.ConfigMapInformer
 }
 
 // Controller reconciles GameSessions into Deployments, and profiles into
@@ -160,10 +166,11 @@ type Informers struct {
 //     (budget.go). A restart rebuilds the grants from the caches (every
 //     Deployment still rolling a revision), and its waiting sessions sync
 //     again on their own, their caches being new.
-//   - secretChanges and secretPacer (secrets.go): since when each session's
-//     Secret change has waited (for max-defer), and which sessions of a
-//     paced profile move for their Secrets (for max-rolling). A restart
-//     counts max-defer from its start, and lets max-rolling more start.
+//   - inputChanges and inputPacer (inputs.go): since when each session's
+//     change of its Secrets or ConfigMaps has waited (for max-defer), and
+//     which sessions of a paced profile move for them (for max-rolling). A
+//     restart counts max-defer from its start, and lets max-rolling more
+//     start.
 type Controller struct {
 	kubeClient kubernetes.Interface
 	gameClient clientset.Interface
@@ -180,9 +187,9 @@ type Controller struct {
 	deploymentIndexer cache.Indexer
 	replicaSetIndexer cache.Indexer
 	grants            atomic.Pointer[grantChecker] // nil: no ReferenceGrant API (yet)
-	secretLister      corelisters.SecretLister     // nil: Secrets are not tracked
-	secretChanges     *secretChanges
-	secretPacer       *secretPacer
+	inputs            []input                      // the kinds of referenced input tracked (inputs.go)
+	inputChanges      *inputChanges
+	inputPacer        *inputPacer
 	namespace         string // Options.Namespace
 	patchDeployments  bool   // Options.PatchDeployments
 	cachesSynced      []cache.InformerSynced
@@ -284,13 +291,20 @@ func NewController(
 		rolloutDefaults:      *opts.RolloutDefaults,
 		revisionHistoryLimit: opts.RevisionHistoryLimit,
 		budget:               newClusterBudget(opts.Clock, opts.MaxMovingSessions, opts.MaxMovesPerMinute),
-		secretChanges:        newSecretChanges(),
-		secretPacer:          newSecretPacer(),
+		inputChanges:         newInputChanges(),
+		inputPacer:           newInputPacer(),
 		patchDeployments:     opts.PatchDeployments,
 	}
-	if informers.Secrets != nil {
-		c.secretLister = informers.Secrets.Lister()
-		c.cachesSynced = append(c.cachesSynced, informers.Secrets.Informer().HasSynced)
+	// The kinds of referenced input (inputs.go), each tracked when its
+	// informer is given.
+	inputInformers := []cache.SharedIndexInformer{informerOrNil(informers.Secrets), informerOrNil(informers.SessionConfigs)}
+	for i, kind := range []inputKind{secretKind{}, configMapKind{}} {
+		in := input{inputKind: kind, index: inputIndex(kind)}
+		if informer := inputInformers[i]; informer != nil {
+			in.cache = informer.GetIndexer()
+			c.cachesSynced = append(c.cachesSynced, informer.HasSynced)
+		}
+		c.inputs = append(c.inputs, in)
 	}
 	if informers.Grants != nil {
 		c.grants.Store(&grantChecker{indexer: informers.Grants.GetIndexer()})
@@ -311,13 +325,20 @@ func NewController(
 	}{
 		{informers.Sessions.Informer(), profileRefIndex, profileRefIndexFunc},
 		{informers.Sessions.Informer(), grantingNamespaceIndex, grantingNamespaceIndexFunc},
-		{informers.Sessions.Informer(), secretRefIndex, secretRefIndexFunc},
 		{informers.Revisions.Informer(), revisionOfIndex, revisionOfIndexFunc},
 		{informers.Deployments.Informer(), mountedRevisionIndex, deploymentMountIndexFunc},
 		{informers.ReplicaSets.Informer(), mountedRevisionIndex, replicaSetMountIndexFunc},
 	} {
 		if err := ix.informer.AddIndexers(cache.Indexers{ix.name: ix.index}); err != nil {
 			return nil, fmt.Errorf("adding the %s index: %w", ix.name, err)
+		}
+	}
+	for _, in := range c.inputs {
+		if in.cache == nil {
+			continue
+		}
+		if err := informers.Sessions.Informer().AddIndexers(cache.Indexers{in.index: in.indexFunc}); err != nil {
+			return nil, fmt.Errorf("adding the %s index: %w", in.index, err)
 		}
 	}
 
@@ -343,8 +364,11 @@ func NewController(
 			return nil, err
 		}
 	}
-	if informers.Secrets != nil {
-		if _, err := informers.Secrets.Informer().AddEventHandler(h.secrets); err != nil {
+	for i, informer := range inputInformers {
+		if informer == nil {
+			continue
+		}
+		if _, err := informer.AddEventHandler(h.inputs[i]); err != nil {
 			return nil, err
 		}
 	}
@@ -355,11 +379,14 @@ func NewController(
 // informer: NewController registers them, and the sequence harness
 // (sequence_test.go) delivers its events to the same ones.
 type eventHandlers struct {
-	sessions, rollouts, profiles, revisions, deployments, replicaSets, grants, secrets cache.ResourceEventHandlerFuncs
+	sessions, rollouts, profiles, revisions, deployments, replicaSets, grants cache.ResourceEventHandlerFuncs
+	// inputs are the handlers of the referenced inputs' informers, in the
+	// order of Controller.inputs (those of a kind not tracked are unused).
+	inputs []cache.ResourceEventHandlerFuncs
 }
 
 func (c *Controller) eventHandlers() eventHandlers {
-	return eventHandlers{
+	h := eventHandlers{
 		sessions: cache.ResourceEventHandlerFuncs{
 			AddFunc: func(obj interface{}) { c.enqueueSession(obj) },
 			// Resyncs land here too (same object twice); a resync is the
@@ -414,12 +441,22 @@ func (c *Controller) eventHandlers() eventHandlers {
 			},
 			DeleteFunc: c.grantChanged,
 		},
-		secrets: cache.ResourceEventHandlerFuncs{
-			AddFunc:    c.secretChanged,
-			UpdateFunc: c.secretUpdated,
-			DeleteFunc: c.secretChanged,
-		},
 	}
+	for _, in := range c.inputs {
+		h.inputs = append(h.inputs, c.inputEventHandlers(in))
+	}
+	return h
+}
+
+// informerOrNil is the informer of a typed informer, nil for none: an
+// optional informer is a nil interface.
+func informerOrNil(typed interface {
+	Informer() cache.SharedIndexInformer
+}) cache.SharedIndexInformer {
+	if typed == nil {
+		return nil
+	}
+	return typed.Informer()
 }
 
 // Run waits for the caches, runs workers until ctx is cancelled, then shuts the

@@ -70,6 +70,7 @@ type fixture struct {
 	deploymentIndexer cache.Indexer
 	replicaSetIndexer cache.Indexer
 	secretIndexer     cache.Indexer
+	configIndexer     cache.Indexer // session-config ConfigMaps
 
 	// Requests the next run must make, in order; list and watch excluded.
 	kubeActions []wantAction
@@ -129,6 +130,7 @@ func newFixtureWithOptions(ctx context.Context, t *testing.T, opts Options, obje
 	f.deploymentIndexer = informers.Deployments.Informer().GetIndexer()
 	f.replicaSetIndexer = informers.ReplicaSets.Informer().GetIndexer()
 	f.secretIndexer = informers.Secrets.Informer().GetIndexer()
+	f.configIndexer = informers.SessionConfigs.Informer().GetIndexer()
 	for _, obj := range objects {
 		f.setCached(obj)
 	}
@@ -138,18 +140,19 @@ func newFixtureWithOptions(ctx context.Context, t *testing.T, opts Options, obje
 // testInformers returns the controller's informers on fake clients. One kube
 // factory serves profiles, Deployments and ReplicaSets: the filters matter
 // only to informers that list, and these never run. Revisions are
-// ConfigMaps too, so they need a factory apart.
+// ConfigMaps too, so they need a factory apart, and so do session configs.
 func testInformers(kubeClient kubernetes.Interface, gameClient clientset.Interface) Informers {
 	kubeFactory := kubeinformers.NewSharedInformerFactory(kubeClient, 0)
 	gameFactory := gameinformers.NewSharedInformerFactory(gameClient, 0)
 	return Informers{
-		Sessions:    gameFactory.Games().V1().GameSessions(),
-		Rollouts:    gameFactory.Games().V1().ProfileRollouts(),
-		Profiles:    kubeFactory.Core().V1().ConfigMaps(),
-		Revisions:   kubeinformers.NewSharedInformerFactory(kubeClient, 0).Core().V1().ConfigMaps(),
-		Deployments: kubeFactory.Apps().V1().Deployments(),
-		ReplicaSets: kubeFactory.Apps().V1().ReplicaSets(),
-		Secrets:     kubeFactory.Core().V1().Secrets(),
+		Sessions:       gameFactory.Games().V1().GameSessions(),
+		Rollouts:       gameFactory.Games().V1().ProfileRollouts(),
+		Profiles:       kubeFactory.Core().V1().ConfigMaps(),
+		Revisions:      kubeinformers.NewSharedInformerFactory(kubeClient, 0).Core().V1().ConfigMaps(),
+		Deployments:    kubeFactory.Apps().V1().Deployments(),
+		ReplicaSets:    kubeFactory.Apps().V1().ReplicaSets(),
+		Secrets:        kubeFactory.Core().V1().Secrets(),
+		SessionConfigs: kubeinformers.NewSharedInformerFactory(kubeClient, 0).Core().V1().ConfigMaps(),
 	}
 }
 
@@ -265,8 +268,13 @@ func (f *fixture) indexerFor(obj runtime.Object) cache.Indexer {
 	case *gamesv1.GameSession:
 		return f.sessionIndexer
 	case *corev1.ConfigMap:
-		if obj.(*corev1.ConfigMap).Labels[RevisionLabel] == RevisionLabelValue {
+		cm := obj.(*corev1.ConfigMap)
+		if cm.Labels[RevisionLabel] == RevisionLabelValue {
 			return f.revisionIndexer
+		}
+		if _, standIn := cm.Annotations[dataDigestAnnotation]; standIn {
+			// What SessionConfigDigester leaves: no label to tell by.
+			return f.configIndexer
 		}
 		return f.profileIndexer
 	case *appsv1.Deployment:

@@ -68,14 +68,14 @@ func TestSecretDigesterKeepsNoData(t *testing.T) {
 	if slim.Name != secret.Name || slim.Namespace != secret.Namespace || slim.UID != secret.UID || slim.ResourceVersion != secret.ResourceVersion {
 		t.Errorf("the cached Secret lost its identity: %+v", slim.ObjectMeta)
 	}
-	digest := slim.Annotations[secretDigestAnnotation]
+	digest := slim.Annotations[dataDigestAnnotation]
 	if len(digest) != 64 {
 		t.Fatalf("digest %q, want 64 hex digits", digest)
 	}
 
 	// Idempotent: a stand-in stays as it is.
 	again := cachedSecret(t, testDigestKey, slim)
-	if again.Annotations[secretDigestAnnotation] != digest {
+	if again.Annotations[dataDigestAnnotation] != digest {
 		t.Errorf("a second transform changed the digest")
 	}
 
@@ -83,7 +83,7 @@ func TestSecretDigesterKeepsNoData(t *testing.T) {
 	relabelled := secret.DeepCopy()
 	relabelled.Labels["team"] = "blue"
 	relabelled.ResourceVersion = "6"
-	if d := cachedSecret(t, testDigestKey, relabelled).Annotations[secretDigestAnnotation]; d != digest {
+	if d := cachedSecret(t, testDigestKey, relabelled).Annotations[dataDigestAnnotation]; d != digest {
 		t.Errorf("a metadata edit changed the digest")
 	}
 	for name, change := range map[string]func(s *corev1.Secret){
@@ -95,12 +95,12 @@ func TestSecretDigesterKeepsNoData(t *testing.T) {
 	} {
 		changed := secret.DeepCopy()
 		change(changed)
-		if d := cachedSecret(t, testDigestKey, changed).Annotations[secretDigestAnnotation]; d == digest {
+		if d := cachedSecret(t, testDigestKey, changed).Annotations[dataDigestAnnotation]; d == digest {
 			t.Errorf("%s: the digest did not change", name)
 		}
 	}
 	// Keyed: another key, another digest, for the same data.
-	if d := cachedSecret(t, bytes.Repeat([]byte{8}, 32), secret).Annotations[secretDigestAnnotation]; d == digest {
+	if d := cachedSecret(t, bytes.Repeat([]byte{8}, 32), secret).Annotations[dataDigestAnnotation]; d == digest {
 		t.Errorf("the digest does not depend on the key")
 	}
 }
@@ -147,9 +147,10 @@ func withSecretVolume(s *gamesv1.GameSession, secret string) *gamesv1.GameSessio
 	return s
 }
 
-// secretWorld is three sessions of one profile: one mounts the Secret "blue",
-// one "green", one none, each with its Deployment created and cached.
-type secretWorld struct {
+// inputWorld is sessions of one profile, each with its Deployment created
+// and cached. newSecretWorld's are three: one mounts the Secret "blue", one
+// "green", one none.
+type inputWorld struct {
 	f                 *fixture
 	blue, green, none *gamesv1.GameSession
 	extra             []*gamesv1.GameSession
@@ -157,10 +158,10 @@ type secretWorld struct {
 }
 
 // newSecretWorld is the three sessions, and extra readers of "blue".
-func newSecretWorld(t *testing.T, extraBlue ...string) *secretWorld {
+func newSecretWorld(t *testing.T, extraBlue ...string) *inputWorld {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
-	w := &secretWorld{
+	w := &inputWorld{
 		blue:    withSecretVolume(newSession(testNamespace, "blue-1", "classic"), "blue"),
 		green:   withSecretVolume(newSession(testNamespace, "green-1", "classic"), "green"),
 		none:    newSession(testNamespace, "plain-1", "classic"),
@@ -185,7 +186,7 @@ func newSecretWorld(t *testing.T, extraBlue ...string) *secretWorld {
 
 // sync syncs the key and returns its requests, whatever they are: the tests
 // here look at what the Deployments run.
-func (w *secretWorld) sync(t *testing.T, key string) (kube, game []core.Action) {
+func (w *inputWorld) sync(t *testing.T, key string) (kube, game []core.Action) {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	w.f.kubeClient.ClearActions()
@@ -200,26 +201,25 @@ func (w *secretWorld) sync(t *testing.T, key string) (kube, game []core.Action) 
 	return filterInformerActions(w.f.kubeClient.Actions()), filterInformerActions(w.f.gameClient.Actions())
 }
 
-func (w *secretWorld) all() []*gamesv1.GameSession {
-	return append([]*gamesv1.GameSession{w.blue, w.green, w.none}, w.extra...)
+// all is every session of the world, the Secret world's three first.
+func (w *inputWorld) all() []*gamesv1.GameSession {
+	all := append([]*gamesv1.GameSession{w.blue, w.green, w.none}, w.extra...)
+	return slices.DeleteFunc(all, func(s *gamesv1.GameSession) bool { return s == nil })
 }
 
 // rotate changes the data of a Secret, as its informer delivers it.
-func (w *secretWorld) rotate(t *testing.T, name, token string) {
+func (w *inputWorld) rotate(t *testing.T, name, token string) {
 	t.Helper()
-	old, err := w.f.c.secretLister.Secrets(testNamespace).Get(name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	old := cachedSecretNamed(t, w.f.c, name)
 	secret := labelledSecret(name, map[string]string{"token": token})
 	secret.ResourceVersion = bumpVersion(old.ResourceVersion)
 	cached := cachedSecret(t, testDigestKey, secret)
 	w.f.setCached(cached)
-	w.f.c.secretUpdated(old, cached)
+	w.f.c.inputEventHandlers(w.f.c.inputs[0]).OnUpdate(old, cached)
 }
 
 // syncAll syncs every session and returns the Deployment writes, by session.
-func (w *secretWorld) syncAll(t *testing.T) map[string]*appsv1.Deployment {
+func (w *inputWorld) syncAll(t *testing.T) map[string]*appsv1.Deployment {
 	t.Helper()
 	written := map[string]*appsv1.Deployment{}
 	for _, s := range w.all() {
@@ -236,9 +236,9 @@ func (w *secretWorld) syncAll(t *testing.T) map[string]*appsv1.Deployment {
 
 func TestSecretRotationRollsOnlyItsSessions(t *testing.T) {
 	w := newSecretWorld(t)
-	before := map[string]secretSet{}
+	before := map[string]inputSet{}
 	for _, s := range []*gamesv1.GameSession{w.blue, w.green, w.none} {
-		before[s.Name] = observedSecrets(w.f.storedDeployment(testNamespace, s.Name))
+		before[s.Name] = observedSet(secretKind{}, w.f.storedDeployment(testNamespace, s.Name))
 	}
 	if before["blue-1"].names != "blue" || before["blue-1"].hash == "" || before["green-1"].names != "green" {
 		t.Fatalf("created Deployments carry %+v, want each its Secret's digest", before)
@@ -248,7 +248,7 @@ func TestSecretRotationRollsOnlyItsSessions(t *testing.T) {
 	}
 	// Upgrades roll nothing: a template of no labelled Secret carries no
 	// annotation at all, exactly as before Secrets were tracked.
-	if (before["plain-1"] != secretSet{}) {
+	if (before["plain-1"] != inputSet{}) {
 		t.Errorf("a session without Secrets carries %+v", before["plain-1"])
 	}
 
@@ -269,7 +269,7 @@ func TestSecretRotationRollsOnlyItsSessions(t *testing.T) {
 	if len(written) != 1 || written["blue-1"] == nil {
 		t.Fatalf("the rotation wrote the Deployments of %v, want blue-1's only", slices.Sorted(maps.Keys(written)))
 	}
-	after := observedSecrets(written["blue-1"])
+	after := observedSet(secretKind{}, written["blue-1"])
 	if after.names != "blue" || after.hash == before["blue-1"].hash {
 		t.Errorf("blue-1 runs %+v after the rotation, want a new digest of blue", after)
 	}
@@ -289,13 +289,13 @@ func TestSecretChangeWaitsForThePolicy(t *testing.T) {
 		// Deployments run.
 		configure func(s *gamesv1.GameSession, profile *corev1.ConfigMap)
 		// release lets the change go; nil for a change that must wait.
-		release func(w *secretWorld)
+		release func(w *inputWorld)
 	}{{
 		name: "busy session",
 		configure: func(s *gamesv1.GameSession, _ *corev1.ConfigMap) {
 			s.Labels = map[string]string{gamesv1.BusyLabel: gamesv1.BusyLabelValue}
 		},
-		release: func(w *secretWorld) {
+		release: func(w *inputWorld) {
 			w.blue = w.blue.DeepCopy()
 			w.blue.Labels = nil
 			w.f.setCached(w.blue)
@@ -305,7 +305,7 @@ func TestSecretChangeWaitsForThePolicy(t *testing.T) {
 		configure: func(_ *gamesv1.GameSession, p *corev1.ConfigMap) {
 			p.Annotations = map[string]string{rollout.AnnotationPaused: "true"}
 		},
-		release: func(w *secretWorld) {
+		release: func(w *inputWorld) {
 			w.profile = w.profile.DeepCopy()
 			w.profile.Annotations = nil
 			w.f.setCached(w.profile)
@@ -328,17 +328,17 @@ func TestSecretChangeWaitsForThePolicy(t *testing.T) {
 			w.blue, w.profile = session, profile
 			w.f.setCached(session)
 			w.f.setCached(profile)
-			before := observedSecrets(w.f.storedDeployment(testNamespace, "blue-1"))
+			before := observedSet(secretKind{}, w.f.storedDeployment(testNamespace, "blue-1"))
 			w.rotate(t, "blue", "two")
 			if written := w.syncAll(t); written["blue-1"] != nil {
-				t.Fatalf("the change did not wait: blue-1 runs %+v", observedSecrets(written["blue-1"]))
+				t.Fatalf("the change did not wait: blue-1 runs %+v", observedSet(secretKind{}, written["blue-1"]))
 			}
 			if tt.release == nil {
 				return
 			}
 			tt.release(w)
 			written := w.syncAll(t)
-			if written["blue-1"] == nil || observedSecrets(written["blue-1"]) == before {
+			if written["blue-1"] == nil || observedSet(secretKind{}, written["blue-1"]) == before {
 				t.Errorf("once released, the change did not roll")
 			}
 		})
@@ -347,20 +347,18 @@ func TestSecretChangeWaitsForThePolicy(t *testing.T) {
 
 func TestSecretGoneKeepsTheGameServers(t *testing.T) {
 	w := newSecretWorld(t)
-	secret, err := w.f.c.secretLister.Secrets(testNamespace).Get("blue")
-	if err != nil {
-		t.Fatal(err)
-	}
+	secret := cachedSecretNamed(t, w.f.c, "blue")
+	handlers := w.f.c.inputEventHandlers(w.f.c.inputs[0])
 	// Deleted, or its label removed: the cache cannot tell.
 	w.f.deleteCached(secret)
-	w.f.c.secretChanged(secret)
+	handlers.OnDelete(secret)
 	if written := w.syncAll(t); len(written) != 0 {
 		t.Fatalf("a Secret gone from the cache rolled %v", slices.Sorted(maps.Keys(written)))
 	}
 	// Back, rotated: the session rolls once.
 	secret = labelledSecret("blue", map[string]string{"token": "three"})
 	w.f.setCached(cachedSecret(t, testDigestKey, secret))
-	w.f.c.secretChanged(secret)
+	handlers.OnAdd(secret, false)
 	if written := w.syncAll(t); written["blue-1"] == nil {
 		t.Errorf("the Secret's return did not roll its session")
 	}
@@ -368,21 +366,21 @@ func TestSecretGoneKeepsTheGameServers(t *testing.T) {
 
 func TestSecretTrackingOffKeepsWhatRuns(t *testing.T) {
 	w := newSecretWorld(t)
-	before := observedSecrets(w.f.storedDeployment(testNamespace, "blue-1"))
+	before := observedSet(secretKind{}, w.f.storedDeployment(testNamespace, "blue-1"))
 	// The same Deployments, under a controller without a Secret informer.
-	w.f.c.secretLister = nil
+	w.f.c.inputs[0].cache = nil
 	w.rotateUnseen(t)
 	if written := w.syncAll(t); len(written) != 0 {
 		t.Errorf("turning Secrets off rolled %v", slices.Sorted(maps.Keys(written)))
 	}
-	if got := observedSecrets(w.f.storedDeployment(testNamespace, "blue-1")); got != before {
+	if got := observedSet(secretKind{}, w.f.storedDeployment(testNamespace, "blue-1")); got != before {
 		t.Errorf("blue-1 runs %+v, want %+v kept", got, before)
 	}
 }
 
 // rotateUnseen changes blue in the cache behind a controller that does not read
 // it.
-func (w *secretWorld) rotateUnseen(t *testing.T) {
+func (w *inputWorld) rotateUnseen(t *testing.T) {
 	t.Helper()
 	secret := labelledSecret("blue", map[string]string{"token": "two"})
 	w.f.setCached(cachedSecret(t, testDigestKey, secret))
@@ -390,7 +388,7 @@ func (w *secretWorld) rotateUnseen(t *testing.T) {
 
 // complete makes the session's Deployment, as stored, rolled out and Ready,
 // or failed, and puts it in the cache.
-func (w *secretWorld) complete(t *testing.T, name string, failed bool) {
+func (w *inputWorld) complete(t *testing.T, name string, failed bool) {
 	t.Helper()
 	d := w.f.storedDeployment(testNamespace, name).DeepCopy()
 	replicas := ptr.Deref(d.Spec.Replicas, 1)
@@ -439,4 +437,18 @@ func TestSecretRotationPacedByMaxRolling(t *testing.T) {
 	if !slices.Equal(fixed, []string{first[1], second[0]}) {
 		t.Fatalf("the fix moved %v, want the failed %v and %v", fixed, first[1], second[0])
 	}
+}
+
+// cachedSecretNamed is the stand-in of a Secret of the test namespace in the
+// controller's Secret cache.
+func cachedSecretNamed(t *testing.T, c *Controller, name string) *corev1.Secret {
+	t.Helper()
+	if c.inputs[0].kind() != "Secret" {
+		t.Fatalf("the first input is %s, want Secret", c.inputs[0].kind())
+	}
+	obj, found, err := c.inputs[0].cache.GetByKey(testNamespace + "/" + name)
+	if err != nil || !found {
+		t.Fatalf("Secret %s not cached: %v", name, err)
+	}
+	return obj.(*corev1.Secret)
 }

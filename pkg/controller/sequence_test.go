@@ -544,7 +544,7 @@ func (w *world) startController() {
 		rolloutsResource:    newInformerCache(rolloutsResource, informers.Rollouts.Informer().GetIndexer(), h.rollouts),
 		replicaSetsResource: newInformerCache(replicaSetsResource, informers.ReplicaSets.Informer().GetIndexer(), h.replicaSets),
 		grantsResource:      newInformerCache(grantsResource, informers.Grants.GetIndexer(), h.grants),
-		secretsResource:     newInformerCache(secretsResource, informers.Secrets.Informer().GetIndexer(), h.secrets),
+		secretsResource:     newInformerCache(secretsResource, informers.Secrets.Informer().GetIndexer(), h.inputs[0]),
 	}
 	for r, ic := range w.caches {
 		ic.onDeliver = func(ev watchEvent, prev object) {

@@ -60,8 +60,8 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 		// its ownerReference, and deleting a session never waits on us.
 		logger.V(4).Info("GameSession deleted")
 		c.expectations.forget(key)
-		c.secretChanges.settled(key)
-		for _, k := range c.secretPacer.forget(key) {
+		c.inputChanges.settled(key)
+		for _, k := range c.inputPacer.forget(key) {
 			c.queue.Add(k)
 		}
 		c.wake(c.budget.forget(key))
@@ -103,7 +103,7 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 	// The cache shows the last write: a move it completed, or a move that
 	// was refused or overtaken, frees its place in the cluster-wide budget.
 	c.settleMove(key, session, deployment)
-	c.settleSecretMove(key, session, deployment)
+	c.settleInputMove(key, session, deployment)
 	status := newSessionStatus(session)
 	status.deadlineExceeded = c.progressDeadlineExceeded
 	status.refusal = refusal
@@ -298,11 +298,11 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 			message: fmt.Sprintf(MessageWaitingForClusterBudget, RevisionName(ref, rolled),
 				RevisionName(ref, target), c.budget)}
 	}
-	desired, hold := c.desiredWithSecrets(session, profile, result.choice.hash, observed, true)
+	desired, hold := c.desiredWithInputs(session, profile, result.choice.hash, observed, true)
 	if hold != nil {
 		// Neither a condition nor an Event: a rotation of a Secret shared by
 		// thousands of sessions would write thousands of either.
-		klog.FromContext(ctx).V(2).Info("A change of the session's Secrets waits", "why", hold.reason)
+		klog.FromContext(ctx).V(2).Info("A change of the session's Secrets or ConfigMaps waits", "why", hold.reason)
 		if after := hold.requeueAfter; after > 0 && (result.requeueAfter == 0 || after < result.requeueAfter) {
 			result.requeueAfter = after
 		}
@@ -312,7 +312,7 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 	case apierrors.IsInvalid(err):
 		// Refused: no move is under way, and none holds a budget slot.
 		c.wake(c.budget.release(key))
-		for _, k := range c.secretPacer.release(key) {
+		for _, k := range c.inputPacer.release(key) {
 			c.queue.Add(k)
 		}
 		status.leftAsIs(observed, target)
@@ -322,7 +322,7 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 		return result, err
 	}
 	c.settleMove(key, session, current)
-	c.settleSecretMove(key, session, current)
+	c.settleInputMove(key, session, current)
 	result.wrote = result.wrote || patched
 	status.profileResolved(result.choice.hash, target)
 	status.deployment(current)
@@ -526,33 +526,34 @@ func (c *Controller) heldBack(session *gamesv1.GameSession, profile *corev1.Conf
 // does not parse, the controller cannot know the deadline: the session's own,
 // if it sets one, or else whatever the Deployment has, stays.
 //
-// Its pod template carries the labelled Secrets it is to run with
-// (secretsToRun): observed is the Deployment as the sync found it, nil if
+// Its pod template carries the labelled Secrets and ConfigMaps it is to run
+// with (inputsToRun): observed is the Deployment as the sync found it, nil if
 // none.
 func (c *Controller) desiredDeployment(session *gamesv1.GameSession, profile *corev1.ConfigMap, hash string,
 	observed *appsv1.Deployment) *appsv1.Deployment {
-	d, _ := c.desiredWithSecrets(session, profile, hash, observed, false)
+	d, _ := c.desiredWithInputs(session, profile, hash, observed, false)
 	return d
 }
 
-// desiredWithSecrets is desiredDeployment, and why a change of the
-// session's Secrets waits (nil if none does). reserve takes the place a
-// paced rotation moves in: only for the write.
-func (c *Controller) desiredWithSecrets(session *gamesv1.GameSession, profile *corev1.ConfigMap, hash string,
-	observed *appsv1.Deployment, reserve bool) (*appsv1.Deployment, *secretHold) {
-	d := c.deploymentWithoutSecrets(session, profile, hash)
-	set, hold, err := c.secretsToRun(session, profile, observed, d, reserve)
+// desiredWithInputs is desiredDeployment, and why a change of the
+// session's referenced inputs waits (nil if none does). reserve takes the
+// place a paced change moves in: only for the write.
+func (c *Controller) desiredWithInputs(session *gamesv1.GameSession, profile *corev1.ConfigMap, hash string,
+	observed *appsv1.Deployment, reserve bool) (*appsv1.Deployment, *inputHold) {
+	d := c.deploymentWithoutInputs(session, profile, hash)
+	sets, hold, err := c.inputsToRun(session, profile, observed, d, reserve)
 	if err != nil {
-		// A cache's lister answers nothing but NotFound; whatever else
-		// comes, the pods keep what they run.
-		set, hold = observedSecrets(observed), nil
+		// A cache answers nothing but found or not; whatever else comes,
+		// the pods keep what they run.
+		sets, hold = c.observedInputs(observed), nil
 	}
-	withSecrets(d, set)
+	c.withInputs(d, sets)
 	return d, hold
 }
 
-// deploymentWithoutSecrets is the desired Deployment before its Secrets.
-func (c *Controller) deploymentWithoutSecrets(session *gamesv1.GameSession, profile *corev1.ConfigMap, hash string) *appsv1.Deployment {
+// deploymentWithoutInputs is the desired Deployment before its referenced
+// inputs.
+func (c *Controller) deploymentWithoutInputs(session *gamesv1.GameSession, profile *corev1.ConfigMap, hash string) *appsv1.Deployment {
 	d := NewDeployment(session, hash)
 	if session.Spec.ProgressDeadlineSeconds != nil {
 		return d

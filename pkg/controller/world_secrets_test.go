@@ -124,7 +124,7 @@ func (w *world) noteSecretDelivered(ev watchEvent, prev object) {
 		if obj == nil {
 			return ""
 		}
-		return obj.GetAnnotations()[secretDigestAnnotation]
+		return obj.GetAnnotations()[dataDigestAnnotation]
 	}
 	now := ev.obj
 	if ev.kind == watch.Deleted {
@@ -146,7 +146,7 @@ func (w *world) checkSecretsWrite(before, after *appsv1.Deployment) {
 	if before == nil {
 		return
 	}
-	had, has := observedSecrets(before), observedSecrets(after)
+	had, has := observedSet(secretKind{}, before), observedSet(secretKind{}, after)
 	if had == has {
 		return
 	}
@@ -212,7 +212,7 @@ func onlySecretsDiffer(before, after *appsv1.Deployment) bool {
 
 // serverSecrets is the set a session's pods are to run with, as the server
 // holds its Secrets: an account of the digests of its own, from the data.
-func (w *world) serverSecrets(s *gamesv1.GameSession) secretSet {
+func (w *world) serverSecrets(s *gamesv1.GameSession) inputSet {
 	var names []string
 	h := sha256.New()
 	for _, name := range templateSecrets(s.Spec.Template) {
@@ -224,9 +224,9 @@ func (w *world) serverSecrets(s *gamesv1.GameSession) secretSet {
 		fmt.Fprintf(h, "%s\x00%s\x00", name, dataDigest(worldDigestKey, secret))
 	}
 	if len(names) == 0 {
-		return secretSet{}
+		return inputSet{}
 	}
-	return secretSet{names: strings.Join(names, ","), hash: hex.EncodeToString(h.Sum(nil))[:32]}
+	return inputSet{names: strings.Join(names, ","), hash: hex.EncodeToString(h.Sum(nil))[:32]}
 }
 
 // checkSecretsAtRest: a session on its profile's current revision, that
@@ -251,7 +251,7 @@ func (w *world) checkSecretsAtRest() {
 		if err != nil || policy.Paused || policy.Window != nil && !policy.Window.Open(w.clock.Now()) {
 			continue
 		}
-		want, has := w.serverSecrets(s), observedSecrets(d)
+		want, has := w.serverSecrets(s), observedSet(secretKind{}, d)
 		held := false
 		for _, name := range splitNames(has.names) {
 			held = held || slices.Contains(templateSecrets(s.Spec.Template), name) && !strings.Contains(","+want.names+",", ","+name+",")

@@ -73,6 +73,10 @@ type Options struct {
 	// WatchSecrets rolls the game servers of a session when a labelled
 	// Secret its pod template references changes (gamesv1.SecretLabel).
 	WatchSecrets bool
+	// WatchSessionConfigs rolls the game servers of a session when a
+	// labelled ConfigMap its pod template reads changes
+	// (gamesv1.SessionConfigLabel).
+	WatchSessionConfigs bool
 	// SecretDigestKey is the Secret, "name" in the controller's own
 	// namespace or "namespace/name", that holds the key of the Secret
 	// digests; the controller creates it the first time.
@@ -143,9 +147,10 @@ func NewOptions() *Options {
 		// One discovery request a minute while the API is missing.
 		ReferenceGrantRecheck: time.Minute,
 
-		WatchSecrets:     true,
-		SecretDigestKey:  "gamesession-controller-secret-digest-key",
-		DeploymentWrites: deploymentWritesAuto,
+		WatchSecrets:        true,
+		WatchSessionConfigs: true,
+		SecretDigestKey:     "gamesession-controller-secret-digest-key",
+		DeploymentWrites:    deploymentWritesAuto,
 
 		LeaderElectionID: "gamesession-controller",
 		// The timings of kube-controller-manager: a standby takes over at
@@ -181,6 +186,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.RolloutMaxFailed, "rollout-max-failed", o.RolloutMaxFailed, "Default brake of a profile's rollouts: halt when more than N (or N%) of the sessions moved to a new revision fail (ProgressDeadlineExceeded). Empty: no brake. Annotation "+rollout.AnnotationMaxFailed+".")
 	fs.IntVar(&o.RevisionHistoryLimit, "revision-history-limit", o.RevisionHistoryLimit, "How many of a profile's newest unused revisions are kept for rollback, besides the current one and those a Deployment mounts, which are always kept.")
 	fs.BoolVar(&o.WatchSecrets, "watch-secrets", o.WatchSecrets, "Roll a session's game servers when a Secret its pod template references, labelled "+gamesv1.SecretLabel+"="+gamesv1.SecretLabelValue+", changes. Needs list and watch on Secrets; the controller caches a keyed digest of the labelled ones, never their data.")
+	fs.BoolVar(&o.WatchSessionConfigs, "watch-session-configs", o.WatchSessionConfigs, "Roll a session's game servers when a ConfigMap its pod template reads, labelled "+gamesv1.SessionConfigLabel+"="+gamesv1.SessionConfigLabelValue+", changes. The controller caches a digest of the labelled ones, never their data.")
 	fs.StringVar(&o.DeploymentWrites, "deployment-writes", o.DeploymentWrites, "How Deployments are written: update (the whole object; the cheapest for the API server), patch (only the fields that differ), or auto: update, unless the API server is a newer Kubernetes than this build's API types (then a field they lack would be erased), and patch then.")
 	fs.StringVar(&o.SecretDigestKey, "secret-digest-key", o.SecretDigestKey, "The Secret, NAME in the controller's own namespace or NAMESPACE/NAME, holding the key of the Secret digests in pod templates. Created the first time; keep it, as a new key restarts every game server that uses a labelled Secret.")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Run the controller only while holding a Lease, so that several replicas can run with one active. Enable whenever more than one replica may run.")

@@ -192,6 +192,18 @@ func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interf
 			kubeinformers.WithTransform(controller.SecretDigester(key)))
 		secretInformer = secretFactory.Core().V1().Secrets()
 	}
+	// Labelled session-config ConfigMaps, each a digest of its data in the
+	// cache (controller.SessionConfigDigester); a factory of their own, as
+	// the profile factory's label filter is another.
+	var sessionConfigFactory kubeinformers.SharedInformerFactory
+	var sessionConfigInformer coreinformers.ConfigMapInformer
+	if o.WatchSessionConfigs {
+		sessionConfigFactory = kubeinformers.NewSharedInformerFactoryWithOptions(informers.kube, o.ResyncPeriod,
+			kubeinformers.WithNamespace(o.Namespace),
+			kubeinformers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = controller.SessionConfigSelector() }),
+			kubeinformers.WithTransform(controller.SessionConfigDigester()))
+		sessionConfigInformer = sessionConfigFactory.Core().V1().ConfigMaps()
+	}
 	patchDeployments, err := deploymentWritesFor(ctx, o.DeploymentWrites, kubeClient.Discovery())
 	if err != nil {
 		return err
@@ -199,14 +211,15 @@ func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interf
 	sessionInformer := sessionFactory.Games().V1().GameSessions()
 	c, err := controller.NewController(ctx, kubeClient, gameClient,
 		controller.Informers{
-			Sessions:    sessionInformer,
-			Rollouts:    sessionFactory.Games().V1().ProfileRollouts(),
-			Profiles:    profileFactory.Core().V1().ConfigMaps(),
-			Revisions:   revisionFactory.Core().V1().ConfigMaps(),
-			Deployments: deploymentFactory.Apps().V1().Deployments(),
-			ReplicaSets: deploymentFactory.Apps().V1().ReplicaSets(),
-			Grants:      grants,
-			Secrets:     secretInformer,
+			Sessions:       sessionInformer,
+			Rollouts:       sessionFactory.Games().V1().ProfileRollouts(),
+			Profiles:       profileFactory.Core().V1().ConfigMaps(),
+			Revisions:      revisionFactory.Core().V1().ConfigMaps(),
+			Deployments:    deploymentFactory.Apps().V1().Deployments(),
+			ReplicaSets:    deploymentFactory.Apps().V1().ReplicaSets(),
+			Grants:         grants,
+			Secrets:        secretInformer,
+			SessionConfigs: sessionConfigInformer,
 		},
 		controller.Options{
 			ProfileSelector:      o.ProfileSelector,
@@ -235,6 +248,10 @@ func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interf
 	if secretFactory != nil {
 		secretFactory.Start(ctx.Done())
 		defer secretFactory.Shutdown()
+	}
+	if sessionConfigFactory != nil {
+		sessionConfigFactory.Start(ctx.Done())
+		defer sessionConfigFactory.Shutdown()
 	}
 	if grantFactory != nil {
 		grantFactory.Start(ctx.Done())

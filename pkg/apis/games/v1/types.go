@@ -48,6 +48,23 @@ const (
 	// data to whoever can read Deployments.
 	SecretsAnnotation     = "games.example.com/secrets"
 	SecretsHashAnnotation = "games.example.com/secrets-hash"
+
+	// SessionConfigLabel marks a ConfigMap whose changes roll the game
+	// servers that read it, as SecretLabel does for Secrets: a session's pod
+	// template that reads a ConfigMap carrying
+	// SessionConfigLabel=SessionConfigLabelValue (a volume, a projected
+	// source, env or envFrom) rolls when the ConfigMap's data change. The
+	// controller watches only ConfigMaps with the label, and keeps a digest
+	// of their data, never the data.
+	SessionConfigLabel      = "games.example.com/session-config"
+	SessionConfigLabelValue = "true"
+
+	// ConfigMapsAnnotation and ConfigMapsHashAnnotation are to labelled
+	// ConfigMaps what SecretsAnnotation and SecretsHashAnnotation are to
+	// labelled Secrets: the names the pods were started with, and a digest
+	// of their data.
+	ConfigMapsAnnotation     = "games.example.com/configmaps"
+	ConfigMapsHashAnnotation = "games.example.com/configmaps-hash"
 )
 
 // Condition types reported in GameSessionStatus.Conditions.

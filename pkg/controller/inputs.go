@@ -1,0 +1,482 @@
+package controller
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+
+	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
+)
+
+// Referenced inputs.
+//
+// Besides its profile, a session's pod template may read objects of its own
+// namespace whose changes should restart its game servers: credentials in a
+// Secret, a tuning file in a ConfigMap. Those that carry their kind's label
+// (gamesv1.SecretLabel, gamesv1.SessionConfigLabel) roll the session when
+// their data change, the way a profile edit does: the pod template carries
+// the names of the labelled objects it runs with and a digest of their data,
+// in two annotations per kind, and a new digest is a new template.
+//
+// Each kind is one inputKind, in a file of its own (secrets.go,
+// sessionconfigs.go): which objects a template reads, the digest its
+// informer's transform leaves in the cache in place of the data, and its
+// annotations. Everything else is shared, here: the index from an object to
+// the sessions that read it, the event handlers, what the session's pods are
+// to run with (inputsToRun) and what paces a change.
+//
+// The pods read the live objects: no copies. A profile gets immutable
+// revisions because the controller owns its content's history; copying a
+// tenant's Secret or ConfigMap would mean writing objects into every
+// tenant's namespace, and deleting them again. What that costs is that a
+// volume's files change under the running pods (the kubelet refreshes them
+// within about a minute) before the rollout restarts them; env and subPath
+// mounts change only with the restart. docs/tenancy.md says so.
+
+// inputKind is one kind of referenced input.
+type inputKind interface {
+	// kind names the objects in logs and messages: "Secret", "ConfigMap".
+	kind() string
+	// label is the label, as key=value, that makes an object of the kind an
+	// input: its informer lists only those.
+	label() string
+	// read returns the names of the objects of the kind that a pod
+	// template reads, sorted, without repeats.
+	read(t *corev1.PodTemplateSpec) []string
+	// digest returns the digest of an object's data, as its informer's
+	// transform left it in the cache.
+	digest(obj interface{}) string
+	// annotations are the pod-template annotations that name the objects
+	// the pods run with, and hold the digest of their data.
+	annotations() (names, digest string)
+}
+
+// input is a kind with the cache of its labelled objects.
+type input struct {
+	inputKind
+	// cache holds the kind's labelled objects, keyed "namespace/name"; nil
+	// when the kind is not tracked (its informer was not given): the pods
+	// then keep what they run, so turning a kind off restarts nothing.
+	cache cache.Indexer
+	// index is the session informer's index from an object, as
+	// "namespace/name", to the sessions whose template reads it.
+	index string
+}
+
+// indexFunc indexes a session by the objects of the kind its pod template
+// reads, as "namespace/name": a pod reads objects of its own namespace only.
+func (in input) indexFunc(obj interface{}) ([]string, error) {
+	session, ok := obj.(*gamesv1.GameSession)
+	if !ok {
+		return nil, fmt.Errorf("%s index: expected *GameSession, got %T", in.index, obj)
+	}
+	var keys []string
+	for _, name := range in.read(session.Spec.Template) {
+		keys = append(keys, session.Namespace+"/"+name)
+	}
+	return keys, nil
+}
+
+// inputIndex names the session index of a kind.
+func inputIndex(k inputKind) string {
+	return strings.ToLower(k.kind()) + "Ref"
+}
+
+// inputSet is the labelled objects of one kind a pod template runs with, as
+// its annotations say: their names and the digest of their data. The zero
+// set is a template of none, which carries neither annotation.
+type inputSet struct {
+	names string // comma-separated, sorted
+	hash  string
+}
+
+// inputSets are the sets of every kind, in the order of Controller.inputs.
+// Its string form is comparable, and what a paced move is recorded by.
+type inputSets []inputSet
+
+// key is the sets as one comparable string.
+func (s inputSets) key() string {
+	var b strings.Builder
+	for _, set := range s {
+		b.WriteString(set.names)
+		b.WriteByte(0)
+		b.WriteString(set.hash)
+		b.WriteByte(0)
+	}
+	return b.String()
+}
+
+// observedInputs is the sets a Deployment's pod template runs with.
+func (c *Controller) observedInputs(d *appsv1.Deployment) inputSets {
+	sets := make(inputSets, len(c.inputs))
+	if d == nil {
+		return sets
+	}
+	for i, in := range c.inputs {
+		sets[i] = observedSet(in, d)
+	}
+	return sets
+}
+
+func observedSet(k inputKind, d *appsv1.Deployment) inputSet {
+	if d == nil {
+		return inputSet{}
+	}
+	names, digest := k.annotations()
+	a := d.Spec.Template.Annotations
+	return inputSet{names: a[names], hash: a[digest]}
+}
+
+// withInputs puts the sets into d's pod template.
+func (c *Controller) withInputs(d *appsv1.Deployment, sets inputSets) {
+	a := d.Spec.Template.Annotations
+	for i, in := range c.inputs {
+		names, digest := in.annotations()
+		delete(a, names)
+		delete(a, digest)
+		if sets[i].names != "" {
+			a[names] = sets[i].names
+			a[digest] = sets[i].hash
+		}
+	}
+}
+
+// wanted is the set of the kind the session's pods are to run with: the
+// labelled objects of its template that the cache holds, and the digest of
+// their digests. One the cache does not hold is either missing or has no
+// label: the controller cannot tell, and must not look.
+func (in input) wanted(session *gamesv1.GameSession) (inputSet, error) {
+	var names []string
+	h := sha256.New()
+	for _, name := range in.read(session.Spec.Template) {
+		obj, found, err := in.cache.GetByKey(session.Namespace + "/" + name)
+		if err != nil {
+			return inputSet{}, err
+		}
+		if !found {
+			continue
+		}
+		names = append(names, name)
+		fmt.Fprintf(h, "%s\x00%s\x00", name, in.digest(obj))
+	}
+	if len(names) == 0 {
+		return inputSet{}, nil
+	}
+	return inputSet{names: strings.Join(names, ","), hash: hex.EncodeToString(h.Sum(nil))[:32]}, nil
+}
+
+// wantedInputs is the sets of every kind the session's pods are to run
+// with; have is what they run now, and stays for a kind not tracked.
+func (c *Controller) wantedInputs(session *gamesv1.GameSession, have inputSets) (inputSets, error) {
+	sets := make(inputSets, len(c.inputs))
+	for i, in := range c.inputs {
+		if in.cache == nil {
+			sets[i] = have[i]
+			continue
+		}
+		set, err := in.wanted(session)
+		if err != nil {
+			return nil, err
+		}
+		sets[i] = set
+	}
+	return sets, nil
+}
+
+// inputHold is why a session keeps the inputs it runs with for now.
+type inputHold struct {
+	reason       string
+	requeueAfter time.Duration
+}
+
+// inputsToRun returns the sets the session's Deployment is to run with: the
+// wanted ones, unless a change of an input's data waits. desired is the
+// Deployment the sync wants, without any set. A change waits
+//   - while an input the pods run with, and the template still reads, is
+//     gone from the cache (deleted, or its label removed): a restart would
+//     only fail, or lose the change's tracking;
+//   - without the profile, or with a policy that does not parse: what paces
+//     it is unknown;
+//   - while the profile's rollout policy holds every move: paused, or
+//     outside the maintenance window;
+//   - while the session is busy, until the policy's max-defer has passed
+//     since the controller saw the change;
+//   - with a paced policy, while max-rolling of the profile's sessions move
+//     for their inputs already (inputPacer).
+//
+// A Deployment whose template changes anyway (a new profile revision, the
+// session's own spec) takes the new sets along: its game servers restart
+// once, not twice. A kind without an informer keeps its annotations as they
+// are, so turning a kind off restarts nothing.
+//
+// reserve takes the place a paced profile's max-rolling gives the move;
+// without it, the answer only says whether there is one.
+func (c *Controller) inputsToRun(session *gamesv1.GameSession, profile *corev1.ConfigMap,
+	observed, desired *appsv1.Deployment, reserve bool) (inputSets, *inputHold, error) {
+	have := c.observedInputs(observed)
+	want, err := c.wantedInputs(session, have)
+	key := cache.MetaObjectToName(session).String()
+	if err != nil {
+		return have, nil, err
+	}
+	if observed == nil || slices.Equal(want, have) {
+		if slices.Equal(want, have) {
+			c.inputChanges.settled(key)
+		}
+		return want, nil, nil
+	}
+	for i, in := range c.inputs {
+		referenced := in.read(session.Spec.Template)
+		for _, name := range strings.Split(have[i].names, ",") {
+			if name != "" && slices.Contains(referenced, name) && !strings.Contains(","+want[i].names+",", ","+name+",") {
+				return have, &inputHold{reason: fmt.Sprintf("%s %s is gone or lost the label %s", in.kind(), name, in.label())}, nil
+			}
+		}
+	}
+	unchanged := desired.DeepCopy()
+	c.withInputs(unchanged, have)
+	if deploymentChanges(observed, unchanged).templateChange() {
+		return want, nil, nil
+	}
+	if profile == nil {
+		return have, &inputHold{reason: "the profile is missing"}, nil
+	}
+	policy, err := c.policyOf(profile)
+	if err != nil {
+		return have, &inputHold{reason: "the profile's rollout policy does not parse"}, nil
+	}
+	now := c.clock.Now()
+	switch {
+	case policy.Paused:
+		return have, &inputHold{reason: "the profile's rollout is paused"}, nil
+	case policy.Window != nil && !policy.Window.Open(now):
+		return have, &inputHold{reason: "outside the profile's maintenance window",
+			requeueAfter: policy.Window.NextOpen(now).Sub(now)}, nil
+	}
+	wantKey := want.key()
+	seen := c.inputChanges.seen(key, wantKey, now)
+	if isBusy(session) {
+		if policy.MaxDefer == nil {
+			return have, &inputHold{reason: "the session is busy"}, nil
+		}
+		if ends := seen.Add(*policy.MaxDefer); now.Before(ends) {
+			return have, &inputHold{reason: "the session is busy", requeueAfter: ends.Sub(now)}, nil
+		}
+	}
+	if policy.Unpaced() {
+		return want, nil, nil
+	}
+	// Paced: a place among the profile's max-rolling, counted over its
+	// sessions. The session's own sync frees it (settleInputMove).
+	profileKey := profileKey(profile.Namespace, profile.Name)
+	sessions, err := c.sessionIndexer.IndexKeys(profileRefIndex, profileKey)
+	if err != nil {
+		return have, nil, err
+	}
+	if limit := policy.MaxRollingOf(len(sessions)); !c.inputPacer.admit(profileKey, key, wantKey, limit, reserve) {
+		return have, &inputHold{reason: fmt.Sprintf("%d sessions of profile %s roll for their Secrets or ConfigMaps already, its max-rolling", limit, profileKey)}, nil
+	}
+	return want, nil, nil
+}
+
+// inputChanges remembers since when each session has had a change of its
+// inputs pending, for max-defer. In memory only: a restarted controller
+// counts from its start, so a busy session waits longer, never less.
+type inputChanges struct {
+	mu    sync.Mutex
+	since map[string]inputChange
+}
+
+type inputChange struct {
+	sets string // inputSets.key
+	at   time.Time
+}
+
+func newInputChanges() *inputChanges {
+	return &inputChanges{since: map[string]inputChange{}}
+}
+
+// seen returns when the session's change to sets was first seen.
+func (s *inputChanges) seen(key, sets string, now time.Time) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if change, ok := s.since[key]; ok && change.sets == sets {
+		return change.at
+	}
+	s.since[key] = inputChange{sets: sets, at: now}
+	return now
+}
+
+// settled ends the session's pending change: its Deployment runs what it
+// wants, or the session is gone.
+func (s *inputChanges) settled(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.since, key)
+}
+
+// inputEventHandlers are the event handlers of a kind's informer: each
+// queues the sessions that read the object when its digest changed, it
+// appeared or went, or gained or lost the label. A resync, or an edit of its
+// metadata only, changes nothing they run.
+func (c *Controller) inputEventHandlers(in input) cache.ResourceEventHandlerFuncs {
+	changed := func(obj interface{}) {
+		key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+		if err != nil {
+			c.logger.Error(err, "Cannot tell which object changed", "kind", in.kind())
+			return
+		}
+		keys, err := c.sessionIndexer.IndexKeys(in.index, key)
+		if err != nil {
+			c.logger.Error(err, "Looking up the GameSessions that read an object", "kind", in.kind(), "object", key)
+			return
+		}
+		// Its name only: a Secret's content, or even its digest, never
+		// reaches a log line.
+		c.logger.V(4).Info("Referenced input changed", "kind", in.kind(), "object", key, "gameSessions", len(keys))
+		for _, k := range keys {
+			c.queue.Add(k)
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: changed,
+		UpdateFunc: func(oldObj, newObj interface{}) {
+			if in.digest(oldObj) != in.digest(newObj) {
+				changed(newObj)
+			}
+		},
+		DeleteFunc: changed,
+	}
+}
+
+// inputPacer paces the input changes of a profile's sessions by its
+// policy's max-rolling: at most that many of its sessions moved to new input
+// data and not yet Ready at once. A session whose Deployment fails
+// (ProgressDeadlineExceeded) keeps its place, so a change that breaks the
+// game servers stops after max-rolling of them, as a brake would; new data
+// (the object fixed) move them again, in the places they hold. Waiting
+// sessions are queued again, first come first, as places free up.
+//
+// In memory only: a restarted controller starts with no session moving, and
+// may let max-rolling more start while the old ones finish.
+type inputPacer struct {
+	mu      sync.Mutex
+	moving  map[string]map[string]string // profile → session → inputSets.key
+	profile map[string]string            // session → the profile it moves in
+	waiting map[string][]string          // profile → sessions, first come first
+}
+
+func newInputPacer() *inputPacer {
+	return &inputPacer{moving: map[string]map[string]string{}, profile: map[string]string{}, waiting: map[string][]string{}}
+}
+
+// admit gives the session of profile a place to move to sets, if one of
+// limit is free or it holds one already, and records it; else it waits.
+// Without reserve it only says whether it would.
+func (p *inputPacer) admit(profile, session, sets string, limit int, reserve bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	moving := p.moving[profile]
+	_, holds := moving[session]
+	if !reserve {
+		return holds || len(moving) < limit
+	}
+	if held := p.profile[session]; held != "" && held != profile {
+		p.releaseLocked(session) // its profileRef changed: moves in the new one
+	}
+	moving = p.moving[profile]
+	if _, ok := moving[session]; ok || len(moving) < limit {
+		if moving == nil {
+			moving = map[string]string{}
+			p.moving[profile] = moving
+		}
+		moving[session] = sets
+		p.profile[session] = profile
+		p.waiting[profile] = slices.DeleteFunc(p.waiting[profile], func(k string) bool { return k == session })
+		return true
+	}
+	if !slices.Contains(p.waiting[profile], session) {
+		p.waiting[profile] = append(p.waiting[profile], session)
+	}
+	return false
+}
+
+// movingTo returns the sets the session holds a place for, "" if none.
+func (p *inputPacer) movingTo(session string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.moving[p.profile[session]][session]
+}
+
+// release frees the session's place, and forgets it among the waiting; it
+// returns the sessions to queue again.
+func (p *inputPacer) release(session string) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.releaseLocked(session)
+}
+
+func (p *inputPacer) releaseLocked(session string) []string {
+	profile, ok := p.profile[session]
+	if !ok {
+		return nil
+	}
+	delete(p.profile, session)
+	delete(p.moving[profile], session)
+	if len(p.moving[profile]) == 0 {
+		delete(p.moving, profile)
+	}
+	// All of them: each syncs, and those without room wait again. A
+	// change rarely has many waiting at once, and a place freed is rarely
+	// taken by the first alone.
+	wake := p.waiting[profile]
+	delete(p.waiting, profile)
+	return wake
+}
+
+// forget drops a deleted session, moving or waiting.
+func (p *inputPacer) forget(session string) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for profile, waiting := range p.waiting {
+		p.waiting[profile] = slices.DeleteFunc(waiting, func(k string) bool { return k == session })
+	}
+	return p.releaseLocked(session)
+}
+
+// settleInputMove frees the session's place once its Deployment d (as the
+// cache shows it, nil if none) runs the inputs it moved to and is Ready, or
+// runs others: a move refused, or superseded. One that failed keeps it.
+func (c *Controller) settleInputMove(key string, session *gamesv1.GameSession, d *appsv1.Deployment) {
+	sets := c.inputPacer.movingTo(key)
+	if sets == "" {
+		return
+	}
+	if d != nil && !blocks(d, session) && c.observedInputs(d).key() == sets && !deploymentComplete(d) {
+		return
+	}
+	for _, k := range c.inputPacer.release(key) {
+		c.queue.Add(k)
+	}
+}
+
+// metaDigest reads the digest a kind's transform left on a cached stand-in.
+func metaDigest(obj interface{}) string {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	m, ok := obj.(metav1.Object)
+	if !ok {
+		return ""
+	}
+	return m.GetAnnotations()[dataDigestAnnotation]
+}

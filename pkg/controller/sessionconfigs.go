@@ -1,0 +1,121 @@
+package controller
+
+import (
+	"crypto/sha256"
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+
+	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
+)
+
+// The ConfigMap kind of referenced input (see inputs.go): ConfigMaps labelled
+// gamesv1.SessionConfigLabel that a pod template reads, the way Reloader's
+// users expect a ConfigMap edit to restart what reads it. A profile is
+// different: the controller owns its history (revisions) and paces its
+// rollouts; a session config is the tenant's own object, read live.
+
+// SessionConfigSelector is the label selector of the session-config
+// ConfigMap informer. It is not the profile selector: a profile informer
+// must not share a factory with it (see Informers).
+func SessionConfigSelector() string {
+	return labels.SelectorFromSet(labels.Set{gamesv1.SessionConfigLabel: gamesv1.SessionConfigLabelValue}).String()
+}
+
+// SessionConfigDigester returns the transform of the session-config
+// informer: each ConfigMap becomes a stand-in with its identity and a
+// SHA-256 of its data, and nothing else, so that tens of thousands of
+// labelled ConfigMaps cost the cache their names. It is idempotent.
+//
+// Unkeyed, unlike a Secret's digest: a ConfigMap's data is not secret, and
+// whoever may read the Deployment's digest may read the ConfigMaps of its
+// namespace in most clusters; a key would tie ConfigMaps to the Secret
+// digest key's lifecycle for no gain.
+func SessionConfigDigester() cache.TransformFunc {
+	return func(obj interface{}) (interface{}, error) {
+		cm, ok := obj.(*corev1.ConfigMap)
+		if !ok {
+			return obj, nil
+		}
+		if _, slim := cm.Annotations[dataDigestAnnotation]; slim && len(cm.Data) == 0 && len(cm.BinaryData) == 0 {
+			return obj, nil
+		}
+		data := make(map[string][]byte, len(cm.Data)+len(cm.BinaryData))
+		for k, v := range cm.Data {
+			data[k] = []byte(v)
+		}
+		// A key is in Data or BinaryData, never both: the API server
+		// refuses that, so one map loses nothing.
+		maps.Copy(data, cm.BinaryData)
+		return &corev1.ConfigMap{
+			TypeMeta: cm.TypeMeta,
+			ObjectMeta: metav1.ObjectMeta{
+				Name:              cm.Name,
+				Namespace:         cm.Namespace,
+				UID:               cm.UID,
+				ResourceVersion:   cm.ResourceVersion,
+				DeletionTimestamp: cm.DeletionTimestamp,
+				Annotations:       map[string]string{dataDigestAnnotation: digestData(sha256.New(), cm.Namespace, cm.Name, data)},
+			},
+		}, nil
+	}
+}
+
+// templateConfigMaps returns the names of the ConfigMaps a pod template's
+// containers read: ConfigMap volumes and projected ConfigMap sources, env
+// configMapKeyRefs and envFrom configMapRefs, of every container. Sorted,
+// without repeats.
+func templateConfigMaps(t *corev1.PodTemplateSpec) []string {
+	if t == nil {
+		return nil
+	}
+	var names []string
+	for _, v := range t.Spec.Volumes {
+		if v.ConfigMap != nil {
+			names = append(names, v.ConfigMap.Name)
+		}
+		if v.Projected != nil {
+			for _, source := range v.Projected.Sources {
+				if source.ConfigMap != nil {
+					names = append(names, source.ConfigMap.Name)
+				}
+			}
+		}
+	}
+	for _, c := range slices.Concat(t.Spec.InitContainers, t.Spec.Containers) {
+		for _, from := range c.EnvFrom {
+			if from.ConfigMapRef != nil {
+				names = append(names, from.ConfigMapRef.Name)
+			}
+		}
+		for _, env := range c.Env {
+			if env.ValueFrom != nil && env.ValueFrom.ConfigMapKeyRef != nil {
+				names = append(names, env.ValueFrom.ConfigMapKeyRef.Name)
+			}
+		}
+	}
+	names = slices.DeleteFunc(names, func(n string) bool { return n == "" })
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+// configMapKind is the ConfigMap kind of referenced input.
+type configMapKind struct{}
+
+func (configMapKind) kind() string { return "ConfigMap" }
+
+func (configMapKind) label() string {
+	return gamesv1.SessionConfigLabel + "=" + gamesv1.SessionConfigLabelValue
+}
+
+func (configMapKind) read(t *corev1.PodTemplateSpec) []string { return templateConfigMaps(t) }
+
+func (configMapKind) digest(obj interface{}) string { return metaDigest(obj) }
+
+func (configMapKind) annotations() (names, digest string) {
+	return gamesv1.ConfigMapsAnnotation, gamesv1.ConfigMapsHashAnnotation
+}
