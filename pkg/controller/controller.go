@@ -295,16 +295,12 @@ func NewController(
 		inputPacer:           newInputPacer(),
 		patchDeployments:     opts.PatchDeployments,
 	}
-	// The kinds of referenced input (inputs.go), each tracked when its
-	// informer is given.
-	inputInformers := []cache.SharedIndexInformer{informerOrNil(informers.Secrets), informerOrNil(informers.SessionConfigs)}
-	for i, kind := range []inputKind{secretKind{}, configMapKind{}} {
-		in := input{inputKind: kind, index: inputIndex(kind)}
-		if informer := inputInformers[i]; informer != nil {
-			in.cache = informer.GetIndexer()
+	var inputInformers []cache.SharedIndexInformer
+	c.inputs, inputInformers = informers.inputs()
+	for _, informer := range inputInformers {
+		if informer != nil {
 			c.cachesSynced = append(c.cachesSynced, informer.HasSynced)
 		}
-		c.inputs = append(c.inputs, in)
 	}
 	if informers.Grants != nil {
 		c.grants.Store(&grantChecker{indexer: informers.Grants.GetIndexer()})
@@ -318,57 +314,48 @@ func NewController(
 
 	// The indexes must exist before the informers run: events can arrive as
 	// soon as they start, and a lookup on a missing index would lose them.
-	for _, ix := range []struct {
+	type index struct {
 		informer cache.SharedIndexInformer
 		name     string
 		index    cache.IndexFunc
-	}{
+	}
+	indexes := []index{
 		{informers.Sessions.Informer(), profileRefIndex, profileRefIndexFunc},
 		{informers.Sessions.Informer(), grantingNamespaceIndex, grantingNamespaceIndexFunc},
 		{informers.Revisions.Informer(), revisionOfIndex, revisionOfIndexFunc},
 		{informers.Deployments.Informer(), mountedRevisionIndex, deploymentMountIndexFunc},
 		{informers.ReplicaSets.Informer(), mountedRevisionIndex, replicaSetMountIndexFunc},
-	} {
-		if err := ix.informer.AddIndexers(cache.Indexers{ix.name: ix.index}); err != nil {
-			return nil, fmt.Errorf("adding the %s index: %w", ix.name, err)
-		}
 	}
-	for _, in := range c.inputs {
-		if in.cache == nil {
-			continue
-		}
-		if err := informers.Sessions.Informer().AddIndexers(cache.Indexers{in.index: in.indexFunc}); err != nil {
-			return nil, fmt.Errorf("adding the %s index: %w", in.index, err)
-		}
-	}
-
 	logger.Info("Setting up event handlers")
 	h := c.eventHandlers()
-	for _, reg := range []struct {
+	type registration struct {
 		informer cache.SharedIndexInformer
 		handlers cache.ResourceEventHandlerFuncs
-	}{
+	}
+	registrations := []registration{
 		{informers.Sessions.Informer(), h.sessions},
 		{informers.Rollouts.Informer(), h.rollouts},
 		{informers.Profiles.Informer(), h.profiles},
 		{informers.Revisions.Informer(), h.revisions},
 		{informers.Deployments.Informer(), h.deployments},
 		{informers.ReplicaSets.Informer(), h.replicaSets},
-	} {
-		if _, err := reg.informer.AddEventHandler(reg.handlers); err != nil {
-			return nil, err
-		}
 	}
 	if informers.Grants != nil {
-		if _, err := informers.Grants.AddEventHandler(h.grants); err != nil {
-			return nil, err
+		registrations = append(registrations, registration{informers.Grants, h.grants})
+	}
+	for i, in := range c.inputs {
+		if informer := inputInformers[i]; informer != nil {
+			indexes = append(indexes, index{informers.Sessions.Informer(), in.index, in.indexFunc})
+			registrations = append(registrations, registration{informer, h.inputs[i]})
 		}
 	}
-	for i, informer := range inputInformers {
-		if informer == nil {
-			continue
+	for _, ix := range indexes {
+		if err := ix.informer.AddIndexers(cache.Indexers{ix.name: ix.index}); err != nil {
+			return nil, fmt.Errorf("adding the %s index: %w", ix.name, err)
 		}
-		if _, err := informer.AddEventHandler(h.inputs[i]); err != nil {
+	}
+	for _, reg := range registrations {
+		if _, err := reg.informer.AddEventHandler(reg.handlers); err != nil {
 			return nil, err
 		}
 	}
@@ -446,6 +433,29 @@ func (c *Controller) eventHandlers() eventHandlers {
 		h.inputs = append(h.inputs, c.inputEventHandlers(in))
 	}
 	return h
+}
+
+// inputs returns the kinds of referenced input (inputs.go), each with the
+// cache of its informer when one is given, and those informers (nil for a
+// kind not tracked), in the same order. A new kind is one line here.
+func (i Informers) inputs() ([]input, []cache.SharedIndexInformer) {
+	kinds := []struct {
+		inputKind
+		informer cache.SharedIndexInformer
+	}{
+		{secretKind{}, informerOrNil(i.Secrets)},
+		{configMapKind{}, informerOrNil(i.SessionConfigs)},
+	}
+	inputs := make([]input, len(kinds))
+	informers := make([]cache.SharedIndexInformer, len(kinds))
+	for n, kind := range kinds {
+		inputs[n] = input{inputKind: kind.inputKind, index: inputIndex(kind.inputKind)}
+		if kind.informer != nil {
+			inputs[n].cache = kind.informer.GetIndexer()
+			informers[n] = kind.informer
+		}
+	}
+	return inputs, informers
 }
 
 // informerOrNil is the informer of a typed informer, nil for none: an
