@@ -215,6 +215,9 @@ func (w *Window) AfterOpen(from time.Time, d time.Duration) time.Time {
 	if d <= 0 {
 		return from
 	}
+	if d > w.mostOpenWithin(openHorizonDays) {
+		return time.Time{} // no need to walk the horizon to know
+	}
 	left := d
 	for start, end := range w.openTimes(from, openHorizonDays) {
 		if open := end.Sub(start); open < left {
@@ -230,6 +233,21 @@ func (w *Window) AfterOpen(from time.Time, d time.Duration) time.Time {
 // is as good as for ever, and which keeps a long max-defer under a short
 // window from costing more than a few thousand steps.
 const openHorizonDays = 10 * 366
+
+// mostOpenWithin bounds how long openTimes can yield over days days: each
+// weekday the window opens on comes at most days/7+2 times in them and the
+// day before, and each opening lasts at most an hour more than its clock
+// hours (a change of the clocks adds at most one).
+func (w *Window) mostOpenWithin(days int) time.Duration {
+	opening := time.Duration((w.end-w.start+24*60-1)%(24*60)+1)*time.Minute + time.Hour
+	open := 0
+	for _, set := range w.days {
+		if set {
+			open++
+		}
+	}
+	return time.Duration(open*(days/7+2)) * opening
+}
 
 // openTimes yields the times the window is open from from on, as intervals
 // [start, end) in order, that neither overlap nor start before from: the
@@ -273,20 +291,23 @@ func (w *Window) openings(t time.Time, first, last int) [][2]time.Time {
 }
 
 // openingOn returns the opening that starts offset days after local's day,
-// in the window's zone, if the window opens that day.
+// in the window's zone, if the window opens that day. The weekday is
+// counted, not looked up: a day the window skips costs no date arithmetic,
+// which AfterOpen's long walks over weekly windows are mostly made of.
 func (w *Window) openingOn(local time.Time, offset int) (start, end time.Time, ok bool) {
-	day := time.Date(local.Year(), local.Month(), local.Day()+offset, 0, 0, 0, 0, w.location)
-	if !w.days[day.Weekday()] {
+	if !w.days[((int(local.Weekday())+offset)%7+7)%7] {
 		return start, end, false
 	}
-	endDay := day
+	endOffset := offset
 	if w.end <= w.start {
-		endDay = day.AddDate(0, 0, 1)
+		endOffset++
 	}
-	return clockOn(day, w.start, w.location), clockOn(endDay, w.end, w.location), true
+	return w.clockOn(local, offset, w.start), w.clockOn(local, endOffset, w.end), true
 }
 
-// clockOn is the wall-clock time minutes after midnight of day, in loc.
-func clockOn(day time.Time, minutes int, loc *time.Location) time.Time {
-	return time.Date(day.Year(), day.Month(), day.Day(), minutes/60, minutes%60, 0, 0, loc)
+// clockOn is the wall-clock time minutes after midnight of the day offset
+// days after local's day, in the window's zone; time.Date carries the days
+// over into the months and years.
+func (w *Window) clockOn(local time.Time, offset, minutes int) time.Time {
+	return time.Date(local.Year(), local.Month(), local.Day()+offset, minutes/60, minutes%60, 0, 0, w.location)
 }
