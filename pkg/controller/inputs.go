@@ -208,8 +208,9 @@ type inputHold struct {
 //     it is unknown;
 //   - while the profile's rollout policy holds every move: paused, or
 //     outside the maintenance window;
-//   - while the session is busy, until the policy's max-defer has passed
-//     since the controller saw the change;
+//   - while the session is busy, until the policy's window has been open
+//     for max-defer since the controller saw the change (all the time
+//     since, without a window: rollout.Policy.Defers);
 //   - with a paced policy, while max-rolling of the profile's sessions move
 //     for their inputs already (inputPacer).
 //
@@ -265,11 +266,13 @@ func (c *Controller) inputsToRun(session *gamesv1.GameSession, profile *corev1.C
 	wantKey := want.key()
 	seen := c.inputChanges.seen(key, wantKey, now)
 	if isBusy(session) {
-		if policy.MaxDefer == nil {
-			return have, &inputHold{reason: "the session is busy"}, nil
-		}
-		if ends := seen.Add(*policy.MaxDefer); now.Before(ends) {
-			return have, &inputHold{reason: "the session is busy", requeueAfter: ends.Sub(now)}, nil
+		// max-defer counts as for a profile's rollout, from the change.
+		if waits, ends := policy.Defers(seen, now); waits {
+			hold := &inputHold{reason: "the session is busy"}
+			if !ends.IsZero() {
+				hold.requeueAfter = ends.Sub(now)
+			}
+			return have, hold, nil
 		}
 	}
 	if policy.Unpaced() {

@@ -360,6 +360,19 @@ func memoryOf(stored *gamesv1.ProfileRollout, hash string) rollout.Memory {
 	return rollout.Memory{Halted: stored.Status.HaltedHash == hash, StableHash: stored.Status.StableHash}
 }
 
+// recordedStart is the start of a rollout that begins at now, as the
+// ProfileRollout keeps it: to the second, rounded up. Rounded down, it would
+// count up to a second the rollout did not run, and let max-defer pass that
+// much early; rounded up, busy sessions wait up to a second longer. Kept as
+// stored, it is the instant a restarted controller counts from too.
+func recordedStart(now time.Time) time.Time {
+	start := now.Truncate(time.Second)
+	if start.Before(now) {
+		start = start.Add(time.Second)
+	}
+	return start
+}
+
 // planRollout plans the rollout of a profile's current revision, stores the
 // plan, queues the sessions whose turn came, and reports progress.
 func (c *Controller) planRollout(ctx context.Context, profile *corev1.ConfigMap, hash string, revision revisionState,
@@ -389,10 +402,8 @@ func (c *Controller) planRollout(ctx context.Context, profile *corev1.ConfigMap,
 		// settle before the profile changed again: its content is stable.
 		memory.StableHash = previousTarget
 	}
-	// The start as the API stores it, to the second, so that a restarted
-	// controller counts max-defer from the same instant.
 	now := c.clock.Now()
-	memory.Started = now.Truncate(time.Second)
+	memory.Started = recordedStart(now)
 	switch {
 	case prev != nil && prev.hash == hash:
 		memory.Started = prev.started

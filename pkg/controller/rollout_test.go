@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 	"github.com/example/gamesession-controller/pkg/rollout"
@@ -28,6 +30,11 @@ func deleteConfigMap(namespace, name string) wantAction {
 // the profile's old content, and the profile with new content and the given
 // rollout annotations. The new revision is in the cache.
 func rolloutFixture(ctx context.Context, t *testing.T, n int, annotations map[string]string) (*fixture, *corev1.ConfigMap, string) {
+	return rolloutFixtureWithOptions(ctx, t, Options{}, n, annotations)
+}
+
+// rolloutFixtureWithOptions is rolloutFixture with the controller's options.
+func rolloutFixtureWithOptions(ctx context.Context, t *testing.T, opts Options, n int, annotations map[string]string) (*fixture, *corev1.ConfigMap, string) {
 	oldProfile := newProfile(testNamespace, "classic", classicData)
 	oldHash := ProfileHash(oldProfile)
 	profile := withData(oldProfile, map[string]string{"game.cfg": "new"})
@@ -37,7 +44,7 @@ func rolloutFixture(ctx context.Context, t *testing.T, n int, annotations map[st
 		s := settled(newSession(testNamespace, fmt.Sprintf("s%d", i), "classic"), oldHash)
 		objects = append(objects, s, apiServerDeployment(s, oldHash))
 	}
-	f := newFixture(ctx, t, objects...)
+	f := newFixtureWithOptions(ctx, t, opts, objects...)
 	f.cacheRevisionOf(oldProfile)
 	return f, profile, oldHash
 }
@@ -236,4 +243,59 @@ func TestAnnounceNothingAfterCompletion(t *testing.T) {
 	f.c.announce(profile, nil, plan(rollout.PhaseComplete, 5), plan(rollout.PhaseComplete, 10))
 	f.expectEvents(fmt.Sprintf("Normal %s Rolled revision %s out to all 10 sessions (0 failed)",
 		EventReasonRolloutCompleted, RevisionName("classic", ProfileHash(profile))))
+}
+
+// The example: a profile edited on Sunday afternoon, with a window on
+// Mondays from 03:00 to 04:00 and max-defer 2h. The rollout's start is kept
+// rounded up to the second, and max-defer counts only the window's open
+// time from it: when Monday's window opens, the idle session moves and the
+// busy one keeps its match, until the third Monday's window opens.
+func TestBusySessionMaxDeferCountsTheOpenWindow(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	sunday := time.Date(2026, 11, 29, 15, 0, 0, 400*int(time.Millisecond), time.UTC)
+	clk := clocktesting.NewFakeClock(sunday)
+	f, profile, oldHash := rolloutFixtureWithOptions(ctx, t, Options{Clock: clk}, 2, map[string]string{
+		rollout.AnnotationWindow: "Mon 03:00-04:00", rollout.AnnotationMaxDefer: "2h"})
+	s0, err := f.c.sessionLister.GameSessions(testNamespace).Get("s0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s0 = s0.DeepCopy()
+	s0.Labels = map[string]string{gamesv1.BusyLabel: gamesv1.BusyLabelValue}
+	f.setCached(s0)
+
+	f.expectRolloutWrite(testNamespace, "classic")
+	f.runProfile(ctx, "arena/classic")
+	f.events()
+	stored, err := f.c.rolloutLister.ProfileRollouts(testNamespace).Get("classic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Rounded down, the start would count 400 ms the rollout did not run.
+	if start, want := stored.Status.StartTime, sunday.Truncate(time.Second).Add(time.Second); start == nil || !start.Time.Equal(want) {
+		t.Errorf("status.startTime %v, want %v, the start rounded up to the second", start, want)
+	}
+
+	clk.SetTime(time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC))
+	f.expectRolloutWrite(testNamespace, "classic")
+	f.runProfile(ctx, "arena/classic")
+	f.events()
+
+	f.expectGame(updateSessionStatus(testNamespace, "s0")) // and no Deployment write
+	_, game := f.run(ctx, "arena/s0")
+	c := expectCondition(t, objectOf[*gamesv1.GameSession](t, game[0]).Status.Conditions,
+		gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonSessionBusy)
+	if want := fmt.Sprintf(MessageBusyUntilInWindow, "2026-12-14T03:00:00Z", 2*time.Hour, "Mon 03:00-04:00"); !strings.Contains(c.Message, want) {
+		t.Errorf("s0 says %q, want it to end with %q", c.Message, want)
+	}
+	if d := f.storedDeployment(testNamespace, "s0"); rolledProfileHash(d, "classic") != oldHash {
+		t.Errorf("busy s0 runs %q, want the old revision", rolledProfileHash(d, "classic"))
+	}
+
+	f.expectKube(writeDeployment(testNamespace, "s1"))
+	f.expectGame(updateSessionStatus(testNamespace, "s1"))
+	f.run(ctx, "arena/s1")
+	if d := f.storedDeployment(testNamespace, "s1"); rolledProfileHash(d, "classic") != ProfileHash(profile) {
+		t.Errorf("idle s1 runs %q, want the new revision", rolledProfileHash(d, "classic"))
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/json"
 	core "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
@@ -160,6 +161,12 @@ type inputWorld struct {
 // newSecretWorld is the three sessions, and extra readers of "blue".
 func newSecretWorld(t *testing.T, extraBlue ...string) *inputWorld {
 	t.Helper()
+	return newSecretWorldWithOptions(t, Options{}, extraBlue...)
+}
+
+// newSecretWorldWithOptions is newSecretWorld with the controller's options.
+func newSecretWorldWithOptions(t *testing.T, opts Options, extraBlue ...string) *inputWorld {
+	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	w := &inputWorld{
 		blue:    withSecretVolume(newSession(testNamespace, "blue-1", "classic"), "blue"),
@@ -175,7 +182,7 @@ func newSecretWorld(t *testing.T, extraBlue ...string) *inputWorld {
 		w.extra = append(w.extra, s)
 		objects = append(objects, s)
 	}
-	w.f = newFixture(ctx, t, objects...)
+	w.f = newFixtureWithOptions(ctx, t, opts, objects...)
 	for _, s := range w.all() {
 		kube, game := w.sync(t, sessionKey(s))
 		w.f.observe(append(kube, game...)...)
@@ -342,6 +349,36 @@ func TestSecretChangeWaitsForThePolicy(t *testing.T) {
 				t.Errorf("once released, the change did not roll")
 			}
 		})
+	}
+}
+
+// A busy session's rotation waits for max-defer of the window's open time,
+// as a profile's rollout does: a week of closed window spends none of it.
+func TestSecretChangeMaxDeferCountsTheOpenWindow(t *testing.T) {
+	monday := time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
+	clk := clocktesting.NewFakeClock(monday)
+	w := newSecretWorldWithOptions(t, Options{Clock: clk})
+	w.blue = w.blue.DeepCopy()
+	w.blue.Labels = map[string]string{gamesv1.BusyLabel: gamesv1.BusyLabelValue}
+	w.f.setCached(w.blue)
+	w.profile = w.profile.DeepCopy()
+	w.profile.Annotations = map[string]string{rollout.AnnotationWindow: "Mon 03:00-04:00", rollout.AnnotationMaxDefer: "90m"}
+	w.f.setCached(w.profile)
+	before := observedSet(secretKind{}, w.f.storedDeployment(testNamespace, "blue-1"))
+	w.rotate(t, "blue", "two")
+
+	// An hour of Monday's window, then a week closed, then ten minutes of
+	// the next Monday's: 70 minutes of the 90.
+	for _, now := range []time.Time{monday, monday.Add(59 * time.Minute), monday.AddDate(0, 0, 7).Add(10 * time.Minute)} {
+		clk.SetTime(now)
+		if written := w.syncAll(t); written["blue-1"] != nil {
+			t.Fatalf("at %v, busy blue-1 moved to %+v", now, observedSet(secretKind{}, written["blue-1"]))
+		}
+	}
+	clk.SetTime(monday.AddDate(0, 0, 7).Add(30 * time.Minute))
+	written := w.syncAll(t)
+	if written["blue-1"] == nil || observedSet(secretKind{}, written["blue-1"]) == before {
+		t.Errorf("after 90 minutes of open window, busy blue-1 did not move")
 	}
 }
 

@@ -49,6 +49,7 @@ const (
 	MessageSessionHalted            = "Runs revision %q; the rollout of profile %q to revision %q is halted, as too many sessions moved to it failed: fix the profile, or edit it back to its previous content"
 	MessageSessionBusy              = "Runs revision %q; the session is busy (label " + gamesv1.BusyLabel + "=" + gamesv1.BusyLabelValue + "), so its move to revision %q of profile %q waits until it is idle%s"
 	MessageBusyUntil                = ", or until %s (max-defer %s)"
+	MessageBusyUntilInWindow        = ", or until %s (max-defer %s of its maintenance window %s)"
 	MessageSessionOutsideWindow     = "Runs revision %q; the rollout of profile %q to revision %q waits for its maintenance window (%s), which opens at %s"
 	MessageWaitingForClusterBudget  = "Runs revision %q; its move to revision %q waits for room in the cluster-wide rollout budget (%s)"
 

@@ -94,9 +94,10 @@ func stopped(plan rollout.Plan) bool {
 }
 
 // deferred returns the choice of a busy session whose move waits (until it is
-// idle, or the policy's max-defer passes since the rollout started), and
-// whether it waits. A session without a Deployment running a revision of the
-// profile has no match to protect from this rollout.
+// idle, or the policy's window has been open for max-defer since the rollout
+// started: rollout.Policy.Defers), and whether it waits. A session without a
+// Deployment running a revision of the profile has no match to protect from
+// this rollout.
 func (c *Controller) deferred(session *gamesv1.GameSession, profile *corev1.ConfigMap, policy rollout.Policy,
 	target, rolled string, hasDeployment bool, now time.Time) (revisionChoice, bool) {
 	if !isBusy(session) || !hasDeployment || rolled == "" {
@@ -105,21 +106,26 @@ func (c *Controller) deferred(session *gamesv1.GameSession, profile *corev1.Conf
 	ref := refOfProfile(session.Namespace, profile)
 	running, targetRevision := RevisionName(ref, rolled), RevisionName(ref, target)
 	choice := revisionChoice{hash: rolled, reason: gamesv1.ReasonSessionBusy}
-	if policy.MaxDefer == nil {
+	started := c.rolloutStart(profile, target)
+	if started.IsZero() {
+		started = recordedStart(now) // the rollout begins: its plan records it
+	}
+	waits, ends := policy.Defers(started, now)
+	switch {
+	case !waits:
+		return revisionChoice{}, false
+	case ends.IsZero():
 		choice.message = fmt.Sprintf(MessageSessionBusy, running, targetRevision, ref, "")
 		return choice, true
 	}
-	started := c.rolloutStart(profile, target)
-	if started.IsZero() {
-		started = now // the rollout begins: its plan records it
-	}
-	ends := started.Add(*policy.MaxDefer)
-	if !now.Before(ends) {
-		return revisionChoice{}, false
-	}
 	choice.requeueAfter = ends.Sub(now)
-	choice.message = fmt.Sprintf(MessageSessionBusy, running, targetRevision, ref,
-		fmt.Sprintf(MessageBusyUntil, ends.UTC().Format(time.RFC3339), policy.MaxDefer))
+	until := fmt.Sprintf(MessageBusyUntil, ends.UTC().Format(time.RFC3339), policy.MaxDefer)
+	if policy.Window != nil {
+		// Only the open window counts: say so, or a deadline days after the
+		// start looks like a bug.
+		until = fmt.Sprintf(MessageBusyUntilInWindow, ends.UTC().Format(time.RFC3339), policy.MaxDefer, policy.Window)
+	}
+	choice.message = fmt.Sprintf(MessageSessionBusy, running, targetRevision, ref, until)
 	return choice, true
 }
 

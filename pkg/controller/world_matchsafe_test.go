@@ -27,8 +27,9 @@ import (
 //
 // What must hold, checked as the controller writes (checkMatchSafeMove):
 //   - busy-moved: no session that the controller's cache shows busy is
-//     moved to another revision of its profile before max-defer, as the
-//     cached policy sets it, has passed since the content was first seen;
+//     moved to another revision of its profile before the window has been
+//     open for max-defer (all the time, without a window), as the cached
+//     policy sets them, since the content was first seen;
 //   - window-moved: no move while the cached policy's window is closed;
 //   - cluster-budget-exceeded: the sessions of all profiles that the
 //     controller moved and whose Deployments have not since been complete,
@@ -197,8 +198,10 @@ func (w *world) checkMatchSafeMove(s *gamesv1.GameSession, d *appsv1.Deployment,
 		if isBusy(s) {
 			w.covered["busy moved"]++
 			first, seen := w.matchSafe.firstSeen[profile+"/"+hash]
-			// The ProfileRollout keeps its start to the second.
-			if policy.MaxDefer == nil || (seen && now.Before(first.Truncate(time.Second).Add(*policy.MaxDefer))) {
+			// The rollout started no earlier than the content was seen,
+			// not even by the second the ProfileRollout rounds it to.
+			waits, _ := policy.Defers(first, now)
+			if policy.MaxDefer == nil || (seen && waits) {
 				w.violate("busy-moved", "Deployment %s %s onto revision %s while its session is busy, under max-defer %v (content first seen at %s)",
 					d.Name, what, worldRevisionName(profile, hash), policy.MaxDefer, first.Sub(w.start))
 			}

@@ -33,7 +33,8 @@ type Member struct {
 	Blocked string
 	// Busy reports whether the session is busy (a match is running): a
 	// rollout does not move it until it is idle, or until the policy's
-	// MaxDefer has passed since the rollout started.
+	// window has been open for MaxDefer since the rollout started (see
+	// Policy.Defers).
 	Busy bool
 }
 
@@ -49,7 +50,9 @@ type Memory struct {
 	// known.
 	StableHash string
 	// Started is when the rollout towards the current target began, the zero
-	// time if it has just begun. MaxDefer counts from it.
+	// time if it has just begun. MaxDefer counts from it: a Started later
+	// than the real start only makes busy members wait longer, so the
+	// controller rounds it up to the second it stores.
 	Started time.Time
 }
 
@@ -100,8 +103,8 @@ type Plan struct {
 	// Failed is the number of moved members that failed.
 	Failed int
 	// Deferred is the number of busy members not on the target whose move
-	// waits until they are idle or MaxDefer passes. They count neither as
-	// failed nor against the budget.
+	// waits until they are idle or MaxDefer passes (Policy.Defers). They
+	// count neither as failed nor against the budget.
 	Deferred int
 
 	// MaxRolling is the policy's MaxRolling resolved against Total.
@@ -138,8 +141,9 @@ type Plan struct {
 	// again at that time.
 	Resumes, WindowCloses time.Time
 	// DeferralEnds is when MaxDefer passes and the deferred members move
-	// too; the zero time if none is deferred, or the policy defers them
-	// until they are idle.
+	// too: when the window has been open for MaxDefer since the rollout
+	// started. It is the zero time if none is deferred, or the policy
+	// defers them until they are idle.
 	DeferralEnds time.Time
 }
 
@@ -168,7 +172,7 @@ func (p Plan) NewSessionsOnTarget() bool {
 // to 0 (MaxRolling to at least 1).
 //
 // now is the time of the plan: it decides whether the maintenance window is
-// open, and whether MaxDefer has passed since memory.Started.
+// open, and whether it has been open for MaxDefer since memory.Started.
 func Decide(policy Policy, members []Member, memory Memory, now time.Time) Plan {
 	sorted := slices.Clone(members)
 	slices.SortFunc(sorted, compareMembers)
@@ -212,15 +216,14 @@ func Decide(policy Policy, members []Member, memory Memory, now time.Time) Plan 
 // deferral reports whether busy members wait, and sets DeferralEnds to when
 // they stop waiting (zero for never).
 func (p *Plan) deferral(policy Policy, memory Memory, now time.Time) bool {
-	if policy.MaxDefer == nil {
-		return true
-	}
-	if memory.Started.IsZero() {
+	started := memory.Started
+	if started.IsZero() {
 		// The rollout begins now: MaxDefer counts from now.
-		memory.Started = now
+		started = now
 	}
-	p.DeferralEnds = memory.Started.Add(*policy.MaxDefer)
-	return now.Before(p.DeferralEnds)
+	deferring, ends := policy.Defers(started, now)
+	p.DeferralEnds = ends
+	return deferring
 }
 
 // blocked fills in the members that hold a slot, or the rollout's end, and

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -380,5 +381,61 @@ func TestPlanNewSessionsOnTarget(t *testing.T) {
 		if got := (Plan{Phase: phase}).NewSessionsOnTarget(); got != onTarget {
 			t.Errorf("Phase %s: NewSessionsOnTarget() = %v, want %v", phase, got, onTarget)
 		}
+	}
+}
+
+// The example: a profile edited on Sunday, with a window on Monday
+// from 03:00 to 04:00 and max-defer 2h. Monday's window spends an hour of
+// max-defer, not the day that passed before it, so the busy session's match
+// lives on; the next Monday's spends the rest as it closes, and the busy
+// session moves as the third Monday's opens.
+func TestDecideMaxDeferCountsTheOpenWindow(t *testing.T) {
+	window, err := ParseWindow("Mon 03:00-04:00")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := policy(t, "100%", "0", "", false)
+	p.Window, p.MaxDefer = window, new(2*time.Hour)
+	members := []Member{{Name: "busy", Hash: "old", Busy: true}, {Name: "idle", Hash: "old"}}
+	sunday := time.Date(2026, 11, 29, 15, 0, 0, 0, time.UTC)
+	memory := Memory{Started: sunday}
+	thirdMonday := time.Date(2026, 12, 14, 3, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		now      time.Time
+		phase    Phase
+		admitted []string
+		deferred int
+	}{
+		{time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC), PhaseRolling, []string{"idle"}, 1},
+		{time.Date(2026, 11, 30, 3, 59, 59, 0, time.UTC), PhaseRolling, []string{"idle"}, 1},
+		{time.Date(2026, 12, 7, 3, 59, 59, 0, time.UTC), PhaseRolling, []string{"idle"}, 1},
+		{time.Date(2026, 12, 7, 4, 0, 0, 0, time.UTC), PhaseWaiting, nil, 1},
+		{thirdMonday.Add(-time.Second), PhaseWaiting, nil, 1},
+		{thirdMonday, PhaseRolling, []string{"busy", "idle"}, 0},
+	} {
+		plan := Decide(p, members, memory, tc.now)
+		if plan.Phase != tc.phase || !slices.Equal(plan.Admitted, tc.admitted) || plan.Deferred != tc.deferred {
+			t.Errorf("at %v: phase %s, admitted %q, %d deferred; want %s, %q, %d",
+				tc.now, plan.Phase, plan.Admitted, plan.Deferred, tc.phase, tc.admitted, tc.deferred)
+		}
+		if tc.deferred > 0 && !plan.DeferralEnds.Equal(thirdMonday) {
+			t.Errorf("at %v: DeferralEnds %v, want %v", tc.now, plan.DeferralEnds, thirdMonday)
+		}
+	}
+
+	// 90 minutes run out within the second Monday's window.
+	p.MaxDefer = new(90 * time.Minute)
+	secondMonday := time.Date(2026, 12, 7, 3, 30, 0, 0, time.UTC)
+	if plan := Decide(p, members, memory, secondMonday.Add(-time.Second)); plan.Deferred != 1 || !plan.DeferralEnds.Equal(secondMonday) {
+		t.Errorf("max-defer 90m: %d deferred until %v, want 1 until %v", plan.Deferred, plan.DeferralEnds, secondMonday)
+	}
+	if plan := Decide(p, members, memory, secondMonday); !plan.Admits("busy") {
+		t.Errorf("max-defer 90m: at %v, busy not admitted: %+v", secondMonday, plan)
+	}
+
+	// Without a window, all the time since the start counts.
+	p.Window = nil
+	if plan := Decide(p, members, memory, sunday.Add(90*time.Minute)); !plan.Admits("busy") {
+		t.Errorf("no window: 90m after the start, busy not admitted: %+v", plan)
 	}
 }

@@ -10,7 +10,7 @@
 //	rollout.games.example.com/canary: "1"         # sessions that go first
 //	rollout.games.example.com/max-failed: "0"     # failures tolerated
 //	rollout.games.example.com/paused: "true"      # stop admitting sessions
-//	rollout.games.example.com/max-defer: "2h"     # how long busy sessions wait
+//	rollout.games.example.com/max-defer: "2h"     # how long busy sessions wait, in open window
 //	rollout.games.example.com/window: "Mon-Fri 02:00-06:00 Europe/Berlin"
 //
 // The package is pure: no API clients, no clocks, no goroutines. The time a
@@ -88,16 +88,21 @@
 //
 // A busy member ([Member.Busy]: a match runs on its game servers) not on the
 // target is deferred: never admitted, counted in [Plan.Deferred], neither as
-// failed nor against max-rolling, until it is idle or the policy's MaxDefer
-// has passed since the rollout started ([Memory.Started]; [Plan.DeferralEnds]
-// says when). A busy canary holds the canary phase like any other.
+// failed nor against max-rolling, until it is idle or it has waited the
+// policy's MaxDefer of the time during which the rollout could have moved
+// it: the time the maintenance window has been open since the rollout
+// started ([Memory.Started]), or all of it without a window
+// ([Policy.Defers], [Window.AfterOpen]; [Plan.DeferralEnds] says when). A
+// closed window protects a match anyway, so it spends none of MaxDefer. A
+// busy canary holds the canary phase like any other.
 //
 // # Maintenance window
 //
 // Outside the policy's [Window] the rollout is in [PhaseWaiting]: nothing is
 // admitted, and [Plan.Resumes] says when the window opens. A halt and a
 // pause come first. Inside it, [Plan.WindowCloses] says when it closes, so
-// that the controller plans again then.
+// that the controller plans again then. Only its open time counts towards
+// MaxDefer (see Busy members).
 //
 // # Blocked members
 //

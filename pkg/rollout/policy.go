@@ -31,10 +31,13 @@ const (
 	// seconds such as "90s" or "2m". It is what makes the brake fire in a
 	// minute or two rather than the Deployment default's ten.
 	AnnotationProgressDeadline = "rollout.games.example.com/progress-deadline"
-	// AnnotationMaxDefer is how long after a rollout started its busy
-	// sessions may hold their move back: a duration such as "30m" or "2h",
-	// after which busy sessions move too, or "never" (the default), with
-	// which a busy session moves only once it is idle. "0s" does not defer.
+	// AnnotationMaxDefer is how long busy sessions may hold their move back:
+	// a duration such as "30m" or "2h" of the time during which the rollout
+	// could have moved them, that is of the time the maintenance window has
+	// been open since the rollout started (all the time since, without a
+	// window), after which busy sessions move too; or "never" (the default),
+	// with which a busy session moves only once it is idle. "0s" does not
+	// defer. See [Policy.Defers].
 	AnnotationMaxDefer = "rollout.games.example.com/max-defer"
 	// AnnotationWindow is the maintenance window: the rollout moves sessions
 	// only within it, for example "Mon-Fri 02:00-06:00 Europe/Berlin" (see
@@ -65,12 +68,46 @@ type Policy struct {
 	// ProgressDeadlineSeconds is the progress deadline of the Deployments of
 	// sessions that set none; nil leaves them the Deployment default.
 	ProgressDeadlineSeconds *int32
-	// MaxDefer is how long after the rollout started busy sessions may
-	// hold their move back; nil defers them until they are idle.
+	// MaxDefer is how long busy sessions may hold their move back, in time
+	// the window has been open since the rollout started (see Defers); nil
+	// defers them until they are idle.
 	MaxDefer *time.Duration
 	// Window is the maintenance window outside which nothing moves; nil
 	// allows any time.
 	Window *Window
+}
+
+// Defers reports whether a busy session still holds back at now a move
+// that waits since started (the rollout's start, or a Secret change's), and
+// until when: the zero time while it waits until it is idle.
+//
+// MaxDefer counts the time during which the move could have been made: the
+// time the window has been open since started, or all of it without a
+// window. A closed window protects a match anyway, so it spends none of
+// MaxDefer. With "Mon 03:00-04:00" and max-defer "90m", a rollout started on
+// Sunday spares busy sessions through the next day's window and restarts
+// them at 03:30 on the Monday after, not at 03:00 the next day; with "2h",
+// the two Mondays' windows spend it all as they close, so they restart as
+// the third Monday's opens. A MaxDefer that the window does not give within
+// ten years (Window.AfterOpen) waits until the session is idle. "0s" never
+// holds a session back, whatever the start.
+func (p Policy) Defers(started, now time.Time) (waits bool, until time.Time) {
+	switch {
+	case p.MaxDefer == nil:
+		return true, time.Time{}
+	case *p.MaxDefer == 0:
+		return false, time.Time{}
+	case p.Window == nil:
+		until = started.Add(*p.MaxDefer)
+	default:
+		if until = p.Window.AfterOpen(started, *p.MaxDefer); until.IsZero() {
+			return true, until
+		}
+		// Spent as the window closes, MaxDefer lets nothing move until it
+		// opens again: until then the session still counts as held back.
+		until = p.Window.NextOpen(until)
+	}
+	return now.Before(until), until
 }
 
 // DefaultPolicy is the unpaced policy: every session moves at once, as it did

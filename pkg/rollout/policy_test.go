@@ -303,3 +303,36 @@ func mustWindow(t *testing.T, s string) *Window {
 	}
 	return w
 }
+
+func TestPolicyDefers(t *testing.T) {
+	monday, err := ParseWindow("Mon 03:00-04:00")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sunday := time.Date(2026, 11, 29, 15, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name     string
+		maxDefer *time.Duration
+		window   *Window
+		started  time.Time
+		now      time.Time
+		waits    bool
+		until    time.Time
+	}{
+		{"never", nil, nil, sunday, sunday.Add(1000 * time.Hour), true, time.Time{}},
+		// A start recorded up to a second late must not make "0s" defer.
+		{"0s from a start still to come", new(time.Duration(0)), nil, sunday.Add(time.Second), sunday, false, time.Time{}},
+		{"no window", new(time.Hour), nil, sunday, sunday.Add(59 * time.Minute), true, sunday.Add(time.Hour)},
+		{"no window, passed", new(time.Hour), nil, sunday, sunday.Add(time.Hour), false, sunday.Add(time.Hour)},
+		{"window", new(time.Hour), monday, sunday, sunday.Add(24 * time.Hour),
+			true, time.Date(2026, 12, 7, 3, 0, 0, 0, time.UTC)},
+		{"beyond the horizon", new(1000 * time.Hour), monday, sunday, sunday.Add(20 * 365 * 24 * time.Hour), true, time.Time{}},
+	}
+	for _, tc := range tests {
+		p := Policy{MaxDefer: tc.maxDefer, Window: tc.window}
+		waits, until := p.Defers(tc.started, tc.now)
+		if waits != tc.waits || !until.Equal(tc.until) {
+			t.Errorf("%s: Defers = %v, %v; want %v, %v", tc.name, waits, until, tc.waits, tc.until)
+		}
+	}
+}

@@ -62,12 +62,18 @@ func randomPolicy(rng *rand.Rand) Policy {
 	case 2:
 		p.MaxDefer = new(time.Duration(0))
 	}
-	// A window open at testNow, and one closed.
+	// Windows open at testNow and closed, each open for some of the days
+	// before it, so that max-defer counts less than the time since the
+	// memory's start.
 	switch rng.IntN(10) {
 	case 0:
 		p.Window, _ = ParseWindow("Tue 02:00-04:00")
 	case 1:
 		p.Window, _ = ParseWindow("Mon,Wed-Sun 02:00-04:00 Europe/Berlin")
+	case 2:
+		p.Window, _ = ParseWindow("Mon 03:00-04:00")
+	case 3:
+		p.Window, _ = ParseWindow("02:40-03:20 America/New_York")
 	}
 	return p
 }
@@ -95,8 +101,13 @@ func randomMemory(rng *rand.Rand) Memory {
 	if rng.IntN(2) == 0 {
 		m.StableHash = []string{"r1", "r2", "r9"}[rng.IntN(3)]
 	}
-	if rng.IntN(2) == 0 {
+	// Started within the last two hours, or, to the second, within the
+	// last two days, across several openings of the windows.
+	switch rng.IntN(4) {
+	case 0, 1:
 		m.Started = testNow.Add(-time.Duration(rng.IntN(120)) * time.Minute)
+	case 2:
+		m.Started = testNow.Add(-time.Duration(rng.IntN(2*24*60*60)) * time.Second)
 	}
 	return m
 }
@@ -148,7 +159,7 @@ func checkDecide(rng *rand.Rand, policy Policy, members []Member, memory Memory)
 
 	for _, check := range []func(Policy, []Member, Memory, Plan) error{
 		checkCounts, checkResolved, checkAdmitted, checkBudget, checkPhase, checkAdmits, checkStable, checkBlocked,
-		checkDeferred, checkWindow,
+		checkDeferred, checkMaxDefer, checkWindow,
 	} {
 		if err := check(policy, members, memory, plan); err != nil {
 			return plan, fmt.Errorf("%w\nplan: %+v", err, plan)
@@ -322,16 +333,91 @@ func checkPhase(policy Policy, members []Member, memory Memory, plan Plan) error
 }
 
 // deferringAt reports whether busy members wait at now: max-defer "never",
-// or less time than it since the rollout started (an unknown start is now).
+// or the window open for less than max-defer since the rollout started (an
+// unknown start is now), or closed since it was open that long and not yet
+// open again. "0s" never defers.
 func deferringAt(policy Policy, memory Memory, now time.Time) bool {
 	if policy.MaxDefer == nil {
 		return true
 	}
-	started := memory.Started
-	if started.IsZero() {
-		started = now
+	if *policy.MaxDefer == 0 {
+		return false
 	}
-	return now.Sub(started) < *policy.MaxDefer
+	// Spent exactly, with the window closed: it was spent as the window
+	// closed, and nothing moves before it opens again.
+	open := openSince(policy.Window, startOf(memory, now), now)
+	return open < *policy.MaxDefer || open == *policy.MaxDefer && policy.Window != nil && !policy.Window.Open(now)
+}
+
+func startOf(memory Memory, now time.Time) time.Time {
+	if memory.Started.IsZero() {
+		return now
+	}
+	return memory.Started
+}
+
+// openSince is how long w is open from from to to, all of it for a nil w,
+// as Open, NextOpen and NextClose tell it: from each opening to its close.
+func openSince(w *Window, from, to time.Time) time.Duration {
+	if !to.After(from) {
+		return 0
+	}
+	if w == nil {
+		return to.Sub(from)
+	}
+	var open time.Duration
+	for t := from; t.Before(to); {
+		if !w.Open(t) {
+			t = w.NextOpen(t) // strictly later: t is not open
+			continue
+		}
+		closes := w.NextClose(t)
+		if closes.After(to) {
+			open += to.Sub(t)
+		} else {
+			open += closes.Sub(t)
+		}
+		t = closes
+	}
+	return open
+}
+
+// openMinutes is openSince counted the slow way, minute by minute: the
+// window's bounds are whole minutes in every zone, so it is open or closed
+// for the whole of each.
+func openMinutes(w *Window, from, to time.Time) time.Duration {
+	var open time.Duration
+	for t := from; t.Before(to); {
+		next := t.Truncate(time.Minute).Add(time.Minute)
+		if next.After(to) {
+			next = to
+		}
+		if w.Open(t) {
+			open += next.Sub(t)
+		}
+		t = next
+	}
+	return open
+}
+
+// checkMaxDefer checks that no busy member is admitted before the window has
+// been open for max-defer since the rollout started (all the time since,
+// without a window): the time during which the rollout could have ended its
+// match.
+func checkMaxDefer(policy Policy, members []Member, memory Memory, plan Plan) error {
+	for _, m := range members {
+		if !m.Busy || !plan.Admits(m.Name) {
+			continue
+		}
+		if policy.MaxDefer == nil {
+			return fmt.Errorf("admitted busy member %q under max-defer never", m.Name)
+		}
+		if open := openSince(policy.Window, startOf(memory, testNow), testNow); open < *policy.MaxDefer {
+			return fmt.Errorf("admitted busy member %q after %v of open window since the start, under max-defer %v",
+				m.Name, open, *policy.MaxDefer)
+		}
+	}
+	return nil
 }
 
 // checkDeferred checks that no busy member is admitted while busy members

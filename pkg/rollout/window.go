@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"fmt"
+	"iter"
 	"strconv"
 	"strings"
 	"sync"
@@ -182,27 +183,131 @@ func (w *Window) NextClose(t time.Time) time.Time {
 	return closes
 }
 
+// OpenDuration returns how long the window is open between from and to: 0
+// if to is not after from. It is real time, not wall-clock time: an opening
+// across a change of the clocks counts the hours that pass. Its cost grows
+// with the days between from and to.
+func (w *Window) OpenDuration(from, to time.Time) time.Duration {
+	var open time.Duration
+	if !to.After(from) {
+		return open
+	}
+	days := int(to.Sub(from)/(24*time.Hour)) + 2
+	for start, end := range w.openTimes(from, days) {
+		if !start.Before(to) {
+			break
+		}
+		if end.After(to) {
+			end = to
+		}
+		open += end.Sub(start)
+	}
+	return open
+}
+
+// AfterOpen returns the earliest instant by which the window has been open
+// for d since from: OpenDuration(from, AfterOpen(from, d)) == d. It is from
+// for a d that is not positive, and the zero time if the window is not open
+// that long within openHorizonDays of from, which a caller waiting for it
+// reads as never. It steps from opening to opening, so a short window and a
+// long d cost at most one step a day of the horizon.
+func (w *Window) AfterOpen(from time.Time, d time.Duration) time.Time {
+	if d <= 0 {
+		return from
+	}
+	if d > w.mostOpenWithin(openHorizonDays) {
+		return time.Time{} // no need to walk the horizon to know
+	}
+	left := d
+	for start, end := range w.openTimes(from, openHorizonDays) {
+		if open := end.Sub(start); open < left {
+			left -= open
+			continue
+		}
+		return start.Add(left).In(from.Location())
+	}
+	return time.Time{}
+}
+
+// openHorizonDays bounds AfterOpen's search: ten years, beyond which a wait
+// is as good as for ever, and which keeps a long max-defer under a short
+// window from costing more than a few thousand steps.
+const openHorizonDays = 10 * 366
+
+// mostOpenWithin bounds how long openTimes can yield over days days: each
+// weekday the window opens on comes at most days/7+2 times in them and the
+// day before, and each opening lasts at most an hour more than its clock
+// hours (a change of the clocks adds at most one).
+func (w *Window) mostOpenWithin(days int) time.Duration {
+	opening := time.Duration((w.end-w.start+24*60-1)%(24*60)+1)*time.Minute + time.Hour
+	open := 0
+	for _, set := range w.days {
+		if set {
+			open++
+		}
+	}
+	return time.Duration(open*(days/7+2)) * opening
+}
+
+// openTimes yields the times the window is open from from on, as intervals
+// [start, end) in order, that neither overlap nor start before from: the
+// openings that start on the days from the one before from's to days after
+// it, in the window's zone, cut to what follows from and to what earlier
+// openings did not cover. So they are the instants at which Open is true.
+func (w *Window) openTimes(from time.Time, days int) iter.Seq2[time.Time, time.Time] {
+	return func(yield func(time.Time, time.Time) bool) {
+		local := from.In(w.location)
+		covered := from
+		for offset := -1; offset <= days; offset++ {
+			start, end, ok := w.openingOn(local, offset)
+			if !ok {
+				continue
+			}
+			if start.Before(covered) {
+				start = covered
+			}
+			if !end.After(start) {
+				continue // over before from, or empty: a day the clocks skip its hours
+			}
+			if !yield(start, end) {
+				return
+			}
+			covered = end
+		}
+	}
+}
+
 // openings returns the window's openings that start on the days from first
 // to last days after t's day, in the window's zone, in order.
 func (w *Window) openings(t time.Time, first, last int) [][2]time.Time {
 	local := t.In(w.location)
 	var out [][2]time.Time
 	for offset := first; offset <= last; offset++ {
-		day := time.Date(local.Year(), local.Month(), local.Day()+offset, 0, 0, 0, 0, w.location)
-		if !w.days[day.Weekday()] {
-			continue
+		if start, end, ok := w.openingOn(local, offset); ok {
+			out = append(out, [2]time.Time{start, end})
 		}
-		start := clockOn(day, w.start, w.location)
-		endDay := day
-		if w.end <= w.start {
-			endDay = day.AddDate(0, 0, 1)
-		}
-		out = append(out, [2]time.Time{start, clockOn(endDay, w.end, w.location)})
 	}
 	return out
 }
 
-// clockOn is the wall-clock time minutes after midnight of day, in loc.
-func clockOn(day time.Time, minutes int, loc *time.Location) time.Time {
-	return time.Date(day.Year(), day.Month(), day.Day(), minutes/60, minutes%60, 0, 0, loc)
+// openingOn returns the opening that starts offset days after local's day,
+// in the window's zone, if the window opens that day. The weekday is
+// counted, not looked up: a day the window skips costs no date arithmetic,
+// which AfterOpen's long walks over weekly windows are mostly made of.
+func (w *Window) openingOn(local time.Time, offset int) (start, end time.Time, ok bool) {
+	if !w.days[((int(local.Weekday())+offset)%7+7)%7] {
+		return start, end, false
+	}
+	endOffset := offset
+	if w.end <= w.start {
+		endOffset++
+	}
+	return w.clockOn(local, offset, w.start), w.clockOn(local, endOffset, w.end), true
+}
+
+// clockOn is the wall-clock time minutes after midnight of the day offset
+// days after local's day, in the window's zone; time.Date carries the days
+// over into the months and years.
+func (w *Window) clockOn(local time.Time, offset, minutes int) time.Time {
+	return time.Date(local.Year(), local.Month(), local.Day()+offset, minutes/60, minutes%60, 0, 0, w.location)
 }

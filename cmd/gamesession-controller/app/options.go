@@ -50,8 +50,9 @@ type Options struct {
 	RolloutMaxRolling string
 	RolloutCanary     string
 	RolloutMaxFailed  string
-	// RolloutMaxDefer is how long busy sessions may hold back their move
-	// after a rollout started: a duration, or "never".
+	// RolloutMaxDefer is how long busy sessions may hold back their move, in
+	// time the profile's maintenance window has been open since the rollout
+	// started (all the time, without a window): a duration, or "never".
 	RolloutMaxDefer string
 	// MaxMovingSessions and MaxMovesPerMinute are the cluster-wide budget of
 	// profile moves, across all profiles. 0: no limit.
@@ -179,7 +180,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 
 	fs.StringVar(&o.RolloutMaxRolling, "rollout-max-rolling", o.RolloutMaxRolling, "Default rollout budget of a profile: at most this many (N) or this share (N%) of its sessions moved to a new revision and not yet Ready at once. A profile's annotation "+rollout.AnnotationMaxRolling+" overrides it.")
 	fs.StringVar(&o.RolloutCanary, "rollout-canary", o.RolloutCanary, "Default canary of a profile's rollouts: the first N (or N%) sessions move first, and the rest wait until they are Ready. 0: no canary. Annotation "+rollout.AnnotationCanary+".")
-	fs.StringVar(&o.RolloutMaxDefer, "rollout-max-defer", o.RolloutMaxDefer, "Default time busy sessions (label "+gamesv1.BusyLabel+"="+gamesv1.BusyLabelValue+") may hold back their move after a rollout started: a duration such as 30m, after which they move busy or not, or \"never\". Annotation "+rollout.AnnotationMaxDefer+".")
+	fs.StringVar(&o.RolloutMaxDefer, "rollout-max-defer", o.RolloutMaxDefer, "Default time busy sessions (label "+gamesv1.BusyLabel+"="+gamesv1.BusyLabelValue+") may hold back their move, counting the time the profile's maintenance window has been open since a rollout started (all the time, without a window): a duration such as 30m, after which they move busy or not, or \"never\". Annotation "+rollout.AnnotationMaxDefer+".")
 	fs.IntVar(&o.MaxMovingSessions, "max-moving-sessions", o.MaxMovingSessions, "Cluster-wide budget: at most this many sessions, across all profiles, moved to a new profile revision and not yet Ready at once. 0: no limit.")
 	fs.IntVar(&o.MaxMovesPerMinute, "max-moves-per-minute", o.MaxMovesPerMinute, "Cluster-wide budget: at most this many profile moves started in any minute, across all profiles. 0: no limit.")
 	fs.DurationVar(&o.ReferenceGrantRecheck, "reference-grant-recheck", o.ReferenceGrantRecheck, "How often a cluster-wide controller that found no ReferenceGrant API (Gateway API's CRD) at start-up looks for it again; once found, profiles of other namespaces are used by grant without a restart. 0: never.")
