@@ -171,6 +171,7 @@ const (
 // +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.profileRevision`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.image`,priority=1
+// +kubebuilder:printcolumn:name="Template-Image",type=string,JSONPath=`.spec.template.spec.containers[?(@.name=="game-server")].image`,priority=1,description="The game server's image when spec.template sets it: the image of the template's container named game-server, the default spec.container. A column is one JSONPath, which cannot follow spec.container, so a game server container named otherwise shows none here."
 // +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
 // +kubebuilder:validation:XValidation:rule="oldSelf.hasValue() || self.metadata.name.size() <= 63",optionalOldSelf=true,message="metadata.name must be at most 63 characters: it becomes the value of the app.kubernetes.io/instance label on the GameSession's Deployment and pods, and label values are at most 63 characters"
 type GameSession struct {
