@@ -2,6 +2,10 @@ package v1
 
 import (
 	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,10 +21,10 @@ type printerColumn struct {
 	Priority int32  `json:"priority"`
 }
 
-// gameSessionColumns reads the GameSession CRD's printer columns.
-func gameSessionColumns(t *testing.T) []printerColumn {
+// crdColumns reads the printer columns of the CRD of that plural name.
+func crdColumns(t *testing.T, plural string) []printerColumn {
 	t.Helper()
-	raw, err := os.ReadFile("../../../../artifacts/crd/games.example.com_gamesessions.yaml")
+	raw, err := os.ReadFile("../../../../artifacts/crd/games.example.com_" + plural + ".yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +39,7 @@ func gameSessionColumns(t *testing.T) []printerColumn {
 		t.Fatal(err)
 	}
 	if len(crd.Spec.Versions) != 1 {
-		t.Fatalf("the GameSession CRD has %d versions, want 1", len(crd.Spec.Versions))
+		t.Fatalf("the %s CRD has %d versions, want 1", plural, len(crd.Spec.Versions))
 	}
 	return crd.Spec.Versions[0].Columns
 }
@@ -67,7 +71,7 @@ func TestWideColumnsShowTheGameServersImage(t *testing.T) {
 	template := func(containers ...corev1.Container) *corev1.PodTemplateSpec {
 		return &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: containers}}
 	}
-	columns := gameSessionColumns(t)
+	columns := crdColumns(t, "gamesessions")
 	for name, spec := range map[string]GameSessionSpec{
 		"spec.image":                             {Image: image},
 		"spec.image, a template with a sidecar":  {Image: image, Template: template(sidecar)},
@@ -95,5 +99,53 @@ func TestWideColumnsShowTheGameServersImage(t *testing.T) {
 				t.Errorf("the game server's image shows in columns %q, want one", showing)
 			}
 		})
+	}
+}
+
+// The sample outputs of `kubectl get gs` and `kubectl get pro` in README.md
+// and docs/ have the CRDs' columns: a reader holds them against what kubectl
+// prints.
+func TestDocsSampleOutputsHaveTheCRDsColumns(t *testing.T) {
+	header := func(plural string) []string {
+		names := []string{"NAME"}
+		for _, c := range crdColumns(t, plural) {
+			if c.Priority == 0 {
+				names = append(names, strings.ToUpper(c.Name))
+			}
+		}
+		return names
+	}
+	sessions, rollouts := header("gamesessions"), header("profilerollouts")
+	want := map[string][]string{"gs": sessions, "gamesessions": sessions, "pro": rollouts, "profilerollouts": rollouts}
+	// Runs that predate the CURRENT and UP-TO-DATE columns, and say which
+	// commit or what they predate.
+	older := map[string]bool{"docs/architecture.md": true, "docs/operations.md": true}
+
+	docs, err := filepath.Glob("../../../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sample := regexp.MustCompile(`^\$ kubectl get (gs|gamesessions|pro|profilerollouts)\s*$`)
+	checked := 0
+	for _, path := range append(docs, "../../../../README.md") {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := strings.TrimPrefix(path, "../../../../")
+		lines := strings.Split(string(raw), "\n")
+		for i, line := range lines[:len(lines)-1] {
+			m := sample.FindStringSubmatch(line)
+			if m == nil || (older[name] && (m[1] == "gs" || m[1] == "gamesessions")) {
+				continue
+			}
+			checked++
+			if got := strings.Fields(lines[i+1]); !slices.Equal(got, want[m[1]]) {
+				t.Errorf("%s:%d: `kubectl get %s` shows columns %q, want %q", name, i+2, m[1], got, want[m[1]])
+			}
+		}
+	}
+	if checked == 0 {
+		t.Error("found no sample output of kubectl get gs or pro")
 	}
 }
