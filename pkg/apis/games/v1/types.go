@@ -60,7 +60,9 @@ const (
 	ConditionReady = "Ready"
 	// ConditionProfileUpToDate is True when the Deployment runs the revision
 	// of the profile's current content, and False while the session waits
-	// for its turn in a paced rollout, or the rollout is paused or halted.
+	// for its turn in a paced rollout, for its maintenance window, for the
+	// cluster-wide budget or while it is busy, or the rollout is paused or
+	// halted.
 	ConditionProfileUpToDate = "ProfileUpToDate"
 
 	// ConditionReconciling and ConditionStalled summarise the three above in
