@@ -21,8 +21,8 @@ import (
 // profile or its policy just changed) keeps what it runs and asks for one:
 // the plan queues it. A session whose Deployment runs no revision of this
 // profile (a new session, or one whose profileRef changed) starts on the
-// stable revision while the rollout is unproven (canary, paused, halted), so
-// that neither bypasses the gate.
+// stable revision while the rollout is unproven (canary, paused, halted, or
+// waiting for its window), so that neither bypasses the gate.
 //
 // A session whose Deployment runs another revision of the profile does not
 // move while it is busy (deferral), nor outside the maintenance window: the

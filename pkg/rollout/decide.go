@@ -116,9 +116,9 @@ type Plan struct {
 	MaxFailed int
 
 	// StableHash is the content new sessions start on while the rollout is
-	// in its canary phase, paused or halted: Memory.StableHash if known, else
-	// the one most members not on the target run (the lexicographically
-	// smallest on a tie), else "".
+	// in its canary phase, paused, halted or waiting for its window:
+	// Memory.StableHash if known, else the one most members not on the
+	// target run (the lexicographically smallest on a tie), else "".
 	StableHash string
 	// Settled reports whether the rollout is Complete and every member is
 	// Ready or Failed: nothing is left to happen. The controller then records

@@ -71,10 +71,10 @@
 //
 // A session created during a rollout has no Deployment to move. It starts on
 // the new revision once the rollout is past its canary and not stopped; in the
-// canary phase, paused or halted, it starts on the stable content
-// ([Plan.StableHash]): the one whose rollout last completed, as the
-// controller remembers it ([Memory]), or else the one most of the unmoved
-// sessions run. So it does not bypass the gate.
+// canary phase, paused, halted or waiting for its window, it starts on the
+// stable content ([Plan.StableHash]): the one whose rollout last completed,
+// as the controller remembers it ([Memory]), or else the one most of the
+// unmoved sessions run. So it does not bypass the gate.
 //
 // # Memory
 //

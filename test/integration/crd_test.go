@@ -272,7 +272,7 @@ func TestCRDWidePrinterColumns(t *testing.T) {
 		columns = append(columns, fmt.Sprintf("%s/%d", c.Name, c.Priority))
 	}
 	want := []string{"Name/0", "Profile/0", "Desired/0", "Current/0", "Ready/0", "Up-to-date/0", "Status/0", "Rollout/0", "Revision/0", "Age/0",
-		"Image/1", "Message/1"}
+		"Image/1", "Template-Image/1", "Message/1"}
 	if !slices.Equal(columns, want) {
 		t.Fatalf("columns (name/priority) %q, want %q", columns, want)
 	}
@@ -280,7 +280,7 @@ func TestCRDWidePrinterColumns(t *testing.T) {
 		t.Fatalf("rows %v, want one of %d cells", table.Rows, len(columns))
 	}
 	cells := table.Rows[0].Cells
-	for i, want := range map[int]string{7: gamesv1.ReasonWaitingForTurn, 8: s.Status.ProfileRevision, 10: s.Spec.Image, 11: message} {
+	for i, want := range map[int]string{7: gamesv1.ReasonWaitingForTurn, 8: s.Status.ProfileRevision, 10: s.Spec.Image, 12: message} {
 		if cells[i] != want {
 			t.Errorf("column %s = %v, want %q", table.ColumnDefinitions[i].Name, cells[i], want)
 		}

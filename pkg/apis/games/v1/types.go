@@ -77,7 +77,9 @@ const (
 	ConditionReady = "Ready"
 	// ConditionProfileUpToDate is True when the Deployment runs the revision
 	// of the profile's current content, and False while the session waits
-	// for its turn in a paced rollout, or the rollout is paused or halted.
+	// for its turn in a paced rollout, for its maintenance window, for the
+	// cluster-wide budget or while it is busy, or the rollout is paused or
+	// halted.
 	ConditionProfileUpToDate = "ProfileUpToDate"
 
 	// ConditionReconciling and ConditionStalled summarise the three above in
@@ -188,6 +190,7 @@ const (
 // +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.profileRevision`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.image`,priority=1
+// +kubebuilder:printcolumn:name="Template-Image",type=string,JSONPath=`.spec.template.spec.containers[?(@.name=="game-server")].image`,priority=1,description="The game server's image when spec.template sets it: the image of the template's container named game-server, the default spec.container. A column is one JSONPath, which cannot follow spec.container, so a game server container named otherwise shows none here."
 // +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
 // +kubebuilder:validation:XValidation:rule="oldSelf.hasValue() || self.metadata.name.size() <= 63",optionalOldSelf=true,message="metadata.name must be at most 63 characters: it becomes the value of the app.kubernetes.io/instance label on the GameSession's Deployment and pods, and label values are at most 63 characters"
 type GameSession struct {
