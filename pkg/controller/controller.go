@@ -715,10 +715,7 @@ func (c *Controller) addDeployment(obj interface{}) {
 // deploymentObserved ends the revision expectations the cached Deployment
 // shows, and asks for another look at the revisions they no longer hold.
 func (c *Controller) deploymentObserved(d *appsv1.Deployment) {
-	for _, revision := range c.revisions.deploymentObserved(d) {
-		namespace, name, _ := cache.SplitMetaNamespaceKey(revision)
-		c.enqueueProfileOfRevision(namespace, name)
-	}
+	c.enqueueProfilesOfRevisions(c.revisions.deploymentObserved(d))
 }
 
 func (c *Controller) updateDeployment(oldObj, newObj interface{}) {
@@ -793,6 +790,15 @@ func (c *Controller) enqueueProfileOfRevision(namespace, name string) {
 		return
 	}
 	c.profileQueue.AddAfter(revisionOf(r), planInterval)
+}
+
+// enqueueProfilesOfRevisions is enqueueProfileOfRevision for revisions
+// given as "namespace/name": those that pending writes released.
+func (c *Controller) enqueueProfilesOfRevisions(revisions []string) {
+	for _, revision := range revisions {
+		namespace, name, _ := cache.SplitMetaNamespaceKey(revision)
+		c.enqueueProfileOfRevision(namespace, name)
+	}
 }
 
 // enqueueOwner enqueues the session of a Deployment's name. A Deployment in
