@@ -315,6 +315,7 @@ func NewController(
 		{informers.Revisions.Informer(), revisionOfIndex, revisionOfIndexFunc},
 		{informers.Deployments.Informer(), mountedRevisionIndex, deploymentMountIndexFunc},
 		{informers.ReplicaSets.Informer(), mountedRevisionIndex, replicaSetMountIndexFunc},
+		{informers.ReplicaSets.Informer(), scaledDownIndex, scaledDownIndexFunc},
 	} {
 		if err := ix.informer.AddIndexers(cache.Indexers{ix.name: ix.index}); err != nil {
 			return nil, fmt.Errorf("adding the %s index: %w", ix.name, err)
@@ -710,6 +711,21 @@ func (c *Controller) addDeployment(obj interface{}) {
 	d := obj.(*appsv1.Deployment)
 	c.deploymentObserved(d)
 	c.enqueueOwner(d)
+	c.enqueueProfilesOfScaledDown(d)
+}
+
+// enqueueProfilesOfScaledDown queues the profiles of the revisions that the
+// Deployment's ReplicaSets scaled to zero mount, other than its template's:
+// while it was out of the cache, they kept them (revisionsOutOfSight), and
+// now that it is back, they may be stale. A Deployment the cache lists at
+// start-up comes this way too, when every profile is queued anyway.
+func (c *Controller) enqueueProfilesOfScaledDown(d *appsv1.Deployment) {
+	scaledDown, _ := c.replicaSetIndexer.ByIndex(scaledDownIndex, cache.MetaObjectToName(d).String())
+	for _, obj := range scaledDown {
+		if revision := mountedRevision(&obj.(*appsv1.ReplicaSet).Spec.Template); revision != mountedRevision(&d.Spec.Template) {
+			c.enqueueProfileOfRevision(d.Namespace, revision)
+		}
+	}
 }
 
 // deploymentObserved ends the revision expectations the cached Deployment

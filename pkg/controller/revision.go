@@ -67,10 +67,14 @@ const (
 
 // revisionOfIndex maps a profile ("namespace/name") to its revisions in the
 // revision informer; mountedRevisionIndex maps a revision to the Deployments
-// that mount it in the Deployment informer.
+// that mount it in the Deployment informer, and to the ReplicaSets that want
+// pods and mount it in the ReplicaSet informer; scaledDownIndex maps a
+// Deployment ("namespace/name") to its ReplicaSets scaled to zero that
+// mount a revision.
 const (
 	revisionOfIndex      = "revisionOf"
 	mountedRevisionIndex = "mountedRevision"
+	scaledDownIndex      = "scaledDown"
 )
 
 // revisionExpectations hold what the controller did to revisions, and to the
@@ -663,6 +667,21 @@ func replicaSetMountIndexFunc(obj interface{}) ([]string, error) {
 	return []string{rs.Namespace + "/" + mountedRevision(&rs.Spec.Template)}, nil
 }
 
+// scaledDownIndexFunc indexes a ReplicaSet scaled to zero that mounts a
+// revision by the Deployment that controls it. Such a ReplicaSet holds its
+// revision only while the Deployment is out of the cache
+// (revisionsOutOfSight).
+func scaledDownIndexFunc(obj interface{}) ([]string, error) {
+	rs, ok := obj.(*appsv1.ReplicaSet)
+	if !ok || mountedRevision(&rs.Spec.Template) == "" || replicaSetMounts(rs) {
+		return nil, nil
+	}
+	if ref := metav1.GetControllerOfNoCopy(rs); ref != nil && ref.Kind == "Deployment" {
+		return []string{rs.Namespace + "/" + ref.Name}, nil
+	}
+	return nil, nil
+}
+
 // replicaSetMounts reports whether a ReplicaSet's pods may mount its
 // template's revision: it wants pods.
 func replicaSetMounts(rs *appsv1.ReplicaSet) bool {
@@ -680,10 +699,11 @@ func mountedRevision(t *corev1.PodTemplateSpec) string {
 }
 
 // SlimReplicaSet is the transform of the ReplicaSet informer: it keeps what
-// tells which revision a ReplicaSet's pods mount and whether it has any
-// (name, UID, replica counts, the profile volume) and drops the rest, so
-// that the ten old ReplicaSets a Deployment keeps by default cost the cache
-// a few hundred bytes each, not a pod template each.
+// tells which revision a ReplicaSet's pods mount, whether it has any and
+// whose it is (name, UID, replica counts, the profile volume, the
+// controller's owner reference) and drops the rest, so that the ten old
+// ReplicaSets a Deployment keeps by default cost the cache a few hundred
+// bytes each, not a pod template each.
 func SlimReplicaSet(obj interface{}) (interface{}, error) {
 	rs, ok := obj.(*appsv1.ReplicaSet)
 	if !ok {
@@ -700,6 +720,9 @@ func SlimReplicaSet(obj interface{}) (interface{}, error) {
 		},
 		Spec:   appsv1.ReplicaSetSpec{Replicas: rs.Spec.Replicas},
 		Status: appsv1.ReplicaSetStatus{Replicas: rs.Status.Replicas},
+	}
+	if ref := metav1.GetControllerOfNoCopy(rs); ref != nil {
+		slim.OwnerReferences = []metav1.OwnerReference{*ref}
 	}
 	if v := findByName(rs.Spec.Template.Spec.Volumes, profileVolumeName); v != nil {
 		slim.Spec.Template.Spec.Volumes = []corev1.Volume{*v}
@@ -898,21 +921,31 @@ func (c *Controller) deleteStaleRevisions(ctx context.Context, profileKey string
 }
 
 // revisionsOutOfSight returns the revisions ("namespace/name") that the
-// profile's sessions whose Deployment the cache does not show last ran, as
-// their status says.
-// Such a Deployment (its managed-by label removed by a user) may mount one
-// still, and the controller, which puts the label back, would find its
-// revision gone.
+// Deployments of the profile's sessions may mount while the Deployment cache
+// does not show them: the one the session's status says it last ran, and
+// those of the Deployment's ReplicaSets scaled to zero, which the
+// ReplicaSet cache still shows (a ReplicaSet carries the pod template's
+// managed-by label, not the Deployment's). Such a Deployment (its
+// managed-by label removed by a user) may mount one still, its status
+// written by no controller yet or its replicas zero, and the controller,
+// which puts the label back, would find its revision gone.
 func (c *Controller) revisionsOutOfSight(profileKey string) map[string]bool {
 	names := map[string]bool{}
 	for _, key := range c.sessionKeysOf(profileKey) {
 		namespace, name, _ := cache.SplitMetaNamespaceKey(key)
 		session, err := c.sessionLister.GameSessions(namespace).Get(name)
-		if err != nil || session.Status.ProfileRevision == "" {
+		if err != nil {
 			continue
 		}
-		if _, err := c.deploymentLister.Deployments(namespace).Get(name); apierrors.IsNotFound(err) {
+		if _, err := c.deploymentLister.Deployments(namespace).Get(name); !apierrors.IsNotFound(err) {
+			continue
+		}
+		if session.Status.ProfileRevision != "" {
 			names[namespace+"/"+session.Status.ProfileRevision] = true
+		}
+		scaledDown, _ := c.replicaSetIndexer.ByIndex(scaledDownIndex, key)
+		for _, obj := range scaledDown {
+			names[namespace+"/"+mountedRevision(&obj.(*appsv1.ReplicaSet).Spec.Template)] = true
 		}
 	}
 	return names
