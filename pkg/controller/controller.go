@@ -325,6 +325,7 @@ func NewController(
 		{informers.Revisions.Informer(), revisionOfIndex, revisionOfIndexFunc},
 		{informers.Deployments.Informer(), mountedRevisionIndex, deploymentMountIndexFunc},
 		{informers.ReplicaSets.Informer(), mountedRevisionIndex, replicaSetMountIndexFunc},
+		{informers.ReplicaSets.Informer(), scaledDownIndex, scaledDownIndexFunc},
 	}
 	logger.Info("Setting up event handlers")
 	h := c.eventHandlers()
@@ -757,15 +758,27 @@ func (c *Controller) addDeployment(obj interface{}) {
 	d := obj.(*appsv1.Deployment)
 	c.deploymentObserved(d)
 	c.enqueueOwner(d)
+	c.enqueueProfilesOfScaledDown(d)
+}
+
+// enqueueProfilesOfScaledDown queues the profiles of the revisions that the
+// Deployment's ReplicaSets scaled to zero mount, other than its template's:
+// while it was out of the cache, they kept them (revisionsOutOfSight), and
+// now that it is back, they may be stale. A Deployment the cache lists at
+// start-up comes this way too, when every profile is queued anyway.
+func (c *Controller) enqueueProfilesOfScaledDown(d *appsv1.Deployment) {
+	scaledDown, _ := c.replicaSetIndexer.ByIndex(scaledDownIndex, cache.MetaObjectToName(d).String())
+	for _, obj := range scaledDown {
+		if revision := mountedRevision(&obj.(*appsv1.ReplicaSet).Spec.Template); revision != mountedRevision(&d.Spec.Template) {
+			c.enqueueProfileOfRevision(d.Namespace, revision)
+		}
+	}
 }
 
 // deploymentObserved ends the revision expectations the cached Deployment
 // shows, and asks for another look at the revisions they no longer hold.
 func (c *Controller) deploymentObserved(d *appsv1.Deployment) {
-	for _, revision := range c.revisions.deploymentObserved(d) {
-		namespace, name, _ := cache.SplitMetaNamespaceKey(revision)
-		c.enqueueProfileOfRevision(namespace, name)
-	}
+	c.enqueueProfilesOfRevisions(c.revisions.deploymentObserved(d))
 }
 
 func (c *Controller) updateDeployment(oldObj, newObj interface{}) {
@@ -840,6 +853,15 @@ func (c *Controller) enqueueProfileOfRevision(namespace, name string) {
 		return
 	}
 	c.profileQueue.AddAfter(revisionOf(r), planInterval)
+}
+
+// enqueueProfilesOfRevisions is enqueueProfileOfRevision for revisions
+// given as "namespace/name": those that pending writes released.
+func (c *Controller) enqueueProfilesOfRevisions(revisions []string) {
+	for _, revision := range revisions {
+		namespace, name, _ := cache.SplitMetaNamespaceKey(revision)
+		c.enqueueProfileOfRevision(namespace, name)
+	}
 }
 
 // enqueueOwner enqueues the session of a Deployment's name. A Deployment in

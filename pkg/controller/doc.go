@@ -24,9 +24,11 @@
 //   - write expectations by Deployment UID and generation (expectations.go):
 //     a restart costs at most one idle patch per session;
 //   - revision expectations by UID (revision.go): revisions deleted, and
-//     Deployment writes that mount one, until the caches show them or a live
-//     read supersedes them; a restarted controller's caches start in sync
-//     and need none;
+//     Deployment writes that mount one, until the caches show them, a live
+//     read supersedes them or they expire (a deleted session's writes
+//     included: its Deployment may run on); whatever ends one queues the
+//     profiles of the revisions it held; a restarted controller's caches
+//     start in sync and need none;
 //   - the latest rollout plan of each profile (profilesync.go): recomputed
 //     from the caches and the profile's ProfileRollout.
 //

@@ -201,7 +201,11 @@ func (c *Controller) syncProfile(ctx context.Context, key string) error {
 		// revisions a pod may mount stay. Its ProfileRollout goes with the
 		// profile (an owner reference); one of a profile that only lost its
 		// label stays as it was.
-		return c.deleteStaleRevisions(ctx, key, nil, 0, func(string) bool { return false })
+		recheck, err := c.deleteStaleRevisions(ctx, key, nil, 0, func(string) bool { return false })
+		if !recheck.IsZero() {
+			c.profileQueue.AddAfter(key, max(0, recheck.Sub(c.clock.Now()))+time.Second)
+		}
+		return err
 	}
 	c.plans.started(key, c.clock.Now())
 	hash := c.profileHashes.hash(profile)
@@ -211,7 +215,7 @@ func (c *Controller) syncProfile(ctx context.Context, key string) error {
 	if stable := c.stableHash(profile, hash); stable != "" {
 		kept = append(kept, stable)
 	}
-	deleteErr := c.deleteStaleRevisions(ctx, key, kept, c.revisionHistoryLimit, func(ns string) bool {
+	recheck, deleteErr := c.deleteStaleRevisions(ctx, key, kept, c.revisionHistoryLimit, func(ns string) bool {
 		return ns == namespace || slices.Contains(consumers, ns)
 	})
 	pp := c.planRollout(ctx, profile, hash, revision, unavailableIn)
@@ -223,10 +227,11 @@ func (c *Controller) syncProfile(ctx context.Context, key string) error {
 		c.profileQueue.AddAfter(key, replanInterval)
 	}
 	// The window opening or closing, and max-defer passing, change the plan
-	// with no event to announce them. A second late is a second past the
+	// with no event to announce them, as a write that never shows in the
+	// cache ends its hold on a revision. A second late is a second past the
 	// change, whatever the rounding of the queue's clock.
 	now := c.clock.Now()
-	for _, at := range []time.Time{pp.plan.Resumes, pp.plan.WindowCloses, pp.plan.DeferralEnds} {
+	for _, at := range []time.Time{pp.plan.Resumes, pp.plan.WindowCloses, pp.plan.DeferralEnds, recheck} {
 		if !at.IsZero() {
 			c.profileQueue.AddAfter(key, max(0, at.Sub(now))+time.Second)
 		}

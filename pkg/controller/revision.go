@@ -67,10 +67,14 @@ const (
 
 // revisionOfIndex maps a profile ("namespace/name") to its revisions in the
 // revision informer; mountedRevisionIndex maps a revision to the Deployments
-// that mount it in the Deployment informer.
+// that mount it in the Deployment informer, and to the ReplicaSets that want
+// pods and mount it in the ReplicaSet informer; scaledDownIndex maps a
+// Deployment ("namespace/name") to its ReplicaSets scaled to zero that
+// mount a revision.
 const (
 	revisionOfIndex      = "revisionOf"
 	mountedRevisionIndex = "mountedRevision"
+	scaledDownIndex      = "scaledDown"
 )
 
 // revisionExpectations hold what the controller did to revisions, and to the
@@ -89,7 +93,18 @@ const (
 // controller, whose caches start in sync, needs none of it.
 // expectationTimeout bounds each entry, for the event that never comes (a
 // Deployment deleted by others before the cache saw the write): past it, the
-// controller goes by its caches again.
+// controller goes by its caches again. An entry that ends hands back the
+// revisions no entry holds any more, and its caller queues their profiles;
+// one that expires is looked at again by the profile sync that found a
+// revision held by it, which asks to run again when the hold ends
+// (mountPending): else a stale revision would wait for the next resync.
+//
+// A write's entry protects its Deployment, not its session: a session
+// deleted with orphan propagation leaves the Deployment, and its pods,
+// running. forgetSession keeps the entries of a deleted session's
+// Deployment (detached), until the cache shows the Deployment or they
+// expire, apart from the session's name so that a successor of that name
+// neither sees them as its own writes nor ends them by its live reads.
 //
 // Revisions created are not tracked: a create answered AlreadyExists for a
 // revision the cache does not hold yet is told from a foreign ConfigMap of
@@ -102,9 +117,12 @@ type revisionExpectations struct {
 	mu      sync.Mutex
 	deleted map[string]pendingRevision // "namespace/revision" → the revision deleted
 	mounts  map[string][]pendingMount  // session key → the Deployment writes that mount a revision, oldest first
-	// byRevision counts the writes of mounts by the revision they mount;
-	// pruned is when timed-out writes were last dropped.
-	byRevision map[string]int
+	// detached holds the writes of deleted sessions, by their Deployment's
+	// key ("namespace/name", the session's).
+	detached map[string][]pendingMount
+	// byRevision counts the writes of mounts and detached by the revision
+	// they mount; pruned is when timed-out writes were last dropped.
+	byRevision map[string]revisionHold
 	pruned     time.Time
 	writes     uint64 // writes numbered so far
 	// left names the sessions whose Deployment left the cache: deleted, or
@@ -142,9 +160,18 @@ type pendingMount struct {
 	live bool
 }
 
+// revisionHold is what the pending writes that mount one revision hold: how
+// many there are, and when the latest was recorded, so that the hold ends
+// expectationTimeout after it at the latest.
+type revisionHold struct {
+	writes int
+	latest time.Time
+}
+
 func newRevisionExpectations(clk clock.PassiveClock) *revisionExpectations {
 	return &revisionExpectations{clock: clk, deleted: map[string]pendingRevision{},
-		mounts: map[string][]pendingMount{}, byRevision: map[string]int{}, left: map[string]struct{}{}}
+		mounts: map[string][]pendingMount{}, detached: map[string][]pendingMount{},
+		byRevision: map[string]revisionHold{}, left: map[string]struct{}{}}
 }
 
 // deletedRevision records a revision the controller deletes, before the
@@ -230,7 +257,7 @@ func (e *revisionExpectations) mounting(sessionKey string, uid types.UID, genera
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.writes++
-	e.setMounts(sessionKey, append(slices.Clone(e.mounts[sessionKey]), pendingMount{write: e.writes, uid: uid,
+	e.setMounts(e.mounts, sessionKey, append(slices.Clone(e.mounts[sessionKey]), pendingMount{write: e.writes, uid: uid,
 		generation: generation, templateChange: templateChange,
 		revision: desired.Namespace + "/" + mountedRevision(&desired.Spec.Template),
 		hash:     desired.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation], at: e.clock.Now()}))
@@ -261,34 +288,35 @@ func (e *revisionExpectations) lastMount(sessionKey string) (revision, hash stri
 // wrote hears how the write that mounting announced last went. A write the
 // API server refused made nothing to wait for; one it answered is waited for
 // by the UID and generation it produced; one whose answer was lost (a
-// timeout, a 500) may have been made, so it is waited for as announced.
+// timeout, a 500) may have been made, so it is waited for as announced, until
+// the cache shows it or it expires.
 //
 // The write may be gone already: its watch event can come before its answer.
-func (e *revisionExpectations) wrote(sessionKey string, write uint64, written *appsv1.Deployment, err error) {
+// It returns the revisions ("namespace/name") that no pending write holds
+// any more, which may be stale now.
+func (e *revisionExpectations) wrote(sessionKey string, write uint64, written *appsv1.Deployment, err error) []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	pending := slices.Clone(e.mounts[sessionKey])
 	i := slices.IndexFunc(pending, func(m pendingMount) bool { return m.write == write })
 	if i < 0 {
-		return
+		return nil
 	}
 	switch {
 	case err == nil && written != nil:
 		pending[i].uid, pending[i].generation, pending[i].resourceVersion = written.UID, written.Generation, written.ResourceVersion
-		e.setMounts(sessionKey, pending)
+		e.setMounts(e.mounts, sessionKey, pending)
 	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsInvalid(err) ||
 		apierrors.IsNotFound(err) || apierrors.IsForbidden(err):
-		e.setMounts(sessionKey, slices.Delete(pending, i, i+1))
+		refused := pending[i]
+		e.setMounts(e.mounts, sessionKey, slices.Delete(pending, i, i+1))
+		return e.releasedLocked([]pendingMount{refused})
 	}
+	return nil
 }
 
-// deploymentObserved hears that the Deployment cache shows d: a write it
-// shows ends. It shows the write when it holds the version the write
-// produced, or a later generation; for a write whose answer was lost, the
-// write's generation or later with the write's revision mounted, or any
-// revision for a template patch (made and shown, or not made, or replaced). A
-// Deployment of another UID ends nothing: the cache may show an older one,
-// deleted since, that the write replaced.
+// deploymentObserved hears that the Deployment cache shows d: the writes it
+// shows end, the session's and those a deleted session left (detached).
 //
 // It returns the revisions ("namespace/name") that no pending write holds
 // any more, which may be stale now.
@@ -297,23 +325,48 @@ func (e *revisionExpectations) deploymentObserved(d *appsv1.Deployment) []string
 	defer e.mu.Unlock()
 	key := d.Namespace + "/" + d.Name
 	delete(e.left, key)
-	before := e.mounts[key]
-	if len(before) == 0 {
-		return nil
-	}
-	e.setMounts(key, slices.DeleteFunc(slices.Clone(before), func(m pendingMount) bool {
-		if m.uid != "" && m.uid != d.UID {
+	var ended []pendingMount
+	for _, writes := range []map[string][]pendingMount{e.mounts, e.detached} {
+		before := writes[key]
+		if len(before) == 0 {
+			continue
+		}
+		after := slices.DeleteFunc(slices.Clone(before), func(m pendingMount) bool {
+			if m.seenIn(d) {
+				ended = append(ended, m)
+				return true
+			}
 			return false
-		}
-		if m.resourceVersion != "" {
-			return d.ResourceVersion == m.resourceVersion || d.Generation > m.generation
-		}
-		return d.Generation >= m.generation && (m.templateChange ||
-			mountedRevision(&d.Spec.Template) == strings.TrimPrefix(m.revision, d.Namespace+"/"))
-	}))
+		})
+		e.setMounts(writes, key, after)
+	}
+	return e.releasedLocked(ended)
+}
+
+// seenIn reports whether the cached Deployment d shows the write m. It does
+// when it holds the version the write produced, or a later generation; for a
+// write whose answer was lost, the write's generation or later with the
+// write's revision mounted, or any revision for a template patch (made and
+// shown, or not made, or replaced). A Deployment of another UID shows
+// nothing: the cache may show an older one, deleted since, that the write
+// replaced.
+func (m pendingMount) seenIn(d *appsv1.Deployment) bool {
+	if m.uid != "" && m.uid != d.UID {
+		return false
+	}
+	if m.resourceVersion != "" {
+		return d.ResourceVersion == m.resourceVersion || d.Generation > m.generation
+	}
+	return d.Generation >= m.generation && (m.templateChange ||
+		mountedRevision(&d.Spec.Template) == strings.TrimPrefix(m.revision, d.Namespace+"/"))
+}
+
+// releasedLocked returns the revisions of the writes ended that no pending
+// write holds any more.
+func (e *revisionExpectations) releasedLocked(ended []pendingMount) []string {
 	var released []string
-	for _, m := range before {
-		if e.byRevision[m.revision] == 0 && !slices.Contains(released, m.revision) {
+	for _, m := range ended {
+		if _, held := e.byRevision[m.revision]; !held && !slices.Contains(released, m.revision) {
 			released = append(released, m.revision)
 		}
 	}
@@ -336,21 +389,22 @@ func (e *revisionExpectations) mayHaveLeft(sessionKey string) bool {
 	return ok
 }
 
-// forgetSession drops the writes of a deleted session's Deployment. The
-// Deployment cache protects their revisions for as long as it shows the
-// Deployment; a Deployment leaving the cache ends nothing else: it may have
-// left it only for a label a user removed, and that the controller's write
-// has put back.
-//
-// It returns the revisions ("namespace/name") those writes held, which may
-// be stale now.
-func (e *revisionExpectations) forgetSession(sessionKey string) []string {
+// forgetSession hears that the session is gone. Its Deployment may not be:
+// the garbage collector deletes it after the session, and not at all under
+// orphan propagation. So the writes of it that the cache does not show yet
+// stay (detached), each until the cache shows it or it expires, and hold
+// their revisions meanwhile; only the session's name lets go of them, for a
+// successor of that name. A Deployment leaving the cache ends nothing else:
+// it may have left it only for a label a user removed, and that the
+// controller's write has put back.
+func (e *revisionExpectations) forgetSession(sessionKey string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.left, sessionKey)
-	revisions := e.heldLocked(sessionKey)
-	e.setMounts(sessionKey, nil)
-	return revisions
+	if pending := e.mounts[sessionKey]; len(pending) > 0 {
+		e.setMounts(e.detached, sessionKey, append(slices.Clone(e.detached[sessionKey]), pending...))
+		e.setMounts(e.mounts, sessionKey, nil)
+	}
 }
 
 // heldLocked returns the revisions the session's pending entries hold.
@@ -390,7 +444,7 @@ func (e *revisionExpectations) liveRead(sessionKey string, live *appsv1.Deployme
 			pending = append(pending, m)
 		}
 	}
-	e.setMounts(sessionKey, pending)
+	e.setMounts(e.mounts, sessionKey, pending)
 	return held
 }
 
@@ -419,41 +473,67 @@ func (m pendingMount) shownBy(d *appsv1.Deployment) bool {
 	return m.generation == d.Generation
 }
 
-// setMounts replaces the session's pending writes, and keeps the count of
-// pending writes by revision.
-func (e *revisionExpectations) setMounts(key string, pending []pendingMount) {
-	for _, m := range e.mounts[key] {
-		e.byRevision[m.revision]--
-		if e.byRevision[m.revision] <= 0 {
+// setMounts replaces the pending writes of key in writes (mounts or
+// detached), and keeps byRevision.
+func (e *revisionExpectations) setMounts(writes map[string][]pendingMount, key string, pending []pendingMount) {
+	for _, m := range writes[key] {
+		hold := e.byRevision[m.revision]
+		if hold.writes--; hold.writes <= 0 {
 			delete(e.byRevision, m.revision)
+			continue
 		}
+		e.byRevision[m.revision] = hold
 	}
 	for _, m := range pending {
-		e.byRevision[m.revision]++
+		hold := e.byRevision[m.revision]
+		hold.writes++
+		if m.at.After(hold.latest) {
+			hold.latest = m.at
+		}
+		e.byRevision[m.revision] = hold
 	}
 	if len(pending) == 0 {
-		delete(e.mounts, key)
+		delete(writes, key)
 		return
 	}
-	e.mounts[key] = pending
+	writes[key] = pending
 }
 
 // mountPending reports whether a Deployment write that mounts the revision
-// is not in the Deployment cache yet. It costs a map lookup: the profile
+// is not in the Deployment cache yet, and until when it holds the revision
+// at the latest: the profile sync that keeps the revision for it looks
+// again then, as no event may come. It costs a map lookup: the profile
 // sync asks it of every stale revision while thousands of writes are in
 // flight during a fan-out.
-func (e *revisionExpectations) mountPending(namespace, name string) bool {
+func (e *revisionExpectations) mountPending(namespace, name string) (until time.Time, pending bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if now := e.clock.Now(); now.Sub(e.pruned) >= expectationTimeout/10 {
-		e.pruned = now
-		for key, pending := range e.mounts {
-			e.setMounts(key, slices.DeleteFunc(slices.Clone(pending), func(m pendingMount) bool {
-				return e.clock.Since(m.at) >= expectationTimeout
+	now := e.clock.Now()
+	if now.Sub(e.pruned) >= expectationTimeout/10 {
+		e.pruneLocked(now)
+	}
+	hold, ok := e.byRevision[namespace+"/"+name]
+	if !ok {
+		return time.Time{}, false
+	}
+	if until = hold.latest.Add(expectationTimeout); now.Before(until) {
+		return until, true
+	}
+	// The latest write that holds it has expired, and so has every other.
+	e.pruneLocked(now)
+	return time.Time{}, false
+}
+
+// pruneLocked drops the writes past expectationTimeout.
+func (e *revisionExpectations) pruneLocked(now time.Time) {
+	e.pruned = now
+	for _, writes := range []map[string][]pendingMount{e.mounts, e.detached} {
+		for key, pending := range writes {
+			e.setMounts(writes, key, slices.DeleteFunc(slices.Clone(pending), func(m pendingMount) bool {
+				return now.Sub(m.at) >= expectationTimeout
 			}))
 		}
 	}
-	return e.byRevision[namespace+"/"+name] > 0
 }
 
 // maxNameLength is the longest ConfigMap name (a DNS subdomain).
@@ -587,6 +667,21 @@ func replicaSetMountIndexFunc(obj interface{}) ([]string, error) {
 	return []string{rs.Namespace + "/" + mountedRevision(&rs.Spec.Template)}, nil
 }
 
+// scaledDownIndexFunc indexes a ReplicaSet scaled to zero that mounts a
+// revision by the Deployment that controls it. Such a ReplicaSet holds its
+// revision only while the Deployment is out of the cache
+// (revisionsOutOfSight).
+func scaledDownIndexFunc(obj interface{}) ([]string, error) {
+	rs, ok := obj.(*appsv1.ReplicaSet)
+	if !ok || mountedRevision(&rs.Spec.Template) == "" || replicaSetMounts(rs) {
+		return nil, nil
+	}
+	if ref := metav1.GetControllerOfNoCopy(rs); ref != nil && ref.Kind == "Deployment" {
+		return []string{rs.Namespace + "/" + ref.Name}, nil
+	}
+	return nil, nil
+}
+
 // replicaSetMounts reports whether a ReplicaSet's pods may mount its
 // template's revision: it wants pods.
 func replicaSetMounts(rs *appsv1.ReplicaSet) bool {
@@ -604,10 +699,11 @@ func mountedRevision(t *corev1.PodTemplateSpec) string {
 }
 
 // SlimReplicaSet is the transform of the ReplicaSet informer: it keeps what
-// tells which revision a ReplicaSet's pods mount and whether it has any
-// (name, UID, replica counts, the profile volume) and drops the rest, so
-// that the ten old ReplicaSets a Deployment keeps by default cost the cache
-// a few hundred bytes each, not a pod template each.
+// tells which revision a ReplicaSet's pods mount, whether it has any and
+// whose it is (name, UID, replica counts, the profile volume, the
+// controller's owner reference) and drops the rest, so that the ten old
+// ReplicaSets a Deployment keeps by default cost the cache a few hundred
+// bytes each, not a pod template each.
 func SlimReplicaSet(obj interface{}) (interface{}, error) {
 	rs, ok := obj.(*appsv1.ReplicaSet)
 	if !ok {
@@ -624,6 +720,9 @@ func SlimReplicaSet(obj interface{}) (interface{}, error) {
 		},
 		Spec:   appsv1.ReplicaSetSpec{Replicas: rs.Spec.Replicas},
 		Status: appsv1.ReplicaSetStatus{Replicas: rs.Status.Replicas},
+	}
+	if ref := metav1.GetControllerOfNoCopy(rs); ref != nil {
+		slim.OwnerReferences = []metav1.OwnerReference{*ref}
 	}
 	if v := findByName(rs.Spec.Template.Spec.Volumes, profileVolumeName); v != nil {
 		slim.Spec.Template.Spec.Volumes = []corev1.Volume{*v}
@@ -745,10 +844,16 @@ func (c *Controller) ensureRevision(ctx context.Context, profile *corev1.ConfigM
 // of a profile are not left behind where it is no longer granted. Each step
 // of it is independent: a failed delete does not stop the others, and the
 // errors are returned together.
-func (c *Controller) deleteStaleRevisions(ctx context.Context, profileKey string, kept []string, keep int, consumes func(namespace string) bool) error {
+//
+// recheck is when the first of the revisions kept only for a Deployment
+// write the cache does not show yet stops being kept by it, if the write
+// has not shown by then: the profile is to be looked at again then, since
+// a write that never shows sends no event.
+func (c *Controller) deleteStaleRevisions(ctx context.Context, profileKey string, kept []string, keep int,
+	consumes func(namespace string) bool) (recheck time.Time, err error) {
 	objs, err := c.revisionIndexer.ByIndex(revisionOfIndex, profileKey)
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
 	// A profile used by grant has revisions in each namespace that uses it,
 	// and each namespace keeps its own history.
@@ -759,7 +864,11 @@ func (c *Controller) deleteStaleRevisions(ctx context.Context, profileKey string
 	}
 	var outOfSight map[string]bool
 	inUse := func(r *corev1.ConfigMap) bool {
-		if c.revisionInUse(r) {
+		inUse, pendingUntil := c.revisionInUse(r)
+		if !pendingUntil.IsZero() && (recheck.IsZero() || pendingUntil.Before(recheck)) {
+			recheck = pendingUntil
+		}
+		if inUse {
 			return true
 		}
 		if outOfSight == nil {
@@ -808,38 +917,51 @@ func (c *Controller) deleteStaleRevisions(ctx context.Context, profileKey string
 			errs = append(errs, fmt.Errorf("deleting revision %s: %w", r.Name, err))
 		}
 	}
-	return errors.Join(errs...)
+	return recheck, errors.Join(errs...)
 }
 
-// revisionInUse reports whether a pod of a managed Deployment may mount the
-// revision: see above. An index error counts as in use.
 // revisionsOutOfSight returns the revisions ("namespace/name") that the
-// profile's sessions whose Deployment the cache does not show last ran, as
-// their status says.
-// Such a Deployment (its managed-by label removed by a user) may mount one
-// still, and the controller, which puts the label back, would find its
-// revision gone.
+// Deployments of the profile's sessions may mount while the Deployment cache
+// does not show them: the one the session's status says it last ran, and
+// those of the Deployment's ReplicaSets scaled to zero, which the
+// ReplicaSet cache still shows (a ReplicaSet carries the pod template's
+// managed-by label, not the Deployment's). Such a Deployment (its
+// managed-by label removed by a user) may mount one still, its status
+// written by no controller yet or its replicas zero, and the controller,
+// which puts the label back, would find its revision gone.
 func (c *Controller) revisionsOutOfSight(profileKey string) map[string]bool {
 	names := map[string]bool{}
 	for _, key := range c.sessionKeysOf(profileKey) {
 		namespace, name, _ := cache.SplitMetaNamespaceKey(key)
 		session, err := c.sessionLister.GameSessions(namespace).Get(name)
-		if err != nil || session.Status.ProfileRevision == "" {
+		if err != nil {
 			continue
 		}
-		if _, err := c.deploymentLister.Deployments(namespace).Get(name); apierrors.IsNotFound(err) {
+		if _, err := c.deploymentLister.Deployments(namespace).Get(name); !apierrors.IsNotFound(err) {
+			continue
+		}
+		if session.Status.ProfileRevision != "" {
 			names[namespace+"/"+session.Status.ProfileRevision] = true
+		}
+		scaledDown, _ := c.replicaSetIndexer.ByIndex(scaledDownIndex, key)
+		for _, obj := range scaledDown {
+			names[namespace+"/"+mountedRevision(&obj.(*appsv1.ReplicaSet).Spec.Template)] = true
 		}
 	}
 	return names
 }
 
-func (c *Controller) revisionInUse(r *corev1.ConfigMap) bool {
+// revisionInUse reports whether a pod of a managed Deployment may mount the
+// revision: see above. An index error counts as in use. pendingUntil is set
+// when nothing but Deployment writes the cache does not show yet hold it:
+// when they stop holding it, unless shown before.
+func (c *Controller) revisionInUse(r *corev1.ConfigMap) (inUse bool, pendingUntil time.Time) {
 	key := r.Namespace + "/" + r.Name
 	for _, indexer := range []cache.Indexer{c.deploymentIndexer, c.replicaSetIndexer} {
 		if users, err := indexer.IndexKeys(mountedRevisionIndex, key); err != nil || len(users) > 0 {
-			return true
+			return true, time.Time{}
 		}
 	}
-	return c.revisions.mountPending(r.Namespace, r.Name)
+	pendingUntil, pending := c.revisions.mountPending(r.Namespace, r.Name)
+	return pending, pendingUntil
 }

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -8,8 +9,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 func TestRevisionNameIsAlwaysAValidName(t *testing.T) {
@@ -104,5 +107,58 @@ func TestStaleRevisions(t *testing.T) {
 				t.Errorf("stale: got %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// A Deployment write holds the revision it mounts until the cache shows it,
+// the API server refuses it, or it expires; whatever ends it hands back the
+// revisions nothing holds any more, for their profiles to look again. A
+// deleted session's writes outlive it: its Deployment may run on.
+func TestRevisionExpectationsHoldUntilShownRefusedOrExpired(t *testing.T) {
+	clk := clocktesting.NewFakeClock(lastTransition.Time)
+	e := newRevisionExpectations(clk)
+	session := newSession(testNamespace, "arena-1", "classic")
+	key := sessionKey(session)
+	hash := ProfileHash(newProfile(testNamespace, "classic", classicData))
+	desired := apiServerDeployment(session, hash)
+	revision := testNamespace + "/" + RevisionName("classic", hash)
+	held := func() bool {
+		_, pending := e.mountPending(testNamespace, RevisionName("classic", hash))
+		return pending
+	}
+
+	// Refused: nothing to wait for.
+	write := e.mounting(key, "", 1, false, desired)
+	if released := e.wrote(key, write, nil, apierrors.NewAlreadyExists(deploymentsGroupResource, "arena-1")); !slices.Equal(released, []string{revision}) || held() {
+		t.Errorf("a refused create released %v and holds %t, want %s released", released, held(), revision)
+	}
+
+	// Answered, then the session is deleted: the write holds on, also
+	// through a live read of a successor of that name, until the cache
+	// shows the Deployment.
+	write = e.mounting(key, "", 1, false, desired)
+	if released := e.wrote(key, write, desired, nil); released != nil || !held() {
+		t.Fatalf("an answered create released %v and holds %t", released, held())
+	}
+	e.forgetSession(key)
+	e.liveRead(key, nil, false, func() string { return "" })
+	if _, _, _, ok := e.lastMount(key); ok || !held() {
+		t.Errorf("after the session's deletion: its successor sees its write %t, revision held %t; want false, true", ok, held())
+	}
+	if released := e.deploymentObserved(desired); !slices.Equal(released, []string{revision}) || held() {
+		t.Errorf("the cache showing the Deployment released %v and holds %t, want %s released", released, held(), revision)
+	}
+
+	// A lost answer: held until expectationTimeout, which mountPending
+	// names, then not.
+	write = e.mounting(key, "", 1, false, desired)
+	e.wrote(key, write, nil, apierrors.NewInternalError(errors.New("etcdserver: request timed out")))
+	clk.Step(time.Minute)
+	if until, pending := e.mountPending(testNamespace, RevisionName("classic", hash)); !pending || !until.Equal(lastTransition.Add(expectationTimeout)) {
+		t.Errorf("a create whose answer was lost: held %t until %v, want held until %v", pending, until, lastTransition.Add(expectationTimeout))
+	}
+	clk.Step(expectationTimeout - time.Minute)
+	if held() {
+		t.Error("a create whose answer was lost holds its revision past expectationTimeout")
 	}
 }

@@ -27,13 +27,17 @@ import (
 // The cases of issue 16 at the level of one sync each. The sequence harness
 // (sequence_test.go) and test/integration replay them among other events.
 
-// oldReplicaSet is the ReplicaSet of a Deployment's previous template, which
-// mounts revision and still runs replicas pods.
+// oldReplicaSet is the ReplicaSet of a Deployment's previous template,
+// controlled by the Deployment, which mounts revision and still runs
+// replicas pods.
 func oldReplicaSet(d *appsv1.Deployment, revision string, replicas int32) *appsv1.ReplicaSet {
 	rs := &appsv1.ReplicaSet{
-		ObjectMeta: metav1.ObjectMeta{Namespace: d.Namespace, Name: d.Name + "-old", UID: types.UID(d.Name + "-old"), ResourceVersion: "5"},
-		Spec:       appsv1.ReplicaSetSpec{Replicas: ptr.To(replicas), Template: *d.Spec.Template.DeepCopy()},
-		Status:     appsv1.ReplicaSetStatus{Replicas: replicas},
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: d.Namespace, Name: d.Name + "-old", UID: types.UID(d.Name + "-old"), ResourceVersion: "5",
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(d, appsv1.SchemeGroupVersion.WithKind("Deployment"))},
+		},
+		Spec:   appsv1.ReplicaSetSpec{Replicas: ptr.To(replicas), Template: *d.Spec.Template.DeepCopy()},
+		Status: appsv1.ReplicaSetStatus{Replicas: replicas},
 	}
 	rs.Spec.Template.Spec.Volumes[0].ConfigMap.Name = revision
 	slim, _ := SlimReplicaSet(rs)
@@ -82,6 +86,42 @@ func TestReplicaSetScaledDownQueuesItsProfile(t *testing.T) {
 	if got := waitForProfileKeys(f.c); len(got) != 1 || got[0] != "arena/classic" {
 		t.Errorf("profile queue %v, want the profile of the revision", got)
 	}
+}
+
+// A Deployment whose managed-by label a user removed is out of the cache.
+// Scaled to zero, and its session's status naming no revision (no
+// controller wrote it yet), only its ReplicaSet, which the cache still shows
+// (it carries the pod template's labels), tells which revision it mounts:
+// that revision stays until the Deployment is back in the cache, which
+// queues the profile to look again.
+func TestRevisionStaysForAScaledDownDeploymentOutOfTheCache(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f, profile, oldHash := rolloutFixture(ctx, t, 1, nil)
+	f.c.revisionHistoryLimit = 0
+	oldRevision := RevisionName("classic", oldHash)
+	d := f.storedDeployment(testNamespace, "s0")
+	d.Spec.Replicas = ptr.To[int32](0)
+	f.deleteCached(d)
+	session := newSession(testNamespace, "s0", "classic")
+	session.Spec.Replicas = ptr.To[int32](0)
+	f.setCached(session)
+	f.setCached(oldReplicaSet(d, oldRevision, 0))
+
+	f.expectRolloutWrite(testNamespace, "classic")
+	f.runProfile(ctx, "arena/classic") // no delete
+	f.events()
+
+	// The label is back, and the Deployment moved on.
+	moved := apiServerDeployment(session, ProfileHash(profile))
+	f.setCached(moved)
+	drainQueue(f.c.profileQueue)
+	f.c.addDeployment(moved)
+	if got := waitForProfileKeys(f.c); len(got) != 1 || got[0] != "arena/classic" {
+		t.Fatalf("profile queue %v once the Deployment is back, want the profile of its old revision", got)
+	}
+	f.expectKube(deleteConfigMap(testNamespace, oldRevision))
+	f.expectRolloutWrite(testNamespace, "classic") // one member now
+	f.runProfile(ctx, "arena/classic")
 }
 
 // waitForProfileKeys returns the profile keys queued, including those

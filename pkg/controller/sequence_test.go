@@ -169,6 +169,10 @@ var foundByLongRuns = []struct {
 	{39756, "rollout: the same"},
 	{90654, "status: a session whose Deployment left the cache looks for it"},
 	{479, "revision: a deleted session's Deployment leaving the cache is nothing to its successor"},
+	{44256, "revision: a session deleted with orphan propagation before the cache shows its new Deployment keeps its write's revision"},
+	{811713, "revision: the same"},
+	{454940, "revision: a scaled-down Deployment out of the cache, its status naming no revision, keeps its ReplicaSet's"},
+	{4025841, "revision: a create answered 500 that never shows looks at its revision again when it expires"},
 }
 
 func TestSequenceRegressions(t *testing.T) {

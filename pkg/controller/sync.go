@@ -65,11 +65,9 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 			c.queue.Add(k)
 		}
 		c.wake(c.budget.forget(key))
-		for _, revision := range c.revisions.forgetSession(key) {
-			// Nothing else may hold it: its profile sync looks again.
-			revisionNamespace, revisionName, _ := cache.SplitMetaNamespaceKey(revision)
-			c.enqueueProfileOfRevision(revisionNamespace, revisionName)
-		}
+		// Its Deployment may run on (orphan propagation): the writes of it
+		// the cache does not show yet keep their revisions until it does.
+		c.revisions.forgetSession(key)
 		return nil
 	}
 	if err != nil {
@@ -374,10 +372,7 @@ func (c *Controller) liveRead(session *gamesv1.GameSession, live *appsv1.Deploym
 		}
 		return d.ResourceVersion
 	}
-	for _, revision := range c.revisions.liveRead(cache.MetaObjectToName(session).String(), live, ours, cached) {
-		namespace, name, _ := cache.SplitMetaNamespaceKey(revision)
-		c.enqueueProfileOfRevision(namespace, name)
-	}
+	c.enqueueProfilesOfRevisions(c.revisions.liveRead(cache.MetaObjectToName(session).String(), live, ours, cached))
 }
 
 // nothingToMount reports a session that has no revision to mount yet, and
@@ -584,7 +579,7 @@ func (c *Controller) createDeployment(ctx context.Context, session *gamesv1.Game
 	// been made all the same.
 	write := c.revisions.mounting(key, "", 1, false, desired)
 	created, err = client.Create(ctx, desired, metav1.CreateOptions{FieldManager: Name})
-	c.revisions.wrote(key, write, created, err)
+	c.enqueueProfilesOfRevisions(c.revisions.wrote(key, write, created, err))
 	if err == nil {
 		klog.FromContext(ctx).V(2).Info("Created Deployment", "deployment", klog.KObj(created))
 		c.recorder.Eventf(session, corev1.EventTypeNormal, EventReasonCreated, MessageDeploymentCreated, created.Name)
@@ -638,7 +633,7 @@ func (c *Controller) writeDeployment(ctx context.Context, session *gamesv1.GameS
 	}
 	write := c.revisions.mounting(key, observed.UID, generation, diff.templateChange(), desired)
 	written, err := send()
-	c.revisions.wrote(key, write, written, err)
+	c.enqueueProfilesOfRevisions(c.revisions.wrote(key, write, written, err))
 	if err != nil {
 		return nil, false, err
 	}

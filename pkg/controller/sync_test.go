@@ -3,8 +3,10 @@ package controller
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	core "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
@@ -720,4 +723,87 @@ func TestSyncRenamedContainerIsRestoredWithoutTwin(t *testing.T) {
 	if len(got) != 1 || got[0].Name != defaultGameServerContainer {
 		t.Errorf("containers after the sync: %+v, want the game server alone, under its name", got)
 	}
+}
+
+// A session deleted with orphan propagation leaves its Deployment, and its
+// pods, running. Until the cache shows that Deployment, the create that made
+// it keeps the revision it mounts, though the profile has moved on, and a
+// successor of the session's name, which that Deployment blocks, does not
+// let go of it by its live read. Once the cache shows the Deployment, the
+// revision's profile looks again.
+func TestSyncOrphanedDeploymentKeepsItsRevisionUntilCached(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	session := newSession(testNamespace, "arena-1", "classic")
+	profile := newProfile(testNamespace, "classic", classicData)
+	f := newFixture(ctx, t, session, profile)
+	f.c.revisionHistoryLimit = 0
+
+	f.expectKube(createDeployment(testNamespace, "arena-1"))
+	f.expectGame(updateSessionStatus(testNamespace, "arena-1"))
+	f.run(ctx, sessionKey(session)) // the cache does not show the Deployment yet
+	f.events()
+
+	// The garbage collector orphans the Deployment and the session goes.
+	orphaned := f.storedDeployment(testNamespace, "arena-1")
+	orphaned.OwnerReferences = nil
+	if err := f.kubeClient.Tracker().Update(appsv1.SchemeGroupVersion.WithResource("deployments"), orphaned, testNamespace); err != nil {
+		t.Fatal(err)
+	}
+	f.deleteCached(session)
+	f.run(ctx, sessionKey(session)) // no request
+
+	successor := newSession(testNamespace, "arena-1", "classic")
+	successor.UID = "successor"
+	f.setCached(successor)
+	f.expectKube(createDeployment(testNamespace, "arena-1"), getDeployment(testNamespace, "arena-1"))
+	f.expectGame(updateSessionStatus(testNamespace, "arena-1"))
+	f.run(ctx, sessionKey(successor))
+	f.expectEvents("Warning " + gamesv1.ReasonDeploymentNotControlled)
+
+	// The profile moves on: its first revision is neither current nor kept
+	// for history, and only the orphaned Deployment mounts it.
+	f.setCached(withData(profile, map[string]string{"game.cfg": "new"}))
+	f.expectRolloutWrite(testNamespace, "classic")
+	f.runProfile(ctx, "arena/classic") // no delete
+	f.events()
+
+	drainQueue(f.c.profileQueue)
+	f.setCached(orphaned)
+	f.c.addDeployment(orphaned)
+	if got := waitForProfileKeys(f.c); !slices.Equal(got, []string{"arena/classic"}) {
+		t.Errorf("profile queue %v once the cache shows the orphaned Deployment, want its revision's profile", got)
+	}
+}
+
+// A create answered 500 may have been made, so the revision it mounts is
+// kept for it. Made or not, the cache may never show it: when it stops
+// holding the revision (expectationTimeout), the profile sync that kept the
+// revision for it looks again, rather than leave it to the next resync.
+func TestSyncLostCreateAnswerHoldsItsRevisionUntilItExpires(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	clk := clocktesting.NewFakeClock(lastTransition.Time)
+	session := newSession(testNamespace, "arena-1", "classic")
+	profile := newProfile(testNamespace, "classic", classicData)
+	f := newFixtureWithOptions(ctx, t, Options{Clock: clk}, session, profile)
+	revision := RevisionName("classic", ProfileHash(profile))
+	f.kubeClient.PrependReactor("create", "deployments", func(core.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewInternalError(errors.New("etcdserver: request timed out"))
+	})
+
+	f.expectKube(createDeployment(testNamespace, "arena-1"))
+	if _, _, err := f.runWithError(ctx, sessionKey(session)); !apierrors.IsInternalError(err) {
+		t.Fatalf("sync returned %v, want the 500", err)
+	}
+
+	// The profile goes: only a revision a pod may mount stays.
+	f.deleteCached(profile)
+	f.runProfile(ctx, "arena/classic") // no delete
+	drainQueue(f.c.profileQueue)
+
+	clk.Step(expectationTimeout + time.Second)
+	if got := waitForProfileKeys(f.c); !slices.Equal(got, []string{"arena/classic"}) {
+		t.Fatalf("profile queue %v once the create's hold expired, want its revision's profile", got)
+	}
+	f.expectKube(deleteConfigMap(testNamespace, revision))
+	f.runProfile(ctx, "arena/classic")
 }
