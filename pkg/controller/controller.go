@@ -249,7 +249,7 @@ func NewController(
 	}
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	lanes := newLaneQueue(opts.Clock)
+	queue, lanes := newSessionQueue(Name, opts.Clock)
 	c := &Controller{
 		kubeClient:        kubeClient,
 		gameClient:        gameClient,
@@ -273,7 +273,7 @@ func NewController(
 			informers.Deployments.Informer().HasSynced,
 			informers.ReplicaSets.Informer().HasSynced,
 		},
-		queue: newSessionQueue(Name, opts.Clock, lanes),
+		queue: queue,
 		lanes: lanes,
 		profileQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),

@@ -4,7 +4,6 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 )
@@ -27,14 +26,19 @@ const statusLaneMaxWait = 30 * time.Second
 // written late is often written once, with the Deployment already complete,
 // instead of once per step of its rollout.
 //
+// A key goes to the status lane only if every add of it since it was last
+// queued or handed out asked for a status write alone: an event that lands
+// while a worker holds the key (a user's edit of the Deployment) wants a
+// full sync, even if that worker's sync then defers its status.
+//
 // It is the workqueue's storage (workqueue.Queue), so the workqueue's
 // guarantees stand: a key is queued once, and never handed to two workers.
 type sessionLanes interface {
-	// markStatusOnly says that the next add of key, if it queues the key, is
-	// for a status write alone: the key goes to the status lane. An add of a
-	// key that is already queued promotes it to the first lane, unless it is
-	// marked.
-	markStatusOnly(key string)
+	// addStatusOnly adds key for a status write alone. Queued by such adds
+	// only, it goes to the status lane; any other add of it, before or
+	// after, queues it in the first lane or promotes it there. One call, so
+	// that no other add can be taken for it.
+	addStatusOnly(key string)
 	// handedFrom reports the lane key was last handed out from, and
 	// forgets it: noLane for a sync the queue did not hand out (a test's).
 	handedFrom(key string) lane
@@ -54,14 +58,17 @@ const (
 // laneQueue implements sessionLanes as a workqueue.Queue. The workqueue calls
 // Touch, Push, Len and Pop under its own lock; the controller calls the
 // sessionLanes methods without it, so laneQueue has a lock of its own,
-// always taken after the workqueue's.
+// always taken after the workqueue's, and released before it calls fifo.
 type laneQueue struct {
 	clock clock.PassiveClock
+	// fifo is the workqueue whose storage laneQueue is; adds reach it
+	// through laneQueue.add, which notes them first.
+	fifo workqueue.TypedInterface[string]
 
 	mu sync.Mutex
-	// statusOnly holds the marks of markStatusOnly not yet consumed by a
-	// Push or Touch of their key.
-	statusOnly sets.Set[string]
+	// adds holds the adds not yet seen by a Push or Touch of their key:
+	// the workqueue pushes a key added while a worker holds it only at Done.
+	adds addsSince
 	// queued is each queued key's entry; the lanes may hold stale entries
 	// of keys promoted or handed out since, which Pop skips.
 	queued      map[string]laneEntry
@@ -83,22 +90,57 @@ type laneEntry struct {
 
 var _ workqueue.Queue[string] = &laneQueue{}
 
-func newLaneQueue(clk clock.PassiveClock) *laneQueue {
-	return &laneQueue{clock: clk, statusOnly: sets.New[string](), queued: map[string]laneEntry{}, handed: map[string]lane{}}
+// addsSince records, for each key added since its last Push or Touch,
+// whether every one of those adds was status-only. An entry lives until the
+// next Push or Touch of its key, which follows every add that the workqueue
+// does not drop for shutting down.
+type addsSince map[string]bool
+
+func (a addsSince) note(key string, statusOnly bool) {
+	onlyStatusSoFar, added := a[key]
+	a[key] = statusOnly && (onlyStatusSoFar || !added)
 }
 
-// newSessionQueue returns the GameSession work queue, ordered by lanes.
-func newSessionQueue(name string, clk clock.WithTicker, lanes *laneQueue) workqueue.TypedRateLimitingInterface[string] {
-	fifo := workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[string]{Name: name, Clock: clk, Queue: lanes})
-	delaying := workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: name, Clock: clk, Queue: fifo})
-	return workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+// take returns and forgets key's record: statusOnly if every add was,
+// added false if no add is left unseen (a Push or Touch that ran between
+// another add's note and its call into the workqueue has seen it).
+func (a addsSince) take(key string) (statusOnly, added bool) {
+	statusOnly, added = a[key]
+	delete(a, key)
+	return statusOnly, added
+}
+
+// newSessionQueue returns the GameSession work queue and its lanes.
+func newSessionQueue(name string, clk clock.WithTicker) (workqueue.TypedRateLimitingInterface[string], *laneQueue) {
+	lanes := &laneQueue{clock: clk, adds: addsSince{}, queued: map[string]laneEntry{}, handed: map[string]lane{}}
+	lanes.fifo = workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[string]{Name: name, Clock: clk, Queue: lanes})
+	// The delaying queue, and the rate limiter through it, add to
+	// laneFIFO: delayed and rate-limited adds are noted like direct ones.
+	delaying := workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{
+		Name: name, Clock: clk, Queue: laneFIFO{TypedInterface: lanes.fifo, lanes: lanes}})
+	queue := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: name, Clock: clk, DelayingQueue: delaying})
+	return queue, lanes
 }
 
-func (q *laneQueue) markStatusOnly(key string) {
+// laneFIFO is the lanes' workqueue as the delaying queue sees it: every add
+// that does not say it is status-only wants a full sync.
+type laneFIFO struct {
+	workqueue.TypedInterface[string]
+	lanes *laneQueue
+}
+
+func (f laneFIFO) Add(key string) { f.lanes.add(key, false) }
+
+func (q *laneQueue) addStatusOnly(key string) { q.add(key, true) }
+
+// add notes an add before the workqueue acts on it, so that the Push or
+// Touch it leads to, now or at Done, sees it.
+func (q *laneQueue) add(key string, statusOnly bool) {
 	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.statusOnly.Insert(key)
+	q.adds.note(key, statusOnly)
+	q.mu.Unlock()
+	q.fifo.Add(key)
 }
 
 func (q *laneQueue) handedFrom(key string) lane {
@@ -115,23 +157,24 @@ func (q *laneQueue) firstLaneWaiting() bool {
 	return len(q.queued) > q.statusCount
 }
 
-// Push queues a key that is not queued: in the status lane if it is marked.
+// Push queues a key that is not queued: in the status lane if every add
+// since its last Push or Touch was status-only. At Done that covers the adds
+// made while a worker held the key, whichever came last. With no add left to
+// see, the key goes to the first lane, where any add may send it.
 func (q *laneQueue) Push(key string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	status := q.statusOnly.Has(key)
-	q.statusOnly.Delete(key)
-	q.pushLocked(key, status)
+	statusOnly, _ := q.adds.take(key)
+	q.pushLocked(key, statusOnly)
 }
 
-// Touch hears of an add of a key that is queued already. An unmarked add
-// wants more than a status write: a key in the status lane moves to the
-// end of the first.
+// Touch hears of an add of a key that is queued already. An add that is not
+// status-only wants more than a status write: a key in the status lane
+// moves to the end of the first.
 func (q *laneQueue) Touch(key string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.statusOnly.Has(key) {
-		q.statusOnly.Delete(key)
+	if statusOnly, added := q.adds.take(key); !added || statusOnly {
 		return
 	}
 	if e, ok := q.queued[key]; ok && e.status {

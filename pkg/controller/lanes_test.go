@@ -2,9 +2,11 @@ package controller
 
 import (
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"k8s.io/client-go/util/workqueue"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -30,22 +32,20 @@ func drain(t *testing.T, q interface {
 
 func TestSessionQueueHandsOutDeploymentWorkFirst(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	lanes := newLaneQueue(clk)
-	q := newSessionQueue("", clk, lanes)
+	q, lanes := newSessionQueue("", clk)
 	defer q.ShutDown()
 
-	deferStatus := func(key string) { lanes.markStatusOnly(key); q.Add(key) }
-	deferStatus("s1")
+	lanes.addStatusOnly("s1")
 	q.Add("d1")
-	deferStatus("s2")
+	lanes.addStatusOnly("s2")
 	q.Add("d2")
 	if !lanes.firstLaneWaiting() {
 		t.Error("firstLaneWaiting: false with two keys in the first lane")
 	}
 	// s2 is promoted: an unmarked add wants more than its status.
 	q.Add("s2")
-	// A marked add of a key in the first lane leaves it there.
-	deferStatus("d1")
+	// A status-only add of a key in the first lane leaves it there.
+	lanes.addStatusOnly("d1")
 
 	keys, from := drain(t, q, lanes)
 	if want := []string{"d1", "d2", "s2", "s1"}; !slices.Equal(keys, want) {
@@ -62,19 +62,17 @@ func TestSessionQueueHandsOutDeploymentWorkFirst(t *testing.T) {
 	}
 }
 
-// A key marked while a worker holds it is queued when the worker is done,
-// in the status lane: the workqueue pushes it then, not at the add.
-func TestSessionQueueMarkWhileProcessing(t *testing.T) {
+// A key added status-only while a worker holds it is queued when the worker
+// is done, in the status lane: the workqueue pushes it then, not at the add.
+func TestSessionQueueStatusOnlyAddWhileProcessing(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	lanes := newLaneQueue(clk)
-	q := newSessionQueue("", clk, lanes)
+	q, lanes := newSessionQueue("", clk)
 	defer q.ShutDown()
 
 	q.Add("a")
 	key, _ := q.Get()
 	lanes.handedFrom(key)
-	lanes.markStatusOnly("a")
-	q.Add("a")
+	lanes.addStatusOnly("a")
 	q.Add("b")
 	q.Done("a")
 	keys, from := drain(t, q, lanes)
@@ -90,13 +88,11 @@ func TestSessionQueueMarkWhileProcessing(t *testing.T) {
 // statusLaneMaxWait, the lanes take turns.
 func TestSessionQueueStatusLaneWaitsAtMost(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	lanes := newLaneQueue(clk)
-	q := newSessionQueue("", clk, lanes)
+	q, lanes := newSessionQueue("", clk)
 	defer q.ShutDown()
 
 	for _, key := range []string{"s1", "s2"} {
-		lanes.markStatusOnly(key)
-		q.Add(key)
+		lanes.addStatusOnly(key)
 	}
 	for _, key := range []string{"d1", "d2", "d3"} {
 		q.Add(key)
@@ -116,5 +112,93 @@ func TestSessionQueueStatusLaneWaitsAtMost(t *testing.T) {
 	}
 	if want := []string{"s1", "d2", "s2", "d3"}; !slices.Equal(got, want) {
 		t.Errorf("after the wait: %v, want %v", got, want)
+	}
+}
+
+// An event that wants a full sync (a user's edit of the Deployment) and
+// lands while a worker holds the key keeps it in the first lane, even if the
+// worker's sync then defers its status: the workqueue pushes the key once,
+// at Done, for both adds.
+func TestSessionQueueAddWhileProcessingKeepsFirstLane(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		adds func(q workqueue.TypedRateLimitingInterface[string], lanes *laneQueue)
+	}{
+		{"event, then the status deferred", func(q workqueue.TypedRateLimitingInterface[string], lanes *laneQueue) {
+			q.Add("a")
+			lanes.addStatusOnly("a")
+		}},
+		{"the status deferred, then event", func(q workqueue.TypedRateLimitingInterface[string], lanes *laneQueue) {
+			lanes.addStatusOnly("a")
+			q.Add("a")
+		}},
+		{"event through the delaying queue", func(q workqueue.TypedRateLimitingInterface[string], lanes *laneQueue) {
+			q.AddAfter("a", 0)
+			lanes.addStatusOnly("a")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+			q, lanes := newSessionQueue("", clk)
+			defer q.ShutDown()
+
+			lanes.addStatusOnly("s")
+			q.Add("a")
+			if key, _ := q.Get(); key != "a" {
+				t.Fatalf("handed out %s, want a", key)
+			}
+			lanes.handedFrom("a")
+			tc.adds(q, lanes)
+			q.Done("a")
+
+			keys, from := drain(t, q, lanes)
+			if want := []string{"a", "s"}; !slices.Equal(keys, want) {
+				t.Errorf("handed out %v, want %v", keys, want)
+			}
+			if want := []lane{firstLane, statusLane}; !slices.Equal(from, want) {
+				t.Errorf("lanes %v, want %v", from, want)
+			}
+			if len(lanes.adds) != 0 || len(lanes.handed) != 0 {
+				t.Errorf("state left with the queue empty: adds %v, handed %v", lanes.adds, lanes.handed)
+			}
+		})
+	}
+}
+
+// Adds from many goroutines while a worker holds the key: whatever their
+// order, one that is not status-only keeps the key in the first lane.
+func TestSessionQueueConcurrentAddsWhileProcessing(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	q, lanes := newSessionQueue("", clk)
+	defer q.ShutDown()
+
+	lanes.addStatusOnly("s")
+	q.Add("a")
+	q.Get()
+	lanes.handedFrom("a")
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if i == 7 {
+				q.Add("a")
+				return
+			}
+			lanes.addStatusOnly("a")
+		}()
+	}
+	wg.Wait()
+	q.Done("a")
+
+	keys, from := drain(t, q, lanes)
+	if want := []string{"a", "s"}; !slices.Equal(keys, want) {
+		t.Errorf("handed out %v, want %v", keys, want)
+	}
+	if want := []lane{firstLane, statusLane}; !slices.Equal(from, want) {
+		t.Errorf("lanes %v, want %v", from, want)
+	}
+	if len(lanes.adds) != 0 {
+		t.Errorf("adds left with the queue empty: %v", lanes.adds)
 	}
 }

@@ -134,10 +134,10 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 	return err
 }
 
-// deferStatus queues the session in the status lane.
+// deferStatus queues the session in the status lane, unless another add of
+// it wants more (sessionLanes).
 func (c *Controller) deferStatus(key string) {
-	c.lanes.markStatusOnly(key)
-	c.queue.Add(key)
+	c.lanes.addStatusOnly(key)
 }
 
 // requestPlan asks for a plan of the profile planInterval after its last

@@ -40,13 +40,13 @@ type stepQueue struct {
 	staged  []string
 	limited []string // keys rate-limited during the current call
 
-	// The lanes, as laneQueue keeps them: statusOnly holds the marks not
-	// yet consumed, inStatusLane the ready keys of the status lane, handed
-	// the lane of each key handed out.
-	statusOnly   map[string]bool
+	// The lanes, as laneQueue keeps them: adds holds the adds not yet seen
+	// by a push or touch, inStatusLane the ready keys of the status lane,
+	// handed the lane of each key handed out.
+	adds         addsSince
 	inStatusLane map[string]bool
 	handed       map[string]lane
-	// deferred holds the keys marked since the last takeDeferred.
+	// deferred holds the keys added status-only since the last takeDeferred.
 	deferred map[string]bool
 }
 
@@ -60,7 +60,7 @@ func newStepQueue(clk *clocktesting.FakeClock, pick func(n int) int) *stepQueue 
 		clock: clk, pick: pick,
 		dirty: map[string]bool{}, processing: map[string]bool{},
 		waiting: map[string]time.Time{}, requeues: map[string]int{},
-		statusOnly: map[string]bool{}, inStatusLane: map[string]bool{}, handed: map[string]lane{}, deferred: map[string]bool{},
+		adds: addsSince{}, inStatusLane: map[string]bool{}, handed: map[string]lane{}, deferred: map[string]bool{},
 	}
 }
 
@@ -82,9 +82,16 @@ func (q *stepQueue) call(fn func()) []string {
 	return q.limited
 }
 
+// Add notes the add at once, as laneQueue does before the workqueue acts
+// on it, even if it is staged until the call ends.
 func (q *stepQueue) Add(key string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.adds.note(key, false)
+	q.stageLocked(key)
+}
+
+func (q *stepQueue) stageLocked(key string) {
 	if q.inCall {
 		q.staged = append(q.staged, key)
 		return
@@ -112,29 +119,27 @@ func (q *stepQueue) addLocked(key string) {
 
 func (q *stepQueue) push(key string) {
 	q.ready = append(q.ready, key)
-	if q.statusOnly[key] {
+	if statusOnly, _ := q.adds.take(key); statusOnly {
 		q.inStatusLane[key] = true
 	}
-	delete(q.statusOnly, key)
 }
 
 func (q *stepQueue) touch(key string) {
-	if q.statusOnly[key] {
-		delete(q.statusOnly, key)
-		return
+	if statusOnly, added := q.adds.take(key); added && !statusOnly {
+		delete(q.inStatusLane, key)
 	}
-	delete(q.inStatusLane, key)
 }
 
-func (q *stepQueue) markStatusOnly(key string) {
+func (q *stepQueue) addStatusOnly(key string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.statusOnly[key] = true
+	q.adds.note(key, true)
 	q.deferred[key] = true
+	q.stageLocked(key)
 }
 
-// takeDeferred reports whether key was marked for the status lane since it
-// was last asked, and forgets it.
+// takeDeferred reports whether key was added status-only since it was last
+// asked, and forgets it.
 func (q *stepQueue) takeDeferred(key string) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -291,6 +296,7 @@ func (q *stepQueue) release() []string {
 	})
 	for _, key := range due {
 		delete(q.waiting, key)
+		q.adds.note(key, false)
 		q.addLocked(key)
 	}
 	return due
