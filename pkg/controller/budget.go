@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -280,11 +281,11 @@ func (c *Controller) admitMove(key, target string) bool {
 }
 
 // settleMove ends a session's move in the budget once its Deployment d (as
-// the controller last wrote or saw it; nil if the cache shows none) no longer
-// rolls the content it moved to: Ready, failed, paused, moved elsewhere, or
-// gone. One that left the cache by losing its managed-by label counts as
-// gone: the budget counts the Deployments the controller manages, and its
-// next write puts the label back.
+// the controller last wrote or saw it, in the cache or by a live read) no
+// longer rolls the content it moved to: Ready, failed, paused, moved
+// elsewhere, or no longer the session's to write (being deleted, or another
+// owner's). A Deployment the cache does not show is no evidence of any of
+// these: see settleUncachedMove.
 func (c *Controller) settleMove(key string, session *gamesv1.GameSession, d *appsv1.Deployment) {
 	if !c.budget.limited() {
 		return
@@ -293,11 +294,48 @@ func (c *Controller) settleMove(key string, session *gamesv1.GameSession, d *app
 	if target == "" {
 		return
 	}
-	if d == nil || blocks(d, session) || d.Spec.Paused || d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation] != target ||
+	if blocks(d, session) || d.Spec.Paused || d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation] != target ||
 		deploymentComplete(d) || c.progressDeadlineExceeded(d) {
-		c.logger.V(4).Info("Move ends in the cluster-wide budget", "gameSession", key, "hash", target)
-		c.wake(c.budget.release(key))
+		c.endMove(key, target)
 	}
+}
+
+// settleUncachedMove settles the move of a session whose Deployment the
+// cache does not show. Its absence proves nothing: the cache holds only the
+// Deployments that carry the managed-by label, and learns of a Deployment
+// the session's sync created or moved through a live read (a create that
+// found the name taken) only by a watch event that may be late, or never
+// come (the label removed by someone). A live read decides: no Deployment
+// at all ends the move; one still rolling keeps the place, and the session
+// looks again after uncachedRecheckInterval, as no event may announce the
+// end of its rollout. A session that holds no place costs no request.
+func (c *Controller) settleUncachedMove(ctx context.Context, key string, session *gamesv1.GameSession) error {
+	if !c.budget.limited() {
+		return nil
+	}
+	target := c.budget.movingTo(key)
+	if target == "" {
+		return nil
+	}
+	live, err := c.uncachedDeployment(ctx, session)
+	switch {
+	case err != nil:
+		return err
+	case live == nil:
+		c.endMove(key, target)
+		return nil
+	}
+	c.settleMove(key, session, live)
+	if c.budget.movingTo(key) != "" {
+		c.queue.AddAfter(key, uncachedRecheckInterval)
+	}
+	return nil
+}
+
+// endMove frees the session's place and wakes the sessions it lets move.
+func (c *Controller) endMove(key, target string) {
+	c.logger.V(4).Info("Move ends in the cluster-wide budget", "gameSession", key, "hash", target)
+	c.wake(c.budget.release(key))
 }
 
 // wake queues the sessions the budget has room for.

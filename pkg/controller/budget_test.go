@@ -5,7 +5,12 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 )
 
 func TestClusterBudgetMovingAtOnce(t *testing.T) {
@@ -88,5 +93,81 @@ func TestClusterBudgetSeedCountsAsStarted(t *testing.T) {
 	}
 	if unlimited := newClusterBudget(clk, 0, 0); unlimited.limited() {
 		t.Error("a budget of zeros limits")
+	}
+}
+
+// A move whose Deployment the cache does not show holds its place: the
+// cache holds only labelled Deployments, and learns of one written through
+// a live read late or never. A live read ends the move, when the Deployment
+// is Ready or gone. Seed 67517 of the sequences: the second session moved
+// while the first one's Deployment, missing from the cache, still rolled.
+func TestBudgetMoveOutsideTheCacheHoldsItsPlace(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f, profile, _ := rolloutFixture(ctx, t, 2, nil)
+	f.c.budget = newClusterBudget(f.c.clock, 1, 0)
+	newHash := ProfileHash(profile)
+
+	f.expectKube(writeDeployment(testNamespace, "s0"))
+	f.expectGame(updateSessionStatus(testNamespace, "s0"))
+	_, game := f.run(ctx, "arena/s0")
+	f.observe(game...)
+	// The move rolls on the server; the cache never shows it (its label
+	// was removed, say).
+	moved := f.storedDeployment(testNamespace, "s0")
+	if rolledProfileHash(moved, "classic") != newHash || f.c.budget.movingTo("arena/s0") != newHash {
+		t.Fatalf("s0 runs %q and is moving to %q in the budget, want the move to %q granted",
+			rolledProfileHash(moved, "classic"), f.c.budget.movingTo("arena/s0"), newHash)
+	}
+	f.deleteCached(moved)
+	drainQueue(f.c.queue)
+
+	// The sync reads it (the create that follows finds the name taken and
+	// reads it again) and keeps the place; s1 waits.
+	f.expectKube(getDeployment(testNamespace, "s0"), createDeployment(testNamespace, "s0"), getDeployment(testNamespace, "s0"))
+	f.run(ctx, "arena/s0")
+	if got := f.c.budget.movingTo("arena/s0"); got != newHash {
+		t.Fatalf("a move whose Deployment the cache does not show lost its place (moving to %q)", got)
+	}
+	f.expectGame(updateSessionStatus(testNamespace, "s1"))
+	_, game = f.run(ctx, "arena/s1")
+	expectCondition(t, objectOf[*gamesv1.GameSession](t, game[0]).Status.Conditions,
+		gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonWaitingForClusterBudget)
+	f.observe(game...)
+
+	// Ready on the server: the next read ends the move and wakes s1.
+	ready := moved.DeepCopy()
+	ready.Status.ObservedGeneration = ready.Generation
+	if err := f.kubeClient.Tracker().Update(appsv1.SchemeGroupVersion.WithResource("deployments"), ready, testNamespace); err != nil {
+		t.Fatal(err)
+	}
+	drainQueue(f.c.queue)
+	f.expectKube(getDeployment(testNamespace, "s0"), createDeployment(testNamespace, "s0"), getDeployment(testNamespace, "s0"))
+	f.expectGame(updateSessionStatus(testNamespace, "s0"))
+	f.run(ctx, "arena/s0")
+	if got := f.c.budget.movingTo("arena/s0"); got != "" {
+		t.Errorf("s0 still moves to %q in the budget, its Deployment Ready", got)
+	}
+	if woken := drainQueue(f.c.queue); !slices.Contains(woken, "arena/s1") {
+		t.Errorf("the place freed woke %v, want arena/s1", woken)
+	}
+
+	// s1 moves; its Deployment is deleted: a read that finds none ends the
+	// move, and the Deployment created in its place is no move.
+	f.expectKube(writeDeployment(testNamespace, "s1"))
+	f.expectGame(updateSessionStatus(testNamespace, "s1"))
+	_, game = f.run(ctx, "arena/s1")
+	f.observe(game...)
+	if got := f.c.budget.movingTo("arena/s1"); got != newHash {
+		t.Fatalf("s1 moving to %q in the budget, want %q", got, newHash)
+	}
+	f.deleteCached(f.storedDeployment(testNamespace, "s1"))
+	if err := f.kubeClient.Tracker().Delete(appsv1.SchemeGroupVersion.WithResource("deployments"), testNamespace, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	f.expectKube(getDeployment(testNamespace, "s1"), createDeployment(testNamespace, "s1"))
+	f.expectGame(updateSessionStatus(testNamespace, "s1"))
+	f.run(ctx, "arena/s1")
+	if moving, _ := f.c.budget.counts(); moving != 0 {
+		t.Errorf("%d sessions moving in the budget, want none: s1's Deployment is gone", moving)
 	}
 }

@@ -169,6 +169,7 @@ var foundByLongRuns = []struct {
 	{39756, "rollout: the same"},
 	{90654, "status: a session whose Deployment left the cache looks for it"},
 	{479, "revision: a deleted session's Deployment leaving the cache is nothing to its successor"},
+	{67517, "budget: a move whose Deployment the cache does not show keeps its place until a live read shows it ended"},
 }
 
 func TestSequenceRegressions(t *testing.T) {

@@ -102,7 +102,11 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 	}
 	// The cache shows the last write: a move it completed, or a move that
 	// was refused or overtaken, frees its place in the cluster-wide budget.
-	c.settleMove(key, session, deployment)
+	if deployment != nil {
+		c.settleMove(key, session, deployment)
+	} else if err := c.settleUncachedMove(ctx, key, session); err != nil {
+		return err
+	}
 	c.settleSecretMove(key, session, deployment)
 	status := newSessionStatus(session)
 	status.deadlineExceeded = c.progressDeadlineExceeded
