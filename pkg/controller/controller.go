@@ -158,8 +158,9 @@ type Informers struct {
 //     remember (halt, stable revision, start) lives: a restart recomputes it.
 //   - budget: the cluster-wide budget's grants and waiting sessions
 //     (budget.go). A restart rebuilds the grants from the caches (every
-//     Deployment still rolling a revision), and its waiting sessions sync
-//     again on their own, their caches being new.
+//     Deployment still rolling a revision) and the moves of the last minute
+//     from the start each move records on its Deployment; its waiting
+//     sessions sync again on their own, their caches being new.
 //   - secretChanges and secretPacer (secrets.go): since when each session's
 //     Secret change has waited (for max-defer), and which sessions of a
 //     paced profile move for their Secrets (for max-rolling). A restart

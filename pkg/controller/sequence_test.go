@@ -560,8 +560,9 @@ func (w *world) startController() {
 		w.noteProfileSeen(name, w.caches[profilesResource].profile(name))
 	}
 	w.cacheGranted = w.grantedInCache()
-	// As Run does once the caches have synced; the rate holds per process.
-	w.matchSafe.moveTimes = nil
+	// As Run does once the caches have synced: the moves of the last
+	// minute are rebuilt from what the caches show.
+	w.forgetUnseenMoves()
 	c.seedBudget()
 	w.call(func() {
 		for _, ic := range w.caches {

@@ -48,6 +48,16 @@ const (
 	// data to whoever can read Deployments.
 	SecretsAnnotation     = "games.example.com/secrets"
 	SecretsHashAnnotation = "games.example.com/secrets-hash"
+
+	// MoveStartsAnnotation on a Deployment (its metadata, not its pod
+	// template) records when the controller started the moves of its
+	// session to new revisions of the profile within the minute before the
+	// latest one: RFC 3339 times to the nanosecond, comma separated, oldest
+	// first. The controller writes it with each move while
+	// --max-moves-per-minute is set, and a new leader reads it to count the
+	// moves of the last minute against that budget. Nothing else reads it,
+	// and the controller never writes it back if someone changes it.
+	MoveStartsAnnotation = "games.example.com/move-starts"
 )
 
 // Condition types reported in GameSessionStatus.Conditions.
