@@ -538,6 +538,9 @@ func (c *Controller) updateProfile(oldObj, newObj interface{}) {
 		return // joined the rollout scheduled by an edit moments ago
 	}
 	c.metrics.ObserveFanOut(sessions)
+	// The Event counts the sessions the change rolls: those of other
+	// namespaces that name the profile without a grant keep what they run.
+	sessions = len(c.permittedSessionKeysOf(newProfile.Namespace, newProfile.Name))
 	if sessions == 0 {
 		return
 	}
