@@ -386,9 +386,9 @@ func profileVolumeIndex(t *corev1.PodTemplateSpec) int {
 //
 // Only the parts that differ are sent. A profile change replaces the hash
 // annotation and the profile volume, and sets the move's start when it
-// records one (profilePatch). Any other difference of
-// the template replaces it whole ($patch: replace), which is what undoes a
-// hand edit, a renamed container included.
+// records one (profilePatch). Any other difference of the template replaces
+// it whole ($patch: replace), which is what undoes a hand edit, a renamed
+// container included.
 func deploymentPatch(observed, desired *appsv1.Deployment, diff deploymentDiff) (types.PatchType, []byte, error) {
 	if diff == (deploymentDiff{profile: true, annotations: diff.annotations}) {
 		patch, err := profilePatch(observed, desired, diff.annotations)
@@ -442,11 +442,12 @@ func deploymentPatch(observed, desired *appsv1.Deployment, diff deploymentDiff) 
 
 // profilePatch is the write of a profile fan-out, thousands at a time: a
 // JSON patch (RFC 6902) that replaces the hash annotation and the profile
-// volume, and with annotations the Deployment's annotations desired sets
-// (the move's start, see seedBudget), and nothing else. The API server applies it to the stored JSON
-// along the two paths only, where a strategic merge patch converts the whole
-// Deployment and walks it with the type's merge keys, which on a full pod
-// template costs markedly more (docs/performance.md). Its first operation
+// volume, with annotations also sets the Deployment's annotations desired
+// carries (the move's start, see seedBudget), and nothing else. The API
+// server applies it to the stored JSON along those paths only, where a
+// strategic merge patch converts the whole Deployment and walks it with the
+// type's merge keys, which on a full pod template costs markedly more
+// (docs/performance.md). Its first operation
 // sets the resourceVersion it was computed from, which makes it as
 // conditional as the strategic merge patch: a Deployment changed since the
 // read (the volume's index included) is refused with a Conflict.
