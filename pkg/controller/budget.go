@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -28,11 +29,12 @@ import (
 // rollout and is not held back.
 //
 // What it holds is a ledger of grants, rebuilt from the caches when the
-// controller starts (see seed): a restarted controller or a new leader
-// counts the sessions still rolling as moving, and as moves started in its
-// first minute, since it cannot tell when they started. Sessions refused a grant
-// wait in a first-come queue; a release or a freed minute wakes as many of
-// them as there is room for, so waiting costs no polling.
+// controller starts (seedBudget): a restarted controller or a new leader
+// counts the sessions still rolling as moving, and the moves started within
+// the last minute as its Deployments record them (gamesv1.MoveStartsAnnotation,
+// written with each move). Sessions refused a grant wait in a first-come
+// queue; a release or a freed minute wakes as many of them as there is room
+// for, so waiting costs no polling.
 type clusterBudget struct {
 	clock     clock.PassiveClock
 	maxMoving int // 0: no limit
@@ -174,21 +176,50 @@ func (b *clusterBudget) counts() (moving, waiting int) {
 	return len(b.moving), len(b.waiting)
 }
 
-// seed records the moves a controller finds under way when it starts: the
-// sessions whose Deployments still roll a revision of their profile. Each
-// counts as moving and as started now: the budget per minute cannot be
-// overrun by a restart, at the price of a slower first minute.
-func (b *clusterBudget) seed(moving map[string]string) {
+// seed records what a controller finds when it starts: the sessions whose
+// Deployments still roll a revision of their profile, each as moving, and
+// the moves started within the last minute, at their times.
+func (b *clusterBudget) seed(moving map[string]string, starts []time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	now := b.clock.Now()
 	for key, hash := range moving {
 		if _, ok := b.moving[key]; !ok {
 			b.moving[key] = hash
 			b.seeded[key] = true
-			b.starts = append(b.starts, now)
 		}
 	}
+	b.starts = append(b.starts, starts...)
+	slices.SortFunc(b.starts, time.Time.Compare)
+}
+
+// moveStarts is the gamesv1.MoveStartsAnnotation of a Deployment whose move
+// starts at now, previous its annotation before: the starts of previous
+// within the minute, and now. At most perMinute of them, the newest: the
+// budget lets no more start in a minute.
+func (b *clusterBudget) moveStarts(previous string, now time.Time) string {
+	starts := append(parseMoveStarts(previous, now), now)
+	starts = starts[max(0, len(starts)-b.perMinute):]
+	values := make([]string, len(starts))
+	for i, t := range starts {
+		values[i] = t.UTC().Format(time.RFC3339Nano)
+	}
+	return strings.Join(values, ",")
+}
+
+// parseMoveStarts returns the starts a gamesv1.MoveStartsAnnotation records
+// within the minute before now, oldest first. One later than now (another
+// leader's clock ahead of this one's) counts as it is: it leaves the minute
+// later, never earlier. What does not parse is no start.
+func parseMoveStarts(value string, now time.Time) []time.Time {
+	var starts []time.Time
+	for _, v := range strings.Split(value, ",") {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err == nil && now.Sub(t) < time.Minute {
+			starts = append(starts, t)
+		}
+	}
+	slices.SortFunc(starts, time.Time.Compare)
+	return starts
 }
 
 // unlimited stands for no limit in the room computations.
@@ -243,21 +274,42 @@ func (b *clusterBudget) wakeLocked(now time.Time) budgetWake {
 	return wake
 }
 
-// seedBudget gives a starting controller's budget the moves under way: every
-// session whose Deployment, in the caches just synced, runs a revision and
-// has neither completed nor failed its rollout. Some of them roll for a
-// change of their own spec, not a profile move: counting them too keeps the
-// budget on the safe side until they are Ready.
+// seedBudget gives a starting controller's budget what the caches just
+// synced show of the moves before it.
+//
+// Moving: every session whose Deployment runs a revision and has neither
+// completed nor failed its rollout. Some of them roll for a change of their
+// own spec, not a profile move: counting them too keeps the budget on the
+// safe side until they are Ready.
+//
+// Started within the last minute: the times each Deployment's
+// gamesv1.MoveStartsAnnotation records, completed moves included, so that a
+// failover does not let a new leader start --max-moves-per-minute more in
+// the minute its predecessor started as many. The annotation goes with the
+// move's own write: it costs no request, and it is exact, where what the
+// API shows otherwise is not: a Deployment's Progressing condition moves
+// with every step of its rollout, and a move back to an earlier revision
+// reuses the ReplicaSet of that template, created long before (a
+// ReplicaSet's creationTimestamp is also to the second only). A Deployment
+// still rolling without the annotation (written by a controller that did
+// not record, or rolling for its own spec) counts as started now: when it
+// started cannot be told, and it might have been a move within the minute.
+// What the cache cannot show, it cannot count: a Deployment moved, then
+// deleted or stripped of its managed-by label within the minute.
 func (c *Controller) seedBudget() {
 	if !c.budget.limited() {
 		return
 	}
 	moving := map[string]string{}
+	var starts []time.Time
 	deployments, err := c.deploymentLister.List(labels.Everything())
 	if err != nil {
 		return // a lister over a synced cache does not fail
 	}
+	now := c.clock.Now()
 	for _, d := range deployments {
+		recorded, known := d.Annotations[gamesv1.MoveStartsAnnotation]
+		starts = append(starts, parseMoveStarts(recorded, now)...)
 		ref := metav1.GetControllerOf(d)
 		hash := d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]
 		if ref == nil || ref.Kind != gameSessionKind.Kind || hash == "" || d.Spec.Paused ||
@@ -265,10 +317,13 @@ func (c *Controller) seedBudget() {
 			continue
 		}
 		moving[d.Namespace+"/"+ref.Name] = hash
+		if !known {
+			starts = append(starts, now)
+		}
 	}
-	c.budget.seed(moving)
+	c.budget.seed(moving, starts)
 	c.logger.Info("Cluster-wide rollout budget", "maxMovingSessions", c.budget.maxMoving,
-		"maxMovesPerMinute", c.budget.perMinute, "moving", len(moving))
+		"maxMovesPerMinute", c.budget.perMinute, "moving", len(moving), "startedWithinAMinute", len(starts))
 }
 
 // admitMove asks the cluster-wide budget for a session's move from rolled to
@@ -280,11 +335,11 @@ func (c *Controller) admitMove(key, target string) bool {
 }
 
 // settleMove ends a session's move in the budget once its Deployment d (as
-// the controller last wrote or saw it; nil if the cache shows none) no longer
-// rolls the content it moved to: Ready, failed, paused, moved elsewhere, or
-// gone. One that left the cache by losing its managed-by label counts as
-// gone: the budget counts the Deployments the controller manages, and its
-// next write puts the label back.
+// the controller last wrote or saw it, in the cache or by a live read) no
+// longer rolls the content it moved to: Ready, failed, paused, moved
+// elsewhere, or no longer the session's to write (being deleted, or another
+// owner's). A Deployment the cache does not show is no evidence of any of
+// these: see settleUncachedMove.
 func (c *Controller) settleMove(key string, session *gamesv1.GameSession, d *appsv1.Deployment) {
 	if !c.budget.limited() {
 		return
@@ -293,11 +348,48 @@ func (c *Controller) settleMove(key string, session *gamesv1.GameSession, d *app
 	if target == "" {
 		return
 	}
-	if d == nil || blocks(d, session) || d.Spec.Paused || d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation] != target ||
+	if blocks(d, session) || d.Spec.Paused || d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation] != target ||
 		deploymentComplete(d) || c.progressDeadlineExceeded(d) {
-		c.logger.V(4).Info("Move ends in the cluster-wide budget", "gameSession", key, "hash", target)
-		c.wake(c.budget.release(key))
+		c.endMove(key, target)
 	}
+}
+
+// settleUncachedMove settles the move of a session whose Deployment the
+// cache does not show. Its absence proves nothing: the cache holds only the
+// Deployments that carry the managed-by label, and learns of a Deployment
+// the session's sync created or moved through a live read (a create that
+// found the name taken) only by a watch event that may be late, or never
+// come (the label removed by someone). A live read decides: no Deployment
+// at all ends the move; one still rolling keeps the place, and the session
+// looks again after uncachedRecheckInterval, as no event may announce the
+// end of its rollout. A session that holds no place costs no request.
+func (c *Controller) settleUncachedMove(ctx context.Context, key string, session *gamesv1.GameSession) error {
+	if !c.budget.limited() {
+		return nil
+	}
+	target := c.budget.movingTo(key)
+	if target == "" {
+		return nil
+	}
+	live, err := c.uncachedDeployment(ctx, session)
+	switch {
+	case err != nil:
+		return err
+	case live == nil:
+		c.endMove(key, target)
+		return nil
+	}
+	c.settleMove(key, session, live)
+	if c.budget.movingTo(key) != "" {
+		c.queue.AddAfter(key, uncachedRecheckInterval)
+	}
+	return nil
+}
+
+// endMove frees the session's place and wakes the sessions it lets move.
+func (c *Controller) endMove(key, target string) {
+	c.logger.V(4).Info("Move ends in the cluster-wide budget", "gameSession", key, "hash", target)
+	c.wake(c.budget.release(key))
 }
 
 // wake queues the sessions the budget has room for.

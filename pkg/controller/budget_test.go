@@ -5,7 +5,13 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 )
 
 func TestClusterBudgetMovingAtOnce(t *testing.T) {
@@ -67,7 +73,9 @@ func TestClusterBudgetPerMinuteWakesLater(t *testing.T) {
 func TestClusterBudgetSeedCountsAsStarted(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC))
 	b := newClusterBudget(clk, 3, 3)
-	b.seed(map[string]string{"ns/a": "h", "ns/b": "h"})
+	// Both found rolling, and both started now (seedBudget: their starts
+	// recorded so, or not recorded at all).
+	b.seed(map[string]string{"ns/a": "h", "ns/b": "h"}, []time.Time{clk.Now(), clk.Now()})
 	if ok, _ := b.admit("ns/c", "h"); !ok {
 		t.Fatal("refused with one place left")
 	}
@@ -88,5 +96,149 @@ func TestClusterBudgetSeedCountsAsStarted(t *testing.T) {
 	}
 	if unlimited := newClusterBudget(clk, 0, 0); unlimited.limited() {
 		t.Error("a budget of zeros limits")
+	}
+}
+
+// A move whose Deployment the cache does not show holds its place: the
+// cache holds only labelled Deployments, and learns of one written through
+// a live read late or never. A live read ends the move, when the Deployment
+// is Ready or gone. Seed 67517 of the sequences: the second session moved
+// while the first one's Deployment, missing from the cache, still rolled.
+func TestBudgetMoveOutsideTheCacheHoldsItsPlace(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f, profile, _ := rolloutFixture(ctx, t, 2, nil)
+	f.c.budget = newClusterBudget(f.c.clock, 1, 0)
+	newHash := ProfileHash(profile)
+
+	f.expectKube(writeDeployment(testNamespace, "s0"))
+	f.expectGame(updateSessionStatus(testNamespace, "s0"))
+	_, game := f.run(ctx, "arena/s0")
+	f.observe(game...)
+	// The move rolls on the server; the cache never shows it (its label
+	// was removed, say).
+	moved := f.storedDeployment(testNamespace, "s0")
+	if rolledProfileHash(moved, "classic") != newHash || f.c.budget.movingTo("arena/s0") != newHash {
+		t.Fatalf("s0 runs %q and is moving to %q in the budget, want the move to %q granted",
+			rolledProfileHash(moved, "classic"), f.c.budget.movingTo("arena/s0"), newHash)
+	}
+	f.deleteCached(moved)
+	drainQueue(f.c.queue)
+
+	// The sync reads it (the create that follows finds the name taken and
+	// reads it again) and keeps the place; s1 waits.
+	f.expectKube(getDeployment(testNamespace, "s0"), createDeployment(testNamespace, "s0"), getDeployment(testNamespace, "s0"))
+	f.run(ctx, "arena/s0")
+	if got := f.c.budget.movingTo("arena/s0"); got != newHash {
+		t.Fatalf("a move whose Deployment the cache does not show lost its place (moving to %q)", got)
+	}
+	f.expectGame(updateSessionStatus(testNamespace, "s1"))
+	_, game = f.run(ctx, "arena/s1")
+	expectCondition(t, objectOf[*gamesv1.GameSession](t, game[0]).Status.Conditions,
+		gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonWaitingForClusterBudget)
+	f.observe(game...)
+
+	// Ready on the server: the next read ends the move and wakes s1.
+	ready := moved.DeepCopy()
+	ready.Status.ObservedGeneration = ready.Generation
+	if err := f.kubeClient.Tracker().Update(appsv1.SchemeGroupVersion.WithResource("deployments"), ready, testNamespace); err != nil {
+		t.Fatal(err)
+	}
+	drainQueue(f.c.queue)
+	f.expectKube(getDeployment(testNamespace, "s0"), createDeployment(testNamespace, "s0"), getDeployment(testNamespace, "s0"))
+	f.expectGame(updateSessionStatus(testNamespace, "s0"))
+	f.run(ctx, "arena/s0")
+	if got := f.c.budget.movingTo("arena/s0"); got != "" {
+		t.Errorf("s0 still moves to %q in the budget, its Deployment Ready", got)
+	}
+	if woken := drainQueue(f.c.queue); !slices.Contains(woken, "arena/s1") {
+		t.Errorf("the place freed woke %v, want arena/s1", woken)
+	}
+
+	// s1 moves; its Deployment is deleted: a read that finds none ends the
+	// move, and the Deployment created in its place is no move.
+	f.expectKube(writeDeployment(testNamespace, "s1"))
+	f.expectGame(updateSessionStatus(testNamespace, "s1"))
+	_, game = f.run(ctx, "arena/s1")
+	f.observe(game...)
+	if got := f.c.budget.movingTo("arena/s1"); got != newHash {
+		t.Fatalf("s1 moving to %q in the budget, want %q", got, newHash)
+	}
+	f.deleteCached(f.storedDeployment(testNamespace, "s1"))
+	if err := f.kubeClient.Tracker().Delete(appsv1.SchemeGroupVersion.WithResource("deployments"), testNamespace, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	f.expectKube(getDeployment(testNamespace, "s1"), createDeployment(testNamespace, "s1"))
+	f.expectGame(updateSessionStatus(testNamespace, "s1"))
+	f.run(ctx, "arena/s1")
+	if moving, _ := f.c.budget.counts(); moving != 0 {
+		t.Errorf("%d sessions moving in the budget, want none: s1's Deployment is gone", moving)
+	}
+}
+
+// A new leader counts the moves its predecessor started within the last
+// minute, as their Deployments record them, completed or not: with a budget
+// of 3 a minute, two moves now Ready and one still rolling (its start not
+// recorded: as good as now) leave no room until the oldest is a minute old.
+// The move it then starts records its own start.
+func TestSeedBudgetCountsTheMovesOfTheLastMinute(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	clk := clocktesting.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	oldProfile := newProfile(testNamespace, "classic", classicData)
+	oldHash := ProfileHash(oldProfile)
+	profile := withData(oldProfile, map[string]string{"game.cfg": "new"})
+	newHash := ProfileHash(profile)
+	objects := []runtime.Object{profile}
+	for name, ago := range map[string]time.Duration{"s0": 20 * time.Second, "s1": 10 * time.Second} {
+		s := settled(newSession(testNamespace, name, "classic"), newHash)
+		d := apiServerDeployment(s, newHash)
+		d.Annotations[gamesv1.MoveStartsAnnotation] = clk.Now().Add(-ago).Format(time.RFC3339Nano)
+		objects = append(objects, s, d)
+	}
+	rolling := settled(newSession(testNamespace, "s3", "classic"), newHash)
+	d := apiServerDeployment(rolling, newHash)
+	d.Status.ReadyReplicas = 0
+	objects = append(objects, rolling, d)
+	waiting := settled(newSession(testNamespace, "s2", "classic"), oldHash)
+	objects = append(objects, waiting, apiServerDeployment(waiting, oldHash))
+	f := newFixtureWithOptions(ctx, t, Options{MaxMovesPerMinute: 3, Clock: clk}, objects...)
+	f.c.seedBudget()
+
+	f.expectGame(updateSessionStatus(testNamespace, "s2"))
+	_, game := f.run(ctx, "arena/s2")
+	expectCondition(t, objectOf[*gamesv1.GameSession](t, game[0]).Status.Conditions,
+		gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonWaitingForClusterBudget)
+	f.observe(game...)
+
+	clk.Step(40 * time.Second)
+	f.expectKube(writeDeployment(testNamespace, "s2"))
+	f.expectGame(updateSessionStatus(testNamespace, "s2"))
+	f.run(ctx, "arena/s2")
+	moved := f.storedDeployment(testNamespace, "s2")
+	if got := rolledProfileHash(moved, "classic"); got != newHash {
+		t.Fatalf("s2 runs %q a minute after the first start, want %q", got, newHash)
+	}
+	if got, want := moved.Annotations[gamesv1.MoveStartsAnnotation], clk.Now().Format(time.RFC3339Nano); got != want {
+		t.Errorf("the move records its start as %q, want %q", got, want)
+	}
+	if got := moved.Annotations["deployment.kubernetes.io/revision"]; got != "1" {
+		t.Errorf("the move dropped another annotation of the Deployment (revision %q)", got)
+	}
+}
+
+// The annotation keeps the starts within the minute, at most as many as the
+// budget allows in one, oldest first.
+func TestMoveStartsKeepsTheLastMinute(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC))
+	b := newClusterBudget(clk, 0, 2)
+	at := func(ago time.Duration) string { return clk.Now().Add(-ago).Format(time.RFC3339Nano) }
+	for _, tc := range []struct{ previous, want string }{
+		{"", at(0)},
+		{at(time.Minute), at(0)},
+		{at(30*time.Second) + ",not a time", at(30*time.Second) + "," + at(0)},
+		{at(50*time.Second) + "," + at(20*time.Second), at(20*time.Second) + "," + at(0)},
+	} {
+		if got := b.moveStarts(tc.previous, clk.Now()); got != tc.want {
+			t.Errorf("moveStarts(%q) = %q, want %q", tc.previous, got, tc.want)
+		}
 	}
 }

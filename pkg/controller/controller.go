@@ -164,8 +164,9 @@ type Informers struct {
 //     remember (halt, stable revision, start) lives: a restart recomputes it.
 //   - budget: the cluster-wide budget's grants and waiting sessions
 //     (budget.go). A restart rebuilds the grants from the caches (every
-//     Deployment still rolling a revision), and its waiting sessions sync
-//     again on their own, their caches being new.
+//     Deployment still rolling a revision) and the moves of the last minute
+//     from the start each move records on its Deployment; its waiting
+//     sessions sync again on their own, their caches being new.
 //   - inputChanges and inputPacer (inputs.go): since when each session's
 //     change of its Secrets or ConfigMaps has waited (for max-defer), and
 //     which sessions of a paced profile move for them (for max-rolling). A
@@ -585,6 +586,9 @@ func (c *Controller) updateProfile(oldObj, newObj interface{}) {
 		return // joined the rollout scheduled by an edit moments ago
 	}
 	c.metrics.ObserveFanOut(sessions)
+	// The Event counts the sessions the change rolls: those of other
+	// namespaces that name the profile without a grant keep what they run.
+	sessions = len(c.permittedSessionKeysOf(newProfile.Namespace, newProfile.Name))
 	if sessions == 0 {
 		return
 	}

@@ -205,6 +205,8 @@ func rolledProfileHash(d *appsv1.Deployment, profile string) string {
 
 // What the controller owns in its Deployments, and so compares and writes:
 //   - its labels on the Deployment;
+//   - gamesv1.MoveStartsAnnotation, which only a move writes (its desired
+//     Deployment alone carries it), and nothing compares otherwise;
 //   - the whole spec but paused: replicas, the pod template, the strategy,
 //     minReadySeconds, revisionHistoryLimit and progressDeadlineSeconds, each
 //     from the session (or its Deployment default; the progress deadline from
@@ -230,7 +232,7 @@ func deploymentNeedsUpdate(observed, desired *appsv1.Deployment) bool {
 // deploymentDiff says which of the controller's fields of a Deployment differ
 // from the desired ones; deploymentPatch sends exactly those.
 type deploymentDiff struct {
-	labels, replicas, settings bool
+	labels, annotations, replicas, settings bool
 	// profile: the template differs in the profile hash annotation and the
 	// revision its volume mounts, and nothing else, as after a profile edit.
 	// template: it differs in anything else, and is written whole.
@@ -247,7 +249,7 @@ func (d deploymentDiff) String() string {
 	for _, p := range []struct {
 		name string
 		set  bool
-	}{{"labels", d.labels}, {"replicas", d.replicas}, {"settings", d.settings}, {"profile", d.profile}, {"template", d.template}} {
+	}{{"labels", d.labels}, {"annotations", d.annotations}, {"replicas", d.replicas}, {"settings", d.settings}, {"profile", d.profile}, {"template", d.template}} {
 		if p.set {
 			parts = append(parts, p.name)
 		}
@@ -273,6 +275,13 @@ func deploymentUpdate(observed, desired *appsv1.Deployment, diff deploymentDiff)
 		}
 		maps.Copy(d.Labels, desired.Labels)
 	}
+	if diff.annotations {
+		d.Annotations = maps.Clone(observed.Annotations)
+		if d.Annotations == nil {
+			d.Annotations = make(map[string]string, len(desired.Annotations))
+		}
+		maps.Copy(d.Annotations, desired.Annotations)
+	}
 	des := &desired.Spec
 	if diff.replicas {
 		d.Spec.Replicas = ptr.To(ptr.Deref(des.Replicas, 1))
@@ -294,8 +303,9 @@ func deploymentUpdate(observed, desired *appsv1.Deployment, diff deploymentDiff)
 func deploymentChanges(observed, desired *appsv1.Deployment) deploymentDiff {
 	obs, des := &observed.Spec, &desired.Spec
 	diff := deploymentDiff{
-		labels:   !hasAll(observed.Labels, desired.Labels),
-		replicas: ptr.Deref(obs.Replicas, 1) != ptr.Deref(des.Replicas, 1),
+		labels:      !hasAll(observed.Labels, desired.Labels),
+		annotations: !hasAll(observed.Annotations, desired.Annotations),
+		replicas:    ptr.Deref(obs.Replicas, 1) != ptr.Deref(des.Replicas, 1),
 		settings: !equality.Semantic.DeepEqual(obs.Strategy, des.Strategy) ||
 			obs.MinReadySeconds != des.MinReadySeconds ||
 			!equality.Semantic.DeepEqual(obs.RevisionHistoryLimit, des.RevisionHistoryLimit) ||
@@ -375,12 +385,13 @@ func profileVolumeIndex(t *corev1.PodTemplateSpec) int {
 // status writes can make it fail, and the retry is quiet and quick.
 //
 // Only the parts that differ are sent. A profile change replaces the hash
-// annotation and the profile volume (profilePatch). Any other difference of
-// the template replaces it whole ($patch: replace), which is what undoes a
-// hand edit, a renamed container included.
+// annotation and the profile volume, and sets the move's start when it
+// records one (profilePatch). Any other difference of the template replaces
+// it whole ($patch: replace), which is what undoes a hand edit, a renamed
+// container included.
 func deploymentPatch(observed, desired *appsv1.Deployment, diff deploymentDiff) (types.PatchType, []byte, error) {
-	if diff == (deploymentDiff{profile: true}) {
-		patch, err := profilePatch(observed, desired)
+	if diff == (deploymentDiff{profile: true, annotations: diff.annotations}) {
+		patch, err := profilePatch(observed, desired, diff.annotations)
 		return types.JSONPatchType, patch, err
 	}
 	obs, des := &observed.Spec, &desired.Spec
@@ -388,6 +399,9 @@ func deploymentPatch(observed, desired *appsv1.Deployment, diff deploymentDiff) 
 	spec := map[string]any{}
 	if diff.labels {
 		metadata["labels"] = desired.Labels
+	}
+	if diff.annotations {
+		metadata["annotations"] = desired.Annotations
 	}
 	if diff.replicas {
 		spec["replicas"] = des.Replicas
@@ -428,21 +442,35 @@ func deploymentPatch(observed, desired *appsv1.Deployment, diff deploymentDiff) 
 
 // profilePatch is the write of a profile fan-out, thousands at a time: a
 // JSON patch (RFC 6902) that replaces the hash annotation and the profile
-// volume, and nothing else. The API server applies it to the stored JSON
-// along the two paths only, where a strategic merge patch converts the whole
-// Deployment and walks it with the type's merge keys, which on a full pod
-// template costs markedly more (docs/performance.md). Its first operation
+// volume, with annotations also sets the Deployment's annotations desired
+// carries (the move's start, see seedBudget), and nothing else. The API
+// server applies it to the stored JSON along those paths only, where a
+// strategic merge patch converts the whole Deployment and walks it with the
+// type's merge keys, which on a full pod template costs markedly more
+// (docs/performance.md). Its first operation
 // sets the resourceVersion it was computed from, which makes it as
 // conditional as the strategic merge patch: a Deployment changed since the
 // read (the volume's index included) is refused with a Conflict.
-func profilePatch(observed, desired *appsv1.Deployment) ([]byte, error) {
+func profilePatch(observed, desired *appsv1.Deployment, annotations bool) ([]byte, error) {
 	volume := &desired.Spec.Template.Spec.Volumes[profileVolumeIndex(&desired.Spec.Template)]
-	return json.Marshal([]map[string]any{
+	ops := []map[string]any{
 		{"op": "replace", "path": "/metadata/resourceVersion", "value": observed.ResourceVersion},
 		{"op": "replace", "path": "/spec/template/metadata/annotations/" + jsonPointerEscape(gamesv1.ProfileHashAnnotation),
 			"value": desired.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]},
 		{"op": "replace", "path": fmt.Sprintf("/spec/template/spec/volumes/%d", profileVolumeIndex(&observed.Spec.Template)), "value": volume},
-	})
+	}
+	switch {
+	case !annotations:
+	case observed.Annotations == nil:
+		// An add into a missing object fails: the map goes whole.
+		ops = append(ops, map[string]any{"op": "add", "path": "/metadata/annotations", "value": desired.Annotations})
+	default:
+		// An add replaces a member that exists.
+		for _, k := range slices.Sorted(maps.Keys(desired.Annotations)) {
+			ops = append(ops, map[string]any{"op": "add", "path": "/metadata/annotations/" + jsonPointerEscape(k), "value": desired.Annotations[k]})
+		}
+	}
+	return json.Marshal(ops)
 }
 
 // jsonPointerEscape escapes a key for a JSON pointer (RFC 6901).

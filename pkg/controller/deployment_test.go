@@ -234,6 +234,40 @@ func TestDeploymentPatchOfProfileChangeIsMinimal(t *testing.T) {
 	}
 }
 
+// A move under a budget per minute records its start in its own write: the
+// JSON patch of a profile change gains one operation, whether the
+// Deployment has annotations or none, and the patch and the update make the
+// same Deployment, its other annotations kept.
+func TestDeploymentPatchOfAMoveRecordsItsStart(t *testing.T) {
+	session := newSession(testNamespace, "arena-1", "classic")
+	const start = "2026-03-01T12:00:00.5Z"
+	desired := NewDeployment(session, "new")
+	desired.Annotations = map[string]string{gamesv1.MoveStartsAnnotation: start}
+	annotated := apiServerDeployment(session, "old")
+	bare := annotated.DeepCopy()
+	bare.Annotations = nil
+	for name, observed := range map[string]*appsv1.Deployment{"annotated": annotated, "no annotations": bare} {
+		patchType, patch, err := deploymentPatch(observed, desired, deploymentChanges(observed, desired))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ops []struct{ Op, Path string }
+		if err := json.Unmarshal(patch, &ops); err != nil || patchType != types.JSONPatchType || len(ops) != 4 {
+			t.Errorf("%s: %s patch %s, want 4 operations: the resourceVersion, the hash, the volume and the start", name, patchType, patch)
+		}
+		patched := applyPatch(t, observed, desired)
+		if got := patched.Annotations[gamesv1.MoveStartsAnnotation]; got != start {
+			t.Errorf("%s: the patch records the start as %q, want %q", name, got, start)
+		}
+		if got, want := patched.Annotations["deployment.kubernetes.io/revision"], observed.Annotations["deployment.kubernetes.io/revision"]; got != want {
+			t.Errorf("%s: the revision annotation is %q after the patch, want %q", name, got, want)
+		}
+		if deploymentNeedsUpdate(patched, desired) {
+			t.Errorf("%s: the patched Deployment still differs from the desired one", name)
+		}
+	}
+}
+
 func containerNames(d *appsv1.Deployment) []string {
 	var names []string
 	for _, c := range d.Spec.Template.Spec.Containers {

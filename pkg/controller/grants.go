@@ -141,6 +141,20 @@ func (c *Controller) permittedKey(key, profileNamespace, name string) bool {
 	return namespace == profileNamespace || c.grants.Load().permits(namespace, profileNamespace, name)
 }
 
+// permittedSessionKeysOf returns the keys of the sessions that reference the
+// profile and may use it: those of its namespace, and those of the
+// namespaces that its namespace grants it to. The others keep what they run:
+// they are no part of its rollouts, and count in none of its numbers.
+func (c *Controller) permittedSessionKeysOf(profileNamespace, name string) []string {
+	var keys []string
+	for _, key := range c.sessionKeysOf(profileKey(profileNamespace, name)) {
+		if c.permittedKey(key, profileNamespace, name) {
+			keys = append(keys, key)
+		}
+	}
+	return keys
+}
+
 // consumerNamespaces returns the namespaces other than the profile's whose
 // sessions use it by grant: each needs a revision of its own.
 func (c *Controller) consumerNamespaces(profileNamespace, name string) []string {

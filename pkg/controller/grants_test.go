@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -8,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2/ktesting"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 )
@@ -158,4 +160,40 @@ func TestRevisionOfAnotherNamespacesProfile(t *testing.T) {
 	if keys, _ := grantingNamespaceIndexFunc(s); len(keys) != 1 || keys[0] != "platform" {
 		t.Errorf("grantingNamespace index keys %v, want [platform]", keys)
 	}
+}
+
+// withGrants makes the fixture's controller read grants from a cache that
+// holds these.
+func withGrants(t *testing.T, f *fixture, grants ...*unstructured.Unstructured) {
+	t.Helper()
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	for _, g := range grants {
+		if err := indexer.Add(g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.c.grants.Store(&grantChecker{indexer: indexer})
+}
+
+// The RollingSessions Event of an edit counts the sessions the edit rolls:
+// the profile's namespace's and those of a namespace it grants the profile
+// to, not those of a namespace that names it without a grant.
+func TestRollingSessionsCountsThePermittedSessions(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f, classic := profileFixture(ctx, t)
+	for _, s := range []*gamesv1.GameSession{
+		newSession("tenant-c", "granted", "arena/classic"),
+		newSession("tenant-d", "refused-1", "arena/classic"),
+		newSession("tenant-d", "refused-2", "arena/classic"),
+	} {
+		f.setCached(s)
+	}
+	withGrants(t, f, referenceGrant(testNamespace, []interface{}{sessionsOf("tenant-c")}, []interface{}{configMaps("classic")}))
+	edited := withData(classic, map[string]string{"game.cfg": "mode=classic\nmaxPlayers=64"})
+	f.setCached(edited)
+
+	f.c.updateProfile(classic, edited)
+
+	// arena/s1, s2, s3 and tenant-c/granted.
+	f.expectEvents(fmt.Sprintf("Normal %s "+MessageProfileFanOut, EventReasonProfileFanOut, ProfileHash(edited), 4))
 }

@@ -278,13 +278,12 @@ func (c *Controller) inputsToRun(session *gamesv1.GameSession, profile *corev1.C
 	if policy.Unpaced() {
 		return want, nil, nil
 	}
-	// Paced: a place among the profile's max-rolling, counted over its
-	// sessions. The session's own sync frees it (settleInputMove).
+	// Paced: a place among the profile's max-rolling, counted over the
+	// sessions that may use it, as a plan counts its members: those of
+	// other namespaces that name it without a grant move in none of its
+	// rollouts. The session's own sync frees it (settleInputMove).
 	profileKey := profileKey(profile.Namespace, profile.Name)
-	sessions, err := c.sessionIndexer.IndexKeys(profileRefIndex, profileKey)
-	if err != nil {
-		return have, nil, err
-	}
+	sessions := c.permittedSessionKeysOf(profile.Namespace, profile.Name)
 	if limit := policy.MaxRollingOf(len(sessions)); !c.inputPacer.admit(profileKey, key, wantKey, limit, reserve) {
 		return have, &inputHold{reason: fmt.Sprintf("%d sessions of profile %s roll for their Secrets or ConfigMaps already, its max-rolling", limit, profileKey)}, nil
 	}

@@ -542,13 +542,10 @@ func revisionNews(prev, next *profilePlan) bool {
 // Sessions without a Deployment they may write (none yet, being deleted,
 // blocked by a foreign one) are not part of the rollout.
 func (c *Controller) rolloutMembers(profile *corev1.ConfigMap, hash string) []rollout.Member {
-	keys := c.sessionKeysOf(profileKey(profile.Namespace, profile.Name))
+	keys := c.permittedSessionKeysOf(profile.Namespace, profile.Name)
 	members := make([]rollout.Member, 0, len(keys))
 	for _, key := range keys {
 		namespace, name, _ := cache.SplitMetaNamespaceKey(key)
-		if !c.permittedKey(key, profile.Namespace, profile.Name) {
-			continue // not the profile's to move: it keeps what it runs
-		}
 		member := memberName(profile.Namespace, key)
 		session, err := c.sessionLister.GameSessions(namespace).Get(name)
 		if err != nil || session.DeletionTimestamp != nil {

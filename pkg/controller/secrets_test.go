@@ -489,3 +489,30 @@ func cachedSecretNamed(t *testing.T, c *Controller, name string) *corev1.Secret 
 	}
 	return obj.(*corev1.Secret)
 }
+
+// Max-rolling as a percentage counts the sessions that may use the profile,
+// as a plan counts its members: 20% of the 6 sessions of its namespace and
+// the 4 of a namespace it grants the profile to is 2 at a time. The 14 of a
+// namespace that names it without a grant are none of its sessions (with
+// them, 20% of 24 let 4 move at once).
+func TestSecretRotationPacedOverThePermittedSessions(t *testing.T) {
+	w := newSecretWorld(t, "blue-2", "blue-3", "blue-4")
+	for _, name := range []string{"blue-1", "blue-2", "blue-3", "blue-4"} {
+		w.complete(t, name, false)
+	}
+	for i := range 4 {
+		w.f.setCached(newSession("tenant-c", fmt.Sprintf("granted-%d", i), "arena/classic"))
+	}
+	for i := range 14 {
+		w.f.setCached(newSession("tenant-d", fmt.Sprintf("refused-%d", i), "arena/classic"))
+	}
+	withGrants(t, w.f, referenceGrant(testNamespace, []interface{}{sessionsOf("tenant-c")}, []interface{}{configMaps("")}))
+	w.profile = w.profile.DeepCopy()
+	w.profile.Annotations = map[string]string{rollout.AnnotationMaxRolling: "20%"}
+	w.f.setCached(w.profile)
+	w.rotate(t, "blue", "two")
+
+	if moved := slices.Sorted(maps.Keys(w.syncAll(t))); len(moved) != 2 {
+		t.Errorf("max-rolling 20%% of 10 sessions moved %v, want 2", moved)
+	}
+}

@@ -173,6 +173,7 @@ var foundByLongRuns = []struct {
 	{811713, "revision: the same"},
 	{454940, "revision: a scaled-down Deployment out of the cache, its status naming no revision, keeps its ReplicaSet's"},
 	{4025841, "revision: a create answered 500 that never shows looks at its revision again when it expires"},
+	{67517, "budget: a move whose Deployment the cache does not show keeps its place until a live read shows it ended"},
 }
 
 func TestSequenceRegressions(t *testing.T) {
@@ -563,8 +564,9 @@ func (w *world) startController() {
 		w.noteProfileSeen(name, w.caches[profilesResource].profile(name))
 	}
 	w.cacheGranted = w.grantedInCache()
-	// As Run does once the caches have synced; the rate holds per process.
-	w.matchSafe.moveTimes = nil
+	// As Run does once the caches have synced: the moves of the last
+	// minute are rebuilt from what the caches show.
+	w.forgetUnseenMoves()
 	c.seedBudget()
 	w.call(func() {
 		for _, ic := range w.caches {

@@ -100,7 +100,11 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 	}
 	// The cache shows the last write: a move it completed, or a move that
 	// was refused or overtaken, frees its place in the cluster-wide budget.
-	c.settleMove(key, session, deployment)
+	if deployment != nil {
+		c.settleMove(key, session, deployment)
+	} else if err := c.settleUncachedMove(ctx, key, session); err != nil {
+		return err
+	}
 	c.settleInputMove(key, session, deployment)
 	status := newSessionStatus(session)
 	status.deadlineExceeded = c.progressDeadlineExceeded
@@ -286,10 +290,12 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 
 	key := cache.MetaObjectToName(session).String()
 	ref := refOfProfile(session.Namespace, profile)
-	if rolled := rolledProfileHash(observed, ref); result.choice.hash == target && rolled != "" && rolled != target &&
-		!c.admitMove(key, target) {
+	rolled := rolledProfileHash(observed, ref)
+	move := result.choice.hash == target && rolled != "" && rolled != target
+	if move && !c.admitMove(key, target) {
 		// A move of a running session: the cluster-wide budget has no room.
 		// Its own spec is still applied, with the revision it runs.
+		move = false
 		moving, waiting := c.budget.counts()
 		klog.FromContext(ctx).V(4).Info("Move waits for the cluster-wide budget", "moving", moving, "waiting", waiting)
 		result.choice = revisionChoice{hash: rolled, reason: gamesv1.ReasonWaitingForClusterBudget,
@@ -297,6 +303,12 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 				RevisionName(ref, target), c.budget)}
 	}
 	desired, hold := c.desiredWithInputs(session, profile, result.choice.hash, observed, true)
+	if move && c.budget.perMinute > 0 {
+		// The write that starts the move records when, for a new leader's
+		// budget per minute (seedBudget).
+		desired.Annotations = map[string]string{gamesv1.MoveStartsAnnotation: c.budget.moveStarts(
+			observed.Annotations[gamesv1.MoveStartsAnnotation], c.clock.Now())}
+	}
 	if hold != nil {
 		// Neither a condition nor an Event: a rotation of a Secret shared by
 		// thousands of sessions would write thousands of either.

@@ -35,10 +35,11 @@ import (
 //     controller moved and whose Deployments have not since been complete,
 //     failed, paused, moved elsewhere or deleted (nor their session) never
 //     number more than the budget's moving sessions;
-//   - cluster-rate-exceeded: no controller process starts more moves within
-//     a minute than the budget allows. A restarted controller counts the
-//     moves it finds under way as started, but not those that completed
-//     within the minute before it started: the rate holds per process.
+//   - cluster-rate-exceeded: no more moves start within a minute than the
+//     budget allows, across restarts and failovers: a restarted controller
+//     rebuilds the starts of the last minute from its Deployments. Only
+//     what it cannot see is forgotten at a restart: the moves of
+//     Deployments deleted, or stripped of the managed-by label, since.
 //
 // And at rest (heldAtRest, checkRolloutsAtRest): a session that says it is
 // busy is; a rollout that waits for busy sessions has some, and one that
@@ -79,8 +80,15 @@ type matchSafeWorld struct {
 	firstSeen map[string]time.Time
 	// clusterMoving are the moves holding a place in the budget, by session.
 	clusterMoving map[string]clusterMove
-	// moveTimes are the moves the running controller process started.
-	moveTimes []time.Time
+	// moveStarts are the moves started, by any controller process.
+	moveStarts []moveStart
+}
+
+// moveStart is a move the controller started: when, and of which
+// Deployment.
+type moveStart struct {
+	at  time.Time
+	uid types.UID
 }
 
 func newMatchSafeWorld(on bool, rng *rand.Rand) matchSafeWorld {
@@ -218,7 +226,7 @@ func (w *world) checkMatchSafeMove(s *gamesv1.GameSession, d *appsv1.Deployment,
 		return
 	}
 	ms := &w.matchSafe
-	ms.moveTimes = append(ms.moveTimes, now)
+	ms.moveStarts = append(ms.moveStarts, moveStart{at: now, uid: d.UID})
 	// A session deleted on the server, not yet in the cache, holds no
 	// place: the controller hears of the delete and frees it, and the
 	// garbage collector deletes its Deployment. Nor does a paused
@@ -243,8 +251,8 @@ func (w *world) checkMatchSafeMove(s *gamesv1.GameSession, d *appsv1.Deployment,
 	}
 	if ms.perMinute > 0 {
 		recent := 0
-		for _, t := range ms.moveTimes {
-			if now.Sub(t) < time.Minute {
+		for _, m := range ms.moveStarts {
+			if now.Sub(m.at) < time.Minute {
 				recent++
 			}
 		}
@@ -341,6 +349,17 @@ func (w *world) windowClosedAtRest(r *gamesv1.ProfileRollout, p *corev1.ConfigMa
 		w.violate("rollout-lie", "ProfileRollout %s says it resumes at %v; the window %s opens at %s", r.Name, r.Status.ResumeTime,
 			policy.Window, policy.Window.NextOpen(now).Format(time.RFC3339))
 	}
+}
+
+// forgetUnseenMoves forgets, at a restart, the moves a new controller
+// cannot know of: those of Deployments no longer on the server, or no
+// longer carrying the managed-by label that its cache filters on.
+func (w *world) forgetUnseenMoves() {
+	w.matchSafe.moveStarts = slices.DeleteFunc(w.matchSafe.moveStarts, func(m moveStart) bool {
+		return !slices.ContainsFunc(w.server.deployments(), func(d *appsv1.Deployment) bool {
+			return d.UID == m.uid && d.Labels[worldManagedByLabel] == worldManagedByValue
+		})
+	})
 }
 
 func describeBudget(m matchSafeWorld) string {

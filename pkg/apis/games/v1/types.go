@@ -65,6 +65,16 @@ const (
 	// of their data.
 	ConfigMapsAnnotation     = "games.example.com/configmaps"
 	ConfigMapsHashAnnotation = "games.example.com/configmaps-hash"
+
+	// MoveStartsAnnotation on a Deployment (its metadata, not its pod
+	// template) records when the controller started the moves of its
+	// session to new revisions of the profile within the minute before the
+	// latest one: RFC 3339 times to the nanosecond, comma separated, oldest
+	// first. The controller writes it with each move while
+	// --max-moves-per-minute is set, and a new leader reads it to count the
+	// moves of the last minute against that budget. Nothing else reads it,
+	// and the controller never writes it back if someone changes it.
+	MoveStartsAnnotation = "games.example.com/move-starts"
 )
 
 // Condition types reported in GameSessionStatus.Conditions.
