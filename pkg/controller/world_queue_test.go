@@ -82,6 +82,13 @@ func (q *stepQueue) call(fn func()) []string {
 	return q.limited
 }
 
+// queued reports whether key is queued, ready or not yet handed out.
+func (q *stepQueue) queued(key string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.dirty[key]
+}
+
 func (q *stepQueue) Add(key string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
