@@ -92,9 +92,12 @@ func (w *world) stepActions() []action {
 	if w.tenancy {
 		actions = append(actions, action{2, w.createGrant}, action{2, w.deleteGrant})
 	}
-	if w.secrets {
-		actions = append(actions, action{8, w.writeSecret}, action{2, w.relabelSecret}, action{2, w.deleteSecret},
-			action{6, w.editSessionSecrets})
+	for _, in := range w.inputs {
+		actions = append(actions, action{8, func() bool { return w.writeInput(in) }}, action{1, func() bool { return w.annotateInput(in) }},
+			action{2, func() bool { return w.relabelInput(in) }}, action{2, func() bool { return w.deleteInput(in) }})
+	}
+	if len(w.inputs) > 0 {
+		actions = append(actions, action{6, w.editSessionInputs})
 	}
 	return actions
 }
@@ -587,6 +590,7 @@ func (w *world) populate() {
 	for range sessions {
 		w.createSession()
 	}
+	w.populateInputs()
 	if w.paced {
 		// Both profiles exist and are labelled, so each session has one.
 		for range 10 {
@@ -623,7 +627,7 @@ func (w *world) populateRunning() {
 			_, err := w.server.create(byController, revisionsResource, newRevision(p, hash, s.Namespace))
 			must(err)
 		}
-		_, err := w.server.create(byController, deploymentsResource, NewDeployment(s, hash))
+		_, err := w.server.create(byController, deploymentsResource, w.withServerInputs(NewDeployment(s, hash), s))
 		must(err)
 	}
 	for range 100 {

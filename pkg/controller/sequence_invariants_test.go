@@ -116,7 +116,7 @@ func (w *world) noteControllerWrite(before, after *appsv1.Deployment) {
 			after.Name, name, mountedConfigMap(before))
 	}
 	w.checkMove(before, after)
-	w.checkSecretsWrite(before, after)
+	w.checkInputsWrite(before, after)
 	w.spendCredits(after)
 }
 
@@ -144,7 +144,7 @@ func (w *world) checkAtRest() {
 	}
 	w.checkRevisionsAtRest()
 	w.checkRolloutsAtRest()
-	w.checkSecretsAtRest()
+	w.checkInputsAtRest()
 	for _, c := range w.caches {
 		if keys := c.mutated(); len(keys) > 0 {
 			w.violate("cache-mutated", "the controller modified objects in its %s cache: %v", c.resource, keys)

@@ -25,7 +25,10 @@ import (
 //   - a GameSession appearing, or its spec changing (a new generation);
 //   - its profile appearing (created, or labelled), or its data changing;
 //   - someone else changing a Deployment field the controller owns, or
-//     deleting the Deployment.
+//     deleting the Deployment;
+//   - the data of a labelled input the session reads changing, or the input
+//     coming or going (world_inputs_test.go): one write that changes the
+//     Deployment's input annotations, whatever number of kinds it carries.
 //
 // Deployments mount a revision of their profile's content, which the
 // profile sync creates. Until the revision of the current content is in the
@@ -223,8 +226,8 @@ func (w *world) noteDelivered(r apiResource, ev watchEvent, prev object) {
 		if !ev.known && ev.change.author != byController && ownedFieldsChanged(ev.change) {
 			w.credit(ev.obj.GetName())
 		}
-	case secretsResource:
-		w.noteSecretDelivered(ev, prev)
+	case secretsResource, sessionConfigsResource:
+		w.noteInputDelivered(inputOf(r), ev, prev)
 	case grantsResource:
 		// A grant made is the platform's profile appearing to the sessions
 		// that use it; one revoked may let a spec change through that
@@ -375,11 +378,9 @@ func (w *world) creditMissed(events []watchEvent) {
 					appeared[s.Name] = true
 				}
 			}
-		case secretsResource:
+		case secretsResource, sessionConfigsResource:
 			for _, s := range w.server.sessions() {
-				if slices.Contains(templateSecrets(s.Spec.Template), ev.obj.GetName()) {
-					w.secretMoves[s.Name]++
-				}
+				w.oweInputMove(inputOf(ev.change.resource), ev.obj.GetName(), s)
 			}
 		default:
 			names[ev.obj.GetName()] = true

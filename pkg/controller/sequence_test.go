@@ -56,7 +56,9 @@ import (
 // world_revisions_test.go (profile revisions: the requests that create and
 // delete them, and what must hold of them), world_rollout_test.go (paced
 // policies, ProfileRollouts, the budget, the halt, what a rollout must show
-// at rest), sequence_actions_test.go (what a step can be),
+// at rest), world_inputs_test.go (Secrets and session-config ConfigMaps,
+// one table of the kinds of referenced input and one set of checks for
+// them), sequence_actions_test.go (what a step can be),
 // sequence_invariants_test.go (what must hold) and sequence_ledger_test.go
 // (how many Deployment writes the controller may make).
 //
@@ -64,7 +66,8 @@ import (
 // resource (world_server_test.go), its cache with the controller's handler
 // (startController), its requests (world_clients_test.go), what the ledger
 // and the invariants expect of it, and its RBAC case (test/integration
-// rbac_test.go).
+// rbac_test.go). A new kind of referenced input is a row of worldInputs, its
+// world resource, and its flag stream in inputsOf.
 
 var (
 	sequenceSeed      = flag.Uint64("sequence.seed", 0, "replay the one sequence of this seed and print its event log")
@@ -182,7 +185,7 @@ func TestSequenceRegressions(t *testing.T) {
 			// The sequence as it was found, and match-safe or with the
 			// platform's profile if its seed makes it so (then it is
 			// another sequence of the same seed).
-			if w := runWorld(newWorldOf(tc.seed, false, false, false)); len(w.violations) > 0 {
+			if w := runWorld(newWorldOf(tc.seed, false, false)); len(w.violations) > 0 {
 				t.Fatalf("%s\n%s", tc.what, w.report())
 			}
 			if w := runSequence(tc.seed); len(w.violations) > 0 {
@@ -374,14 +377,17 @@ type world struct {
 	// tenancy: the platform's profile and its grants are in the sequence;
 	// cacheGranted: whether the controller's grant cache, as last
 	// delivered, permits the world's sessions the platform's profile.
-	tenancy bool
-	// secrets: sessions read labelled Secrets, which users write, relabel
-	// and delete (world_secrets_test.go); secretMoves counts, by session,
-	// the Secret changes its cache showed that its Deployment has yet to
-	// take.
-	secrets      bool
-	secretMoves  map[string]int
+	tenancy      bool
 	cacheGranted bool
+	// inputs are the kinds of referenced input the sessions read, whose
+	// objects users write, relabel and delete (world_inputs_test.go);
+	// inputMoves counts, by session, the changes of its inputs its cache
+	// showed that its Deployment has yet to take; inputReaders are the
+	// sessions the current call into the controller must queue, for a
+	// change of an input they read.
+	inputs       []*worldInput
+	inputMoves   map[string]int
+	inputReaders []inputReader
 
 	alive      bool // false once the controller panicked
 	settling   bool
@@ -394,13 +400,13 @@ type world struct {
 }
 
 func newWorld(seed uint64) *world {
-	return newWorldOf(seed, matchSafeOf(seed), tenancyOf(seed), secretsOf(seed))
+	return newWorldOf(seed, matchSafeOf(seed), tenancyOf(seed), inputsOf(seed)...)
 }
 
 // newWorldOf is newWorld, match-safe or not, with the platform's profile and
-// its grants or without (world_tenancy_test.go), with Secrets or without
-// (world_secrets_test.go).
-func newWorldOf(seed uint64, matchSafe, tenancy, secrets bool) *world {
+// its grants or without (world_tenancy_test.go), with the kinds of
+// referenced input given (world_inputs_test.go).
+func newWorldOf(seed uint64, matchSafe, tenancy bool, inputs ...*worldInput) *world {
 	start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	w := &world{
 		seed:       seed,
@@ -436,9 +442,9 @@ func newWorldOf(seed uint64, matchSafe, tenancy, secrets bool) *world {
 		alive:      true,
 		failStreak: map[string]int{},
 		tenancy:    tenancy,
-		secrets:    secrets,
+		inputs:     inputs,
 
-		secretMoves: map[string]int{},
+		inputMoves: map[string]int{},
 	}
 	w.profileChangeDelay = []time.Duration{0, 500 * time.Millisecond, 2 * time.Second}[w.rng.IntN(3)]
 	w.paced = w.rng.IntN(3) == 0
@@ -461,8 +467,8 @@ func newWorldOf(seed uint64, matchSafe, tenancy, secrets bool) *world {
 	if tenancy {
 		w.logf("tenancy: sessions may use %s by grant", worldPlatformRef)
 	}
-	if secrets {
-		w.logf("secrets: sessions read labelled Secrets %v", worldSecretNames)
+	for _, in := range inputs {
+		w.logf("inputs: sessions read labelled %ss %v", in.kind, in.names)
 	}
 	return w
 }
@@ -549,7 +555,13 @@ func (w *world) startController() {
 		rolloutsResource:    newInformerCache(rolloutsResource, informers.Rollouts.Informer().GetIndexer(), h.rollouts),
 		replicaSetsResource: newInformerCache(replicaSetsResource, informers.ReplicaSets.Informer().GetIndexer(), h.replicaSets),
 		grantsResource:      newInformerCache(grantsResource, informers.Grants.GetIndexer(), h.grants),
-		secretsResource:     newInformerCache(secretsResource, informers.Secrets.Informer().GetIndexer(), h.inputs[0]),
+	}
+	for i, in := range worldInputs {
+		names, hash := c.inputs[i].annotations()
+		if c.inputs[i].kind() != in.kind || names != in.namesAnnotation || hash != in.hashAnnotation {
+			panic(fmt.Sprintf("harness: the controller's input %d is %s (%s, %s), the world's %s", i, c.inputs[i].kind(), names, hash, in.kind))
+		}
+		w.caches[in.resource] = newInformerCache(in.resource, c.inputs[i].cache, h.inputs[i])
 	}
 	for r, ic := range w.caches {
 		ic.onDeliver = func(ev watchEvent, prev object) {
@@ -580,6 +592,7 @@ func (w *world) startController() {
 // rate-limited in each queue, that is, the syncs that failed.
 func (w *world) call(fn func()) (sessions, profiles []string) {
 	sessions = w.queue.call(func() { profiles = w.profileQueue.call(fn) })
+	w.checkInputReadersQueued()
 	return sessions, profiles
 }
 

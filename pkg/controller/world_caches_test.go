@@ -67,9 +67,9 @@ func newInformerCache(r apiResource, indexer cache.Indexer, handler cache.Resour
 		}
 	case grantsResource:
 		c.transform = SlimReferenceGrant
-	case secretsResource:
-		c.matches = func(obj object) bool { return obj.GetLabels()[gamesv1.SecretLabel] == gamesv1.SecretLabelValue }
-		c.transform = SecretDigester(worldDigestKey)
+	case secretsResource, sessionConfigsResource:
+		in := inputOf(r)
+		c.matches, c.transform = in.labelled, in.transform
 	case revisionsResource:
 		c.matches = func(obj object) bool { return obj.GetLabels()[worldRevisionLabel] == worldRevisionLabelValue }
 	}

@@ -82,6 +82,13 @@ func (q *stepQueue) call(fn func()) []string {
 	return q.limited
 }
 
+// queued reports whether key is queued, ready or not yet handed out.
+func (q *stepQueue) queued(key string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.dirty[key]
+}
+
 // Add notes the add at once, as laneQueue does before the workqueue acts
 // on it, even if it is staged until the call ends.
 func (q *stepQueue) Add(key string) {

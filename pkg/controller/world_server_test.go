@@ -86,17 +86,24 @@ const (
 	replicaSetsResource
 	// grantsResource holds the platform namespace's ReferenceGrants.
 	grantsResource
-	// secretsResource holds the Secrets sessions read (world_secrets_test.go).
+	// secretsResource holds the Secrets sessions read, and
+	// sessionConfigsResource their session-config ConfigMaps
+	// (world_inputs_test.go): ConfigMaps, that share the one name space of
+	// profiles and revisions, but that neither cache of those lists.
 	secretsResource
+	sessionConfigsResource
 	resourceCount
 )
 
 func (r apiResource) String() string {
-	return [...]string{"gamesession", "configmap", "deployment", "revision", "profilerollout", "replicaset", "referencegrant", "secret"}[r]
+	return [...]string{"gamesession", "configmap", "deployment", "revision", "profilerollout", "replicaset", "referencegrant", "secret", "sessionconfig"}[r]
 }
 
+// configMapResources store ConfigMaps.
+var configMapResources = []apiResource{profilesResource, revisionsResource, sessionConfigsResource}
+
 // isConfigMap reports whether r stores ConfigMaps.
-func (r apiResource) isConfigMap() bool { return r == profilesResource || r == revisionsResource }
+func (r apiResource) isConfigMap() bool { return slices.Contains(configMapResources, r) }
 
 func (r apiResource) groupKind() schema.GroupKind {
 	return [...]schema.GroupKind{
@@ -104,6 +111,7 @@ func (r apiResource) groupKind() schema.GroupKind {
 		appsv1.SchemeGroupVersion.WithKind("Deployment").GroupKind(), corev1.SchemeGroupVersion.WithKind("ConfigMap").GroupKind(),
 		gamesv1.SchemeGroupVersion.WithKind("ProfileRollout").GroupKind(), appsv1.SchemeGroupVersion.WithKind("ReplicaSet").GroupKind(),
 		{Group: "gateway.networking.k8s.io", Kind: "ReferenceGrant"}, corev1.SchemeGroupVersion.WithKind("Secret").GroupKind(),
+		corev1.SchemeGroupVersion.WithKind("ConfigMap").GroupKind(),
 	}[r]
 }
 
@@ -111,7 +119,7 @@ func (r apiResource) groupResource() schema.GroupResource {
 	return [...]schema.GroupResource{
 		gamesv1.Resource("gamesessions"), corev1.Resource("configmaps"), appsv1.Resource("deployments"), corev1.Resource("configmaps"),
 		gamesv1.Resource("profilerollouts"), appsv1.Resource("replicasets"),
-		{Group: "gateway.networking.k8s.io", Resource: "referencegrants"}, corev1.Resource("secrets"),
+		{Group: "gateway.networking.k8s.io", Resource: "referencegrants"}, corev1.Resource("secrets"), corev1.Resource("configmaps"),
 	}[r]
 }
 
@@ -256,8 +264,9 @@ func (s *apiServer) create(by author, r apiResource, obj object) (object, error)
 		return nil, apierrors.NewAlreadyExists(r.groupResource(), name)
 	}
 	if r.isConfigMap() {
-		// Profiles and revisions are one resource: one name space.
-		for _, other := range []apiResource{profilesResource, revisionsResource} {
+		// Profiles, revisions and session configs are one resource: one
+		// name space.
+		for _, other := range configMapResources {
 			if _, exists := s.objects[other][name]; exists {
 				return nil, apierrors.NewAlreadyExists(r.groupResource(), name)
 			}
@@ -498,6 +507,8 @@ func newEmpty(r apiResource) object {
 		func() object { return &gamesv1.ProfileRollout{} },
 		func() object { return &appsv1.ReplicaSet{} },
 		func() object { return &unstructured.Unstructured{} },
+		func() object { return &corev1.Secret{} },
+		func() object { return &corev1.ConfigMap{} },
 	}[r]()
 }
 

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"math/rand/v2"
+	"slices"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -141,12 +142,20 @@ func uses(s *gamesv1.GameSession, profile string) bool {
 }
 
 // pickableCaches are the caches a relist or a resync may hit: the grant
-// cache only in a sequence of tenancy.
+// cache only in a sequence of tenancy, the cache of a kind of input only in
+// a sequence of that kind. (The Secret cache, empty without Secrets, stays
+// in those of tenancy, where it always was: they replay as they did.)
 func (w *world) pickableCaches() []*informerCache {
+	caches := slices.Clone(w.caches[:grantsResource])
 	if w.tenancy {
-		return w.caches[:]
+		caches = append(caches, w.caches[grantsResource])
 	}
-	return w.caches[:grantsResource]
+	for _, in := range worldInputs {
+		if w.plays(in.resource) || w.tenancy && in.resource == secretsResource {
+			caches = append(caches, w.caches[in.resource])
+		}
+	}
+	return caches
 }
 
 // ---- Users: grants ----
