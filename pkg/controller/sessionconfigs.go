@@ -2,7 +2,6 @@ package controller
 
 import (
 	"crypto/sha256"
-	"maps"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -48,9 +47,13 @@ func SessionConfigDigester() cache.TransformFunc {
 		for k, v := range cm.Data {
 			data[k] = []byte(v)
 		}
-		// A key is in Data or BinaryData, never both: the API server
-		// refuses that, so one map loses nothing.
-		maps.Copy(data, cm.BinaryData)
+		// A key moved from data to binaryData with the same bytes leaves a
+		// file as it was but takes an env var away: it is a change. A
+		// prefix no key can hold (keys are [-._a-zA-Z0-9]+) tells them
+		// apart.
+		for k, v := range cm.BinaryData {
+			data["\x00"+k] = v
+		}
 		return &corev1.ConfigMap{
 			TypeMeta: cm.TypeMeta,
 			ObjectMeta: metav1.ObjectMeta{

@@ -93,6 +93,11 @@ func TestSessionConfigDigesterKeepsNoData(t *testing.T) {
 		"binary data": func(c *corev1.ConfigMap) { c.BinaryData["blob"] = []byte("other") },
 		"a new key":   func(c *corev1.ConfigMap) { c.Data["motd"] = "hello" },
 		"its name":    func(c *corev1.ConfigMap) { c.Name = "tuning-2" },
+		// The same bytes, as binary data: env and envFrom read data only.
+		"a key moved to binary data": func(c *corev1.ConfigMap) {
+			c.BinaryData["drop-rate"] = []byte(c.Data["drop-rate"])
+			delete(c.Data, "drop-rate")
+		},
 	} {
 		changed := cm.DeepCopy()
 		change(changed)
