@@ -91,6 +91,72 @@ func inputIndex(k inputKind) string {
 	return strings.ToLower(k.kind()) + "Ref"
 }
 
+// podReferences are the names of the Secrets and ConfigMaps a pod
+// template's containers read, each sorted and without repeats.
+type podReferences struct {
+	secrets, configMaps []string
+}
+
+// templateReferences walks a pod template once for what its containers
+// read: volumes and projected sources, env valueFrom and envFrom, of every
+// container, init containers too. Image pull secrets are not among them: a
+// new one does not change a running server.
+func templateReferences(t *corev1.PodTemplateSpec) podReferences {
+	var refs podReferences
+	if t == nil {
+		return refs
+	}
+	for _, v := range t.Spec.Volumes {
+		if v.Secret != nil {
+			refs.secrets = append(refs.secrets, v.Secret.SecretName)
+		}
+		if v.ConfigMap != nil {
+			refs.configMaps = append(refs.configMaps, v.ConfigMap.Name)
+		}
+		if v.Projected == nil {
+			continue
+		}
+		for _, source := range v.Projected.Sources {
+			if source.Secret != nil {
+				refs.secrets = append(refs.secrets, source.Secret.Name)
+			}
+			if source.ConfigMap != nil {
+				refs.configMaps = append(refs.configMaps, source.ConfigMap.Name)
+			}
+		}
+	}
+	for _, c := range slices.Concat(t.Spec.InitContainers, t.Spec.Containers) {
+		for _, from := range c.EnvFrom {
+			if from.SecretRef != nil {
+				refs.secrets = append(refs.secrets, from.SecretRef.Name)
+			}
+			if from.ConfigMapRef != nil {
+				refs.configMaps = append(refs.configMaps, from.ConfigMapRef.Name)
+			}
+		}
+		for _, env := range c.Env {
+			switch from := env.ValueFrom; {
+			case from != nil && from.SecretKeyRef != nil:
+				refs.secrets = append(refs.secrets, from.SecretKeyRef.Name)
+			case from != nil && from.ConfigMapKeyRef != nil:
+				refs.configMaps = append(refs.configMaps, from.ConfigMapKeyRef.Name)
+			}
+		}
+	}
+	refs.secrets, refs.configMaps = sortedNames(refs.secrets), sortedNames(refs.configMaps)
+	return refs
+}
+
+// sortedNames is names sorted, without repeats or empty names; nil for none.
+func sortedNames(names []string) []string {
+	names = slices.DeleteFunc(names, func(n string) bool { return n == "" })
+	if len(names) == 0 {
+		return nil
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
 // inputSet is the labelled objects of one kind a pod template runs with, as
 // its annotations say: their names and the digest of their data. The zero
 // set is a template of none, which carries neither annotation.

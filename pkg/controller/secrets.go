@@ -106,38 +106,7 @@ func digestData(h hash.Hash, namespace, name string, data map[string][]byte) str
 // secrets are not among them: a new one does not change a running server.
 // Sorted, without repeats.
 func templateSecrets(t *corev1.PodTemplateSpec) []string {
-	if t == nil {
-		return nil
-	}
-	var names []string
-	for _, v := range t.Spec.Volumes {
-		if v.Secret != nil {
-			names = append(names, v.Secret.SecretName)
-		}
-		if v.Projected != nil {
-			for _, source := range v.Projected.Sources {
-				if source.Secret != nil {
-					names = append(names, source.Secret.Name)
-				}
-			}
-		}
-	}
-	containers := slices.Concat(t.Spec.InitContainers, t.Spec.Containers)
-	for _, c := range containers {
-		for _, from := range c.EnvFrom {
-			if from.SecretRef != nil {
-				names = append(names, from.SecretRef.Name)
-			}
-		}
-		for _, env := range c.Env {
-			if env.ValueFrom != nil && env.ValueFrom.SecretKeyRef != nil {
-				names = append(names, env.ValueFrom.SecretKeyRef.Name)
-			}
-		}
-	}
-	names = slices.DeleteFunc(names, func(n string) bool { return n == "" })
-	slices.Sort(names)
-	return slices.Compact(names)
+	return templateReferences(t).secrets
 }
 
 // secretKind is the Secret kind of referenced input.

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"crypto/sha256"
-	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -73,37 +72,7 @@ func SessionConfigDigester() cache.TransformFunc {
 // configMapKeyRefs and envFrom configMapRefs, of every container. Sorted,
 // without repeats.
 func templateConfigMaps(t *corev1.PodTemplateSpec) []string {
-	if t == nil {
-		return nil
-	}
-	var names []string
-	for _, v := range t.Spec.Volumes {
-		if v.ConfigMap != nil {
-			names = append(names, v.ConfigMap.Name)
-		}
-		if v.Projected != nil {
-			for _, source := range v.Projected.Sources {
-				if source.ConfigMap != nil {
-					names = append(names, source.ConfigMap.Name)
-				}
-			}
-		}
-	}
-	for _, c := range slices.Concat(t.Spec.InitContainers, t.Spec.Containers) {
-		for _, from := range c.EnvFrom {
-			if from.ConfigMapRef != nil {
-				names = append(names, from.ConfigMapRef.Name)
-			}
-		}
-		for _, env := range c.Env {
-			if env.ValueFrom != nil && env.ValueFrom.ConfigMapKeyRef != nil {
-				names = append(names, env.ValueFrom.ConfigMapKeyRef.Name)
-			}
-		}
-	}
-	names = slices.DeleteFunc(names, func(n string) bool { return n == "" })
-	slices.Sort(names)
-	return slices.Compact(names)
+	return templateReferences(t).configMaps
 }
 
 // configMapKind is the ConfigMap kind of referenced input.
