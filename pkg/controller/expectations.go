@@ -45,9 +45,28 @@ func newWriteExpectations(clk clock.PassiveClock) *writeExpectations {
 
 // expect records that a write to the session's Deployment produced written.
 func (e *writeExpectations) expect(sessionKey string, written *appsv1.Deployment) {
+	e.expectGeneration(sessionKey, written.UID, written.Generation)
+}
+
+// expectGeneration records that a write to the session's Deployment of that
+// UID produces that generation. A write that changes the spec records it
+// before its request: the watch event of the write may come before its
+// answer, and must be known for the controller's own (awaits).
+func (e *writeExpectations) expectGeneration(sessionKey string, uid types.UID, generation int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.bySession[sessionKey] = expectation{uid: written.UID, generation: written.Generation, recorded: e.clock.Now()}
+	e.bySession[sessionKey] = expectation{uid: uid, generation: generation, recorded: e.clock.Now()}
+}
+
+// withdraw drops the expectation of that UID and generation, if it is the
+// session's: a write recorded before its request that failed, or changed
+// nothing after all.
+func (e *writeExpectations) withdraw(sessionKey string, uid types.UID, generation int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if exp, ok := e.bySession[sessionKey]; ok && exp.uid == uid && exp.generation == generation {
+		delete(e.bySession, sessionKey)
+	}
 }
 
 // satisfied reports whether cached, the session's Deployment as the cache

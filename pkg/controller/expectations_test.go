@@ -1,12 +1,16 @@
 package controller
 
 import (
+	"errors"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	core "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -67,4 +71,43 @@ func TestSyncWaitsForTheCacheToShowItsWrite(t *testing.T) {
 	f.run(ctx, sessionKey(session)) // the cache is stale: no request at all
 	f.observe(kube...)
 	f.run(ctx, sessionKey(session)) // caught up: in order
+}
+
+// The watch event of a Deployment write may come before the write's answer:
+// the controller must know it as its own by then, so that its handler queues
+// a status write only (updateDeployment), and forget it if the write fails.
+func TestWriteExpectsItsGenerationBeforeTheAnswer(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	oldProfile := newProfile(testNamespace, "classic", classicData)
+	newData := withData(oldProfile, map[string]string{"game.cfg": "new"})
+	session := settled(newSession(testNamespace, "arena-1", "classic"), ProfileHash(oldProfile))
+	observed := apiServerDeployment(session, ProfileHash(oldProfile))
+	f := newFixture(ctx, t, session, newData, observed)
+	key := sessionKey(session)
+	next := deploymentAt(observed.UID, observed.Generation+1)
+
+	var ownDuringWrite bool
+	f.kubeClient.PrependReactor("update", "deployments", func(core.Action) (bool, runtime.Object, error) {
+		ownDuringWrite = f.c.expectations.awaits(key, next)
+		return false, nil, nil
+	})
+	f.expectKube(writeDeployment(testNamespace, "arena-1"))
+	f.expectGame(updateSessionStatus(testNamespace, "arena-1"))
+	f.run(ctx, key)
+	if !ownDuringWrite {
+		t.Error("while the write was under way, its generation was not expected: an early watch event of it would queue a full sync")
+	}
+
+	// A write that fails leaves no expectation behind to hold the next sync.
+	f = newFixture(ctx, t, session, newData, observed)
+	f.kubeClient.PrependReactor("update", "deployments", func(core.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewInternalError(errors.New("lost"))
+	})
+	f.expectKube(writeDeployment(testNamespace, "arena-1"))
+	if _, _, err := f.runSync(ctx, key, f.c.syncHandler); err == nil {
+		t.Fatal("the sync of a refused write reported no error")
+	}
+	if f.c.expectations.awaits(key, next) || !f.c.expectations.satisfied(key, observed) {
+		t.Error("a failed write left its expectation behind")
+	}
 }

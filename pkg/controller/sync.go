@@ -644,8 +644,18 @@ func (c *Controller) writeDeployment(ctx context.Context, session *gamesv1.GameS
 		generation++
 	}
 	write := c.revisions.mounting(key, observed.UID, generation, diff.templateChange(), desired)
+	// A spec change gives the Deployment the next generation; its watch
+	// event may come before the answer, and is known as the controller's
+	// own only if expected by then (updateDeployment).
+	specChange := diff.templateChange() || diff.replicas || diff.settings
+	if specChange {
+		c.expectations.expectGeneration(key, observed.UID, observed.Generation+1)
+	}
 	written, err := send()
 	c.enqueueProfilesOfRevisions(c.revisions.wrote(key, write, written, err))
+	if specChange && (err != nil || written.Generation == observed.Generation) {
+		c.expectations.withdraw(key, observed.UID, observed.Generation+1)
+	}
 	if err != nil {
 		return nil, false, err
 	}
