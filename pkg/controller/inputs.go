@@ -523,13 +523,15 @@ func (p *inputPacer) forget(session string) []string {
 
 // settleInputMove frees the session's place once its Deployment d (as the
 // cache shows it, nil if none) runs the inputs it moved to and is Ready, or
-// runs others: a move refused, or superseded. One that failed keeps it.
+// runs others: a move refused, or superseded. One that failed keeps it. One
+// paused by its user moves nothing until resumed, and must not keep the
+// others waiting meanwhile, as for the cluster-wide budget (settleMove).
 func (c *Controller) settleInputMove(key string, session *gamesv1.GameSession, d *appsv1.Deployment) {
 	sets := c.inputPacer.movingTo(key)
 	if sets == "" {
 		return
 	}
-	if d != nil && !blocks(d, session) && c.observedInputs(d).key() == sets && !deploymentComplete(d) {
+	if d != nil && !blocks(d, session) && !d.Spec.Paused && c.observedInputs(d).key() == sets && !deploymentComplete(d) {
 		return
 	}
 	for _, k := range c.inputPacer.release(key) {

@@ -516,3 +516,29 @@ func TestSecretRotationPacedOverThePermittedSessions(t *testing.T) {
 		t.Errorf("max-rolling 20%% of 10 sessions moved %v, want 2", moved)
 	}
 }
+
+// A session whose Deployment its user paused moves nothing until resumed: it
+// gives its place back, and the rotation goes on with the others (issue 30,
+// bug 1: the paused session held the only place of max-rolling 1 for good).
+func TestSecretRotationPausedSessionGivesItsPlaceBack(t *testing.T) {
+	w := newSecretWorld(t, "blue-2")
+	for _, name := range []string{"blue-1", "blue-2"} {
+		w.complete(t, name, false)
+	}
+	w.profile = w.profile.DeepCopy()
+	w.profile.Annotations = map[string]string{rollout.AnnotationMaxRolling: "1"}
+	w.f.setCached(w.profile)
+	w.rotate(t, "blue", "two")
+
+	first := slices.Sorted(maps.Keys(w.syncAll(t)))
+	if len(first) != 1 {
+		t.Fatalf("max-rolling 1 moved %v", first)
+	}
+	paused := w.f.storedDeployment(testNamespace, first[0]).DeepCopy()
+	paused.Spec.Paused = true
+	w.f.setCached(paused)
+	second := slices.Sorted(maps.Keys(w.syncAll(t)))
+	if len(second) != 1 || second[0] == first[0] {
+		t.Fatalf("with %s paused, the rotation moved %v, want the other session", first[0], second)
+	}
+}

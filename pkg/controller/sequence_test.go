@@ -177,6 +177,7 @@ var foundByLongRuns = []struct {
 	{454940, "revision: a scaled-down Deployment out of the cache, its status naming no revision, keeps its ReplicaSet's"},
 	{4025841, "revision: a create answered 500 that never shows looks at its revision again when it expires"},
 	{67517, "budget: a move whose Deployment the cache does not show keeps its place until a live read shows it ended"},
+	{13001000, "inputs: a session whose Deployment its user paused gives its place among max-rolling back"},
 }
 
 func TestSequenceRegressions(t *testing.T) {
