@@ -3,15 +3,18 @@
 // [NewController] and [Controller.Run], in controller.go, are the entry
 // points; cmd/gamesession-controller/app builds the informers and calls them.
 //
-// Six informers feed two work queues (see [Informers]). GameSession,
-// profile and Deployment events queue GameSession keys, which the workers
+// Six informers, and up to three more (ReferenceGrants, labelled Secrets,
+// labelled session-config ConfigMaps), feed two work queues (see
+// [Informers]). GameSession, profile, Deployment and referenced-input
+// events queue GameSession keys, which the workers
 // sync (syncGameSession in sync.go). Profile, revision, ReplicaSet and
 // ProfileRollout events, and session syncs while a rollout is in progress,
 // queue profile keys, which one profile worker syncs (syncProfile in
 // profilesync.go). Both queues run on one worker type (worker.go). Every
 // ConfigMap, Deployment and ReplicaSet informer comes from a factory
-// filtered by a label (the profile label, [RevisionLabel], [LabelManagedBy]),
-// so the cluster's other objects are never listed, watched or cached. The
+// filtered by a label (the profile label, [RevisionLabel], [LabelManagedBy],
+// and for the referenced inputs their own), so the cluster's other objects
+// are never listed, watched or cached. The
 // controller relies on those filters, not on checks of its own.
 //
 // # State beside the informers
@@ -30,7 +33,24 @@
 //     profiles of the revisions it held; a restarted controller's caches
 //     start in sync and need none;
 //   - the latest rollout plan of each profile (profilesync.go): recomputed
-//     from the caches and the profile's ProfileRollout.
+//     from the caches and the profile's ProfileRollout;
+//   - the cluster-wide budget's places and waiting sessions (budget.go):
+//     rebuilt at start from the Deployments still rolling and the moves
+//     they record for the last minute;
+//   - the session queue's lanes and the kind of each add (lanes.go): a
+//     restart loses the order, never a key;
+//   - since when each session's change of referenced inputs has waited,
+//     and which sessions of a paced profile move for them (inputs.go): a
+//     restart counts max-defer from its start, and lets max-rolling more
+//     start.
+//
+// # Referenced inputs
+//
+// Labelled Secrets and ConfigMaps that a session's pod template reads roll
+// its game servers when their data change, each kind one inputKind
+// (secrets.go, sessionconfigs.go) over shared machinery (inputs.go): an
+// index from an object to its readers, a digest in place of the data in
+// the cache, and two pod-template annotations per kind.
 //
 // What a rollout must remember across restarts and failovers (a halt, the
 // stable revision) is not kept in memory but in the API, in the profile's
