@@ -539,6 +539,20 @@ func (c *Controller) settleInputMove(key string, session *gamesv1.GameSession, d
 	}
 }
 
+// standInMeta is the metadata of a referenced input's stand-in in the
+// cache: its identity and the digest of its data, and nothing of its own
+// labels or annotations, which may quote the data (last-applied).
+func standInMeta(m *metav1.ObjectMeta, digest string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name:              m.Name,
+		Namespace:         m.Namespace,
+		UID:               m.UID,
+		ResourceVersion:   m.ResourceVersion,
+		DeletionTimestamp: m.DeletionTimestamp,
+		Annotations:       map[string]string{dataDigestAnnotation: digest},
+	}
+}
+
 // metaDigest reads the digest a kind's transform left on a cached stand-in.
 func metaDigest(obj interface{}) string {
 	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {

@@ -10,7 +10,6 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 
@@ -53,15 +52,8 @@ func SecretDigester(key []byte) cache.TransformFunc {
 			return obj, nil
 		}
 		return &corev1.Secret{
-			TypeMeta: secret.TypeMeta,
-			ObjectMeta: metav1.ObjectMeta{
-				Name:              secret.Name,
-				Namespace:         secret.Namespace,
-				UID:               secret.UID,
-				ResourceVersion:   secret.ResourceVersion,
-				DeletionTimestamp: secret.DeletionTimestamp,
-				Annotations:       map[string]string{dataDigestAnnotation: dataDigest(key, secret)},
-			},
+			TypeMeta:   secret.TypeMeta,
+			ObjectMeta: standInMeta(&secret.ObjectMeta, dataDigest(key, secret)),
 		}, nil
 	}
 }

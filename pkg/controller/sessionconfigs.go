@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 
@@ -54,15 +53,8 @@ func SessionConfigDigester() cache.TransformFunc {
 			data["\x00"+k] = v
 		}
 		return &corev1.ConfigMap{
-			TypeMeta: cm.TypeMeta,
-			ObjectMeta: metav1.ObjectMeta{
-				Name:              cm.Name,
-				Namespace:         cm.Namespace,
-				UID:               cm.UID,
-				ResourceVersion:   cm.ResourceVersion,
-				DeletionTimestamp: cm.DeletionTimestamp,
-				Annotations:       map[string]string{dataDigestAnnotation: digestData(sha256.New(), cm.Namespace, cm.Name, data)},
-			},
+			TypeMeta:   cm.TypeMeta,
+			ObjectMeta: standInMeta(&cm.ObjectMeta, digestData(sha256.New(), cm.Namespace, cm.Name, data)),
 		}, nil
 	}
 }
