@@ -217,7 +217,10 @@ func (e *env) deleteCanary() {
 	}
 	e.names = e.names[1:]
 	delete(e.replicas, canary)
-	err := wait.PollUntilContextTimeout(e.ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	// The garbage collector deletes it at kube-controller-manager's pace,
+	// not the controller's: once in CI, sharing 2 cores with the other
+	// fault tests' control planes, it took over a minute.
+	err := wait.PollUntilContextTimeout(e.ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, err := e.kube.AppsV1().Deployments(e.ns).Get(ctx, canary, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
