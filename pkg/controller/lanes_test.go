@@ -30,6 +30,23 @@ func drain(t *testing.T, q interface {
 	return keys, from
 }
 
+// expectDrained drains the queue and checks the keys it handed out, in
+// order, and the lane each came from.
+func expectDrained(t *testing.T, q interface {
+	Get() (string, bool)
+	Done(string)
+	Len() int
+}, lanes sessionLanes, keys []string, from []lane) {
+	t.Helper()
+	gotKeys, gotFrom := drain(t, q, lanes)
+	if !slices.Equal(gotKeys, keys) {
+		t.Errorf("handed out %v, want %v", gotKeys, keys)
+	}
+	if !slices.Equal(gotFrom, from) {
+		t.Errorf("lanes %v, want %v", gotFrom, from)
+	}
+}
+
 func TestSessionQueueHandsOutDeploymentWorkFirst(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	q, lanes := newSessionQueue("", clk)
@@ -47,13 +64,7 @@ func TestSessionQueueHandsOutDeploymentWorkFirst(t *testing.T) {
 	// A status-only add of a key in the first lane leaves it there.
 	lanes.addStatusOnly("d1")
 
-	keys, from := drain(t, q, lanes)
-	if want := []string{"d1", "d2", "s2", "s1"}; !slices.Equal(keys, want) {
-		t.Errorf("handed out %v, want %v", keys, want)
-	}
-	if want := []lane{firstLane, firstLane, firstLane, statusLane}; !slices.Equal(from, want) {
-		t.Errorf("lanes %v, want %v", from, want)
-	}
+	expectDrained(t, q, lanes, []string{"d1", "d2", "s2", "s1"}, []lane{firstLane, firstLane, firstLane, statusLane})
 	if lanes.firstLaneWaiting() {
 		t.Error("firstLaneWaiting: true with the queue empty")
 	}
@@ -75,13 +86,7 @@ func TestSessionQueueStatusOnlyAddWhileProcessing(t *testing.T) {
 	lanes.addStatusOnly("a")
 	q.Add("b")
 	q.Done("a")
-	keys, from := drain(t, q, lanes)
-	if want := []string{"b", "a"}; !slices.Equal(keys, want) {
-		t.Errorf("handed out %v, want %v", keys, want)
-	}
-	if want := []lane{firstLane, statusLane}; !slices.Equal(from, want) {
-		t.Errorf("lanes %v, want %v", from, want)
-	}
+	expectDrained(t, q, lanes, []string{"b", "a"}, []lane{firstLane, statusLane})
 }
 
 // The status lane is not starved: once its oldest key has waited
@@ -151,13 +156,7 @@ func TestSessionQueueAddWhileProcessingKeepsFirstLane(t *testing.T) {
 			tc.adds(q, lanes)
 			q.Done("a")
 
-			keys, from := drain(t, q, lanes)
-			if want := []string{"a", "s"}; !slices.Equal(keys, want) {
-				t.Errorf("handed out %v, want %v", keys, want)
-			}
-			if want := []lane{firstLane, statusLane}; !slices.Equal(from, want) {
-				t.Errorf("lanes %v, want %v", from, want)
-			}
+			expectDrained(t, q, lanes, []string{"a", "s"}, []lane{firstLane, statusLane})
 			if len(lanes.adds) != 0 || len(lanes.handed) != 0 {
 				t.Errorf("state left with the queue empty: adds %v, handed %v", lanes.adds, lanes.handed)
 			}
@@ -191,13 +190,7 @@ func TestSessionQueueConcurrentAddsWhileProcessing(t *testing.T) {
 	wg.Wait()
 	q.Done("a")
 
-	keys, from := drain(t, q, lanes)
-	if want := []string{"a", "s"}; !slices.Equal(keys, want) {
-		t.Errorf("handed out %v, want %v", keys, want)
-	}
-	if want := []lane{firstLane, statusLane}; !slices.Equal(from, want) {
-		t.Errorf("lanes %v, want %v", from, want)
-	}
+	expectDrained(t, q, lanes, []string{"a", "s"}, []lane{firstLane, statusLane})
 	if len(lanes.adds) != 0 {
 		t.Errorf("adds left with the queue empty: %v", lanes.adds)
 	}
