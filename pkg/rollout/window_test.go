@@ -24,18 +24,29 @@ func TestParseWindowRefuses(t *testing.T) {
 	}
 }
 
-func TestWindowTimes(t *testing.T) {
-	berlin, err := time.LoadLocation("Europe/Berlin")
+// mustZone loads a time zone of the tests.
+func mustZone(t *testing.T, name string) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	at := func(loc *time.Location, s string) time.Time {
-		v, err := time.ParseInLocation("2006-01-02 15:04", s, loc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
+	return loc
+}
+
+// wallTime is the time "2006-01-02 15:04" as the clocks of loc show it.
+func wallTime(t *testing.T, loc *time.Location, s string) time.Time {
+	t.Helper()
+	v, err := time.ParseInLocation("2006-01-02 15:04", s, loc)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return v
+}
+
+func TestWindowTimes(t *testing.T) {
+	berlin := mustZone(t, "Europe/Berlin")
+	at := func(loc *time.Location, s string) time.Time { return wallTime(t, loc, s) }
 	utc := func(s string) time.Time { return at(time.UTC, s) }
 	tests := []struct {
 		window         string
@@ -100,21 +111,8 @@ func TestParseMaxDefer(t *testing.T) {
 // change of the clocks an opening lasts the hours that pass, not those the
 // clocks show.
 func TestWindowAfterOpen(t *testing.T) {
-	zone := func(name string) *time.Location {
-		loc, err := time.LoadLocation(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return loc
-	}
-	berlin, newYork, sydney := zone("Europe/Berlin"), zone("America/New_York"), zone("Australia/Sydney")
-	at := func(loc *time.Location, s string) time.Time {
-		v, err := time.ParseInLocation("2006-01-02 15:04", s, loc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
+	berlin, newYork, sydney := mustZone(t, "Europe/Berlin"), mustZone(t, "America/New_York"), mustZone(t, "Australia/Sydney")
+	at := func(loc *time.Location, s string) time.Time { return wallTime(t, loc, s) }
 	utc := func(s string) time.Time { return at(time.UTC, s) }
 	tests := []struct {
 		name   string
