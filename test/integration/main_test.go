@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
@@ -395,6 +396,27 @@ func (e *env) session(name string) *gamesv1.GameSession {
 		e.t.Fatalf("get GameSession %s: %v", name, err)
 	}
 	return s
+}
+
+// updateSession applies mutate to the current session and retries on a
+// conflict: the controller writes the session's status while a test edits
+// its spec, and either write may come first.
+func (e *env) updateSession(name string, mutate func(*gamesv1.GameSession)) *gamesv1.GameSession {
+	e.t.Helper()
+	var updated *gamesv1.GameSession
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		s, err := e.game.GamesV1().GameSessions(e.ns).Get(e.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		mutate(s)
+		updated, err = e.game.GamesV1().GameSessions(e.ns).Update(e.ctx, s, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		e.t.Fatalf("update GameSession %s: %v", name, err)
+	}
+	return updated
 }
 
 func (e *env) deployment(name string) (*appsv1.Deployment, error) {

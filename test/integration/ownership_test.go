@@ -184,14 +184,11 @@ func TestOwnershipUserEditsSurvive(t *testing.T) {
 	e.waitForRolledSession("arena-1", hash)
 	checkEdits("profile roll", func(pt *corev1.PodTemplateSpec) bool { return pt.Annotations[gamesv1.ProfileHashAnnotation] == hash })
 
-	s := e.session("arena-1")
-	s.Spec.Image = "registry.example.com/arena-server:1.1.0"
-	if _, err := e.game.GamesV1().GameSessions(e.ns).Update(e.ctx, s, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	const image = "registry.example.com/arena-server:1.1.0"
+	e.updateSession("arena-1", func(s *gamesv1.GameSession) { s.Spec.Image = image })
 	e.waitForReadyAtGeneration("arena-1")
 	checkEdits("image roll", func(pt *corev1.PodTemplateSpec) bool {
-		return slices.ContainsFunc(pt.Spec.Containers, func(c corev1.Container) bool { return c.Image == s.Spec.Image })
+		return slices.ContainsFunc(pt.Spec.Containers, func(c corev1.Container) bool { return c.Image == image })
 	})
 }
 
@@ -287,11 +284,9 @@ func TestOwnershipSpecEditDuringProfileDelay(t *testing.T) {
 	e.eventually("the controller's Event on the profile", func() (bool, error) {
 		return e.hasEvent("arena", controller.EventReasonProfileFanOut, hash), nil
 	})
-	s := e.session("arena-1")
-	s.Spec.Image = "registry.example.com/arena-server:1.1.0"
-	if _, err := e.game.GamesV1().GameSessions(e.ns).Update(e.ctx, s, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	s := e.updateSession("arena-1", func(s *gamesv1.GameSession) {
+		s.Spec.Image = "registry.example.com/arena-server:1.1.0"
+	})
 	since := time.Since(start)
 	t.Logf("the image edit came %s after the profile edit", since.Round(time.Millisecond))
 	if since >= delay/2 {

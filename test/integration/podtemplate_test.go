@@ -208,11 +208,9 @@ func TestPodTemplateRestart(t *testing.T) {
 
 	// The session-level restart: any change of the session's template rolls
 	// the game servers, and lives in Git with the session.
-	s := e.session("arena-1")
-	s.Spec.Template.Annotations["example.com/restarted-at"] = "2026-12-01T12:05:00Z"
-	if _, err := e.game.GamesV1().GameSessions(e.ns).Update(e.ctx, s, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.updateSession("arena-1", func(s *gamesv1.GameSession) {
+		s.Spec.Template.Annotations["example.com/restarted-at"] = "2026-12-01T12:05:00Z"
+	})
 	e.replicaSetWhere("arena-1", "of the session's restart", func(pt *corev1.PodTemplateSpec) bool {
 		return pt.Annotations["example.com/restarted-at"] != "" && pt.Annotations[restartedAt] != ""
 	})

@@ -120,11 +120,9 @@ func TestProfileRefChangeMovesSession(t *testing.T) {
 	e.createSession(newSession("mover", "old", 1))
 	e.waitForReady("mover")
 
-	s := e.session("mover")
-	s.Spec.ProfileRef = "new"
-	if _, err := e.game.GamesV1().GameSessions(e.ns).Update(e.ctx, s, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.updateSession("mover", func(s *gamesv1.GameSession) {
+		s.Spec.ProfileRef = "new"
+	})
 	d := e.waitForDeploymentHash("mover", controller.ProfileHash(newProfile))
 	if got, want := d.Spec.Template.Spec.Volumes[0].ConfigMap.Name, controller.RevisionName("new", controller.ProfileHash(newProfile)); got != want {
 		t.Errorf("profile volume names ConfigMap %q, want %s, the revision of profile new", got, want)

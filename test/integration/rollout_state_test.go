@@ -304,11 +304,9 @@ func TestRolloutStatePausedDeploymentKeepsItsRevision(t *testing.T) {
 	// a goes to another profile (its Deployment still paused), and the
 	// profile's rollout completes without it, then once more: v3 goes, and
 	// v0, neither current nor stable, stays for the old pods alone.
-	s := e.session("a")
-	s.Spec.ProfileRef = "other"
-	if _, err := e.game.GamesV1().GameSessions(e.ns).Update(e.ctx, s, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.updateSession("a", func(s *gamesv1.GameSession) {
+		s.Spec.ProfileRef = "other"
+	})
 	e.waitForDeploymentHash("a", dataHash(content("other")))
 	e.waitForRollout("classic", "complete on v3 without a", func(r *gamesv1.ProfileRollout) error {
 		if err := rolloutComplete(dataHash(content("v3")))(r); err != nil {
@@ -371,11 +369,9 @@ func TestRolloutStateStuckRolloutKeepsOldRevision(t *testing.T) {
 	}
 
 	// The fixes that do not work: pods that cannot be scheduled.
-	s := e.session("a")
-	s.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100")}
-	if _, err := e.game.GamesV1().GameSessions(e.ns).Update(e.ctx, s, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.updateSession("a", func(s *gamesv1.GameSession) {
+		s.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100")}
+	})
 	last := ""
 	for i := 1; i <= 3; i++ {
 		data := content(fmt.Sprintf("fix-%d", i))
@@ -395,11 +391,9 @@ func TestRolloutStateStuckRolloutKeepsOldRevision(t *testing.T) {
 	}
 
 	// A fix that works: the rollout completes, and the old revision goes.
-	s = e.session("a")
-	s.Spec.Resources.Requests = nil
-	if _, err := e.game.GamesV1().GameSessions(e.ns).Update(e.ctx, s, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.updateSession("a", func(s *gamesv1.GameSession) {
+		s.Spec.Resources.Requests = nil
+	})
 	fixed := content("fixed")
 	e.updateProfile("classic", func(cm *corev1.ConfigMap) { cm.Data = fixed })
 	e.waitAllOn(dataHash(fixed), 1)
@@ -1085,11 +1079,9 @@ func TestRolloutStateHaltHoldsAcrossMitigation(t *testing.T) {
 		t.Fatal(err)
 	}
 	scaled := names[1]
-	s := e.session(scaled)
-	s.Spec.Replicas = ptr.To[int32](2)
-	if _, err := e.game.GamesV1().GameSessions(e.ns).Update(e.ctx, s, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.updateSession(scaled, func(s *gamesv1.GameSession) {
+		s.Spec.Replicas = ptr.To[int32](2)
+	})
 	generations[scaled]++ // the scale, with the revision it runs
 	late := "zz-late"
 	e.createSession(newSession(late, "classic", 1))
