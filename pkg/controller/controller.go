@@ -162,16 +162,16 @@ type Informers struct {
 //     session syncs read to know whose turn it is. A plan is computed from
 //     the caches and the profile's ProfileRollout, where what a rollout must
 //     remember (halt, stable revision, start) lives: a restart recomputes it.
-//   - budget: the cluster-wide budget's grants and waiting sessions
-//     (budget.go). A restart rebuilds the grants from the caches (every
-//     Deployment still rolling a revision) and the moves of the last minute
-//     from the start each move records on its Deployment; its waiting
+//   - moves: the ledger of moves (ledger.go), every session moving to a new
+//     profile revision or new data of its Secrets and ConfigMaps, for the
+//     cluster-wide budget and each profile's max-rolling, and the sessions
+//     waiting for a place. A restart rebuilds the moves from the caches
+//     (every Deployment still rolling) and the starts of the last minute
+//     from the annotation each move writes on its Deployment; its waiting
 //     sessions sync again on their own, their caches being new.
-//   - inputChanges and inputPacer (inputs.go): since when each session's
-//     change of its Secrets or ConfigMaps has waited (for max-defer), and
-//     which sessions of a paced profile move for them (for max-rolling). A
-//     restart counts max-defer from its start, and lets max-rolling more
-//     start.
+//   - inputChanges (inputs.go): since when each session's change of its
+//     Secrets or ConfigMaps has waited, for max-defer. A restart counts
+//     max-defer from its start: a busy session waits longer, never less.
 type Controller struct {
 	kubeClient kubernetes.Interface
 	gameClient clientset.Interface
@@ -190,7 +190,6 @@ type Controller struct {
 	grants            atomic.Pointer[grantChecker] // nil: no ReferenceGrant API (yet)
 	inputs            []input                      // the kinds of referenced input tracked (inputs.go)
 	inputChanges      *inputChanges
-	inputPacer        *inputPacer
 	namespace         string // Options.Namespace
 	patchDeployments  bool   // Options.PatchDeployments
 	cachesSynced      []cache.InformerSynced
@@ -216,7 +215,7 @@ type Controller struct {
 	plans                *profilePlans
 	rolloutDefaults      rollout.Policy
 	revisionHistoryLimit int
-	budget               *clusterBudget
+	moves                *moveLedger
 
 	// workersRunning counts live session workers, for the health check.
 	workersRunning atomic.Int32
@@ -291,9 +290,8 @@ func NewController(
 		plans:                newProfilePlans(),
 		rolloutDefaults:      *opts.RolloutDefaults,
 		revisionHistoryLimit: opts.RevisionHistoryLimit,
-		budget:               newClusterBudget(opts.Clock, opts.MaxMovingSessions, opts.MaxMovesPerMinute),
+		moves:                newMoveLedger(opts.Clock, opts.MaxMovingSessions, opts.MaxMovesPerMinute),
 		inputChanges:         newInputChanges(),
-		inputPacer:           newInputPacer(),
 		patchDeployments:     opts.PatchDeployments,
 	}
 	var inputInformers []cache.SharedIndexInformer
@@ -488,7 +486,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	if !cache.WaitForNamedCacheSync(Name, ctx.Done(), c.cachesSynced...) {
 		return fmt.Errorf("%s: caches did not sync before shutdown", Name)
 	}
-	c.seedBudget()
+	c.seedLedger()
 
 	var wg sync.WaitGroup
 	// One profile worker: profile syncs are few (one per profile change,

@@ -277,16 +277,16 @@ type inputHold struct {
 //   - while the session is busy, until the policy's window has been open
 //     for max-defer since the controller saw the change (all the time
 //     since, without a window: rollout.Policy.Defers);
-//   - with a paced policy, while max-rolling of the profile's sessions move
-//     for their inputs already (inputPacer).
+//   - while the ledger of moves has no place for it: the cluster-wide
+//     budget, and with a paced policy the profile's max-rolling (moveLedger).
 //
 // A Deployment whose template changes anyway (a new profile revision, the
 // session's own spec) takes the new sets along: its game servers restart
 // once, not twice. A kind without an informer keeps its annotations as they
 // are, so turning a kind off restarts nothing.
 //
-// reserve takes the place a paced profile's max-rolling gives the move;
-// without it, the answer only says whether there is one.
+// reserve takes the place the ledger gives the move; without it, the answer
+// only says whether there is one.
 func (c *Controller) inputsToRun(session *gamesv1.GameSession, profile *corev1.ConfigMap,
 	observed, desired *appsv1.Deployment, reserve bool) (inputSets, *inputHold, error) {
 	have := c.observedInputs(observed)
@@ -341,19 +341,25 @@ func (c *Controller) inputsToRun(session *gamesv1.GameSession, profile *corev1.C
 			return have, hold, nil
 		}
 	}
-	if policy.Unpaced() {
+	// A move: a place in the ledger, among the cluster's moves and, under a
+	// paced policy, its profile's max-rolling, counted over the sessions
+	// that may use it, as a plan counts its members: those of other
+	// namespaces that name it without a grant move in none of its rollouts.
+	// The session's own sync frees it (settleMove).
+	limit := unlimited
+	profileKey := profileKey(profile.Namespace, profile.Name)
+	if !policy.Unpaced() {
+		limit = policy.MaxRollingOf(len(c.permittedSessionKeysOf(profile.Namespace, profile.Name)))
+	}
+	m := move{kind: inputMove, to: wantKey, profile: profileKey}
+	if reserve && c.admitMove(key, m, limit) || !reserve && c.moves.wouldAdmit(key, m, limit) {
 		return want, nil, nil
 	}
-	// Paced: a place among the profile's max-rolling, counted over the
-	// sessions that may use it, as a plan counts its members: those of
-	// other namespaces that name it without a grant move in none of its
-	// rollouts. The session's own sync frees it (settleInputMove).
-	profileKey := profileKey(profile.Namespace, profile.Name)
-	sessions := c.permittedSessionKeysOf(profile.Namespace, profile.Name)
-	if limit := policy.MaxRollingOf(len(sessions)); !c.inputPacer.admit(profileKey, key, wantKey, limit, reserve) {
-		return have, &inputHold{reason: fmt.Sprintf("%d sessions of profile %s roll for their Secrets or ConfigMaps already, its max-rolling", limit, profileKey)}, nil
+	hold := &inputHold{reason: fmt.Sprintf("no place among the moves: the cluster-wide budget (%s) or the max-rolling of profile %s (%d) is full", c.moves, profileKey, limit)}
+	if limit == unlimited {
+		hold.reason = fmt.Sprintf("the cluster-wide budget (%s) is full", c.moves)
 	}
-	return want, nil, nil
+	return have, hold, nil
 }
 
 // inputChanges remembers since when each session has had a change of its
@@ -423,119 +429,6 @@ func (c *Controller) inputEventHandlers(in input) cache.ResourceEventHandlerFunc
 			}
 		},
 		DeleteFunc: changed,
-	}
-}
-
-// inputPacer paces the input changes of a profile's sessions by its
-// policy's max-rolling: at most that many of its sessions moved to new input
-// data and not yet Ready at once. A session whose Deployment fails
-// (ProgressDeadlineExceeded) keeps its place, so a change that breaks the
-// game servers stops after max-rolling of them, as a brake would; new data
-// (the object fixed) move them again, in the places they hold. Waiting
-// sessions are queued again, first come first, as places free up.
-//
-// In memory only: a restarted controller starts with no session moving, and
-// may let max-rolling more start while the old ones finish.
-type inputPacer struct {
-	mu      sync.Mutex
-	moving  map[string]map[string]string // profile → session → inputSets.key
-	profile map[string]string            // session → the profile it moves in
-	waiting map[string][]string          // profile → sessions, first come first
-}
-
-func newInputPacer() *inputPacer {
-	return &inputPacer{moving: map[string]map[string]string{}, profile: map[string]string{}, waiting: map[string][]string{}}
-}
-
-// admit gives the session of profile a place to move to sets, if one of
-// limit is free or it holds one already, and records it; else it waits.
-// Without reserve it only says whether it would.
-func (p *inputPacer) admit(profile, session, sets string, limit int, reserve bool) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	moving := p.moving[profile]
-	_, holds := moving[session]
-	if !reserve {
-		return holds || len(moving) < limit
-	}
-	if held := p.profile[session]; held != "" && held != profile {
-		p.releaseLocked(session) // its profileRef changed: moves in the new one
-	}
-	moving = p.moving[profile]
-	if _, ok := moving[session]; ok || len(moving) < limit {
-		if moving == nil {
-			moving = map[string]string{}
-			p.moving[profile] = moving
-		}
-		moving[session] = sets
-		p.profile[session] = profile
-		p.waiting[profile] = slices.DeleteFunc(p.waiting[profile], func(k string) bool { return k == session })
-		return true
-	}
-	if !slices.Contains(p.waiting[profile], session) {
-		p.waiting[profile] = append(p.waiting[profile], session)
-	}
-	return false
-}
-
-// movingTo returns the sets the session holds a place for, "" if none.
-func (p *inputPacer) movingTo(session string) string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.moving[p.profile[session]][session]
-}
-
-// release frees the session's place, and forgets it among the waiting; it
-// returns the sessions to queue again.
-func (p *inputPacer) release(session string) []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.releaseLocked(session)
-}
-
-func (p *inputPacer) releaseLocked(session string) []string {
-	profile, ok := p.profile[session]
-	if !ok {
-		return nil
-	}
-	delete(p.profile, session)
-	delete(p.moving[profile], session)
-	if len(p.moving[profile]) == 0 {
-		delete(p.moving, profile)
-	}
-	// All of them: each syncs, and those without room wait again. A
-	// change rarely has many waiting at once, and a place freed is rarely
-	// taken by the first alone.
-	wake := p.waiting[profile]
-	delete(p.waiting, profile)
-	return wake
-}
-
-// forget drops a deleted session, moving or waiting.
-func (p *inputPacer) forget(session string) []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for profile, waiting := range p.waiting {
-		p.waiting[profile] = slices.DeleteFunc(waiting, func(k string) bool { return k == session })
-	}
-	return p.releaseLocked(session)
-}
-
-// settleInputMove frees the session's place once its Deployment d (as the
-// cache shows it, nil if none) runs the inputs it moved to and is Ready, or
-// runs others: a move refused, or superseded. One that failed keeps it. One
-// paused by its user moves nothing until resumed, and must not keep the
-// others waiting meanwhile, as for the cluster-wide budget (settleMove).
-func (c *Controller) settleInputMove(key string, session *gamesv1.GameSession, d *appsv1.Deployment) {
-	sets := c.inputPacer.movingTo(key)
-	if sets == "" {
-		return
-	}
-	if d != nil && !blocks(d, session) && !d.Spec.Paused && c.observedInputs(d).key() == sets && !deploymentComplete(d) {
-		return
-	}
-	for _, k := range c.inputPacer.release(key) {
-		c.queue.Add(k)
 	}
 }
 

@@ -178,6 +178,7 @@ var foundByLongRuns = []struct {
 	{4025841, "revision: a create answered 500 that never shows looks at its revision again when it expires"},
 	{67517, "budget: a move whose Deployment the cache does not show keeps its place until a live read shows it ended"},
 	{13001000, "inputs: a session whose Deployment its user paused gives its place among max-rolling back"},
+	{22003783, "ledger: a rotation's moves count in the cluster-wide rate with the profile's"},
 }
 
 func TestSequenceRegressions(t *testing.T) {
@@ -580,7 +581,7 @@ func (w *world) startController() {
 	// As Run does once the caches have synced: the moves of the last
 	// minute are rebuilt from what the caches show.
 	w.forgetUnseenMoves()
-	c.seedBudget()
+	c.seedLedger()
 	w.call(func() {
 		for _, ic := range w.caches {
 			ic.announce()

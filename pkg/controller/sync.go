@@ -52,7 +52,7 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 	from := c.lanes.handedFrom(key)
 	// A place the budget kept for this session and the sync did not take
 	// goes to the next one waiting, however the sync ends.
-	defer func() { c.wake(c.budget.sweep(key)) }()
+	defer func() { c.wake(c.moves.sweep(key)) }()
 
 	session, err := c.sessionLister.GameSessions(namespace).Get(name)
 	if apierrors.IsNotFound(err) {
@@ -61,10 +61,7 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 		logger.V(4).Info("GameSession deleted")
 		c.expectations.forget(key)
 		c.inputChanges.settled(key)
-		for _, k := range c.inputPacer.forget(key) {
-			c.queue.Add(k)
-		}
-		c.wake(c.budget.forget(key))
+		c.wake(c.moves.forget(key))
 		// Its Deployment may run on (orphan propagation): the writes of it
 		// the cache does not show yet keep their revisions until it does.
 		c.revisions.forgetSession(key)
@@ -99,13 +96,12 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 		return nil
 	}
 	// The cache shows the last write: a move it completed, or a move that
-	// was refused or overtaken, frees its place in the cluster-wide budget.
+	// was refused or overtaken, frees its place in the ledger of moves.
 	if deployment != nil {
 		c.settleMove(key, session, deployment)
 	} else if err := c.settleUncachedMove(ctx, key, session); err != nil {
 		return err
 	}
-	c.settleInputMove(key, session, deployment)
 	status := newSessionStatus(session)
 	status.deadlineExceeded = c.progressDeadlineExceeded
 	status.refusal = refusal
@@ -291,22 +287,22 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 	key := cache.MetaObjectToName(session).String()
 	ref := refOfProfile(session.Namespace, profile)
 	rolled := rolledProfileHash(observed, ref)
-	move := result.choice.hash == target && rolled != "" && rolled != target
-	if move && !c.admitMove(key, target) {
+	moving := result.choice.hash == target && rolled != "" && rolled != target
+	if moving && !c.admitMove(key, move{kind: profileMove, to: target}, unlimited) {
 		// A move of a running session: the cluster-wide budget has no room.
 		// Its own spec is still applied, with the revision it runs.
-		move = false
-		moving, waiting := c.budget.counts()
-		klog.FromContext(ctx).V(4).Info("Move waits for the cluster-wide budget", "moving", moving, "waiting", waiting)
+		moving = false
+		inBudget, waiting := c.moves.counts()
+		klog.FromContext(ctx).V(4).Info("Move waits for the cluster-wide budget", "moving", inBudget, "waiting", waiting)
 		result.choice = revisionChoice{hash: rolled, reason: gamesv1.ReasonWaitingForClusterBudget,
 			message: fmt.Sprintf(MessageWaitingForClusterBudget, RevisionName(ref, rolled),
-				RevisionName(ref, target), c.budget)}
+				RevisionName(ref, target), c.moves)}
 	}
 	desired, hold := c.desiredWithInputs(session, profile, result.choice.hash, observed, true)
-	if move && c.budget.perMinute > 0 {
-		// The write that starts the move records when, for a new leader's
-		// budget per minute (seedBudget).
-		desired.Annotations = map[string]string{gamesv1.MoveStartsAnnotation: c.budget.moveStarts(
+	if (moving || c.startsInputMove(key, observed, desired)) && c.moves.perMinute > 0 {
+		// The write that starts a move records when, for a new leader's
+		// budget per minute (seedLedger).
+		desired.Annotations = map[string]string{gamesv1.MoveStartsAnnotation: c.moves.moveStarts(
 			observed.Annotations[gamesv1.MoveStartsAnnotation], c.clock.Now())}
 	}
 	if hold != nil {
@@ -320,11 +316,8 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 	current, patched, err := c.writeDeployment(ctx, session, observed, desired)
 	switch {
 	case apierrors.IsInvalid(err):
-		// Refused: no move is under way, and none holds a budget slot.
-		c.wake(c.budget.release(key))
-		for _, k := range c.inputPacer.release(key) {
-			c.queue.Add(k)
-		}
+		// Refused: no move is under way, and none holds a place.
+		c.wake(c.moves.release(key))
 		status.leftAsIs(observed, target)
 		status.deploymentInvalid(err)
 		return result, nil
@@ -332,7 +325,6 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 		return result, err
 	}
 	c.settleMove(key, session, current)
-	c.settleInputMove(key, session, current)
 	result.wrote = result.wrote || patched
 	status.profileResolved(result.choice.hash, target)
 	status.deployment(current)

@@ -449,8 +449,16 @@ func (w *world) checkInputsWrite(before, after *appsv1.Deployment) {
 		return
 	}
 	onlyInputs := onlyInputsDiffer(before, after)
+	s := w.caches[sessionsResource].session(name)
 	if onlyInputs {
 		w.covered[strings.Join(changed, " and ")+" change rolled"]++
+		if s != nil {
+			// A move like a profile's: it takes a place in the cluster's
+			// budget and rate.
+			w.checkClusterMove(s, after, clusterMove{uid: after.UID,
+				hash: after.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation], inputs: worldInputsRun(after)},
+				"restarted for its "+strings.Join(changed, " and ")+"s")
+		}
 	}
 	if w.credits[name] == 0 && w.inputMoves[name] > 0 {
 		// The move a change of an input owed it: one, whatever number of
@@ -458,7 +466,6 @@ func (w *world) checkInputsWrite(before, after *appsv1.Deployment) {
 		w.inputMoves[name]--
 		w.credit(name)
 	}
-	s := w.caches[sessionsResource].session(name)
 	for _, in := range worldInputs {
 		has := in.running(after)
 		for _, input := range splitNames(has.names) {
@@ -485,6 +492,17 @@ func (w *world) checkInputsWrite(before, after *appsv1.Deployment) {
 			}
 		}
 	}
+}
+
+// worldInputsRun is what a Deployment's pods run with of every kind, as its
+// pod-template annotations say.
+func worldInputsRun(d *appsv1.Deployment) string {
+	var parts []string
+	for _, in := range worldInputs {
+		has := in.running(d)
+		parts = append(parts, has.names+"="+has.hash)
+	}
+	return strings.Join(parts, ";")
 }
 
 func splitNames(names string) []string {

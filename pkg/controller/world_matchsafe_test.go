@@ -65,10 +65,12 @@ func matchSafeOf(seed uint64) bool {
 }
 
 // clusterMove is a move of a session's Deployment that holds a place in the
-// cluster-wide budget.
+// cluster-wide budget: to a revision of its profile (hash), or to new data
+// of its inputs (inputs, their pod-template annotations).
 type clusterMove struct {
-	uid  types.UID
-	hash string
+	uid    types.UID
+	hash   string
+	inputs string
 }
 
 // matchSafeWorld is what the match-safe invariants remember.
@@ -188,6 +190,7 @@ func (w *world) noteBudgetChange(ch change) {
 			d = ch.new.(*appsv1.Deployment)
 		}
 		if d == nil || d.UID != m.uid || d.Spec.Paused || d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation] != m.hash ||
+			(m.inputs != "" && worldInputsRun(d) != m.inputs) ||
 			deploymentComplete(d) || w.failedOnTarget(d) || d.Labels[worldManagedByLabel] != worldManagedByValue {
 			delete(w.matchSafe.clusterMoving, name)
 		}
@@ -222,9 +225,16 @@ func (w *world) checkMatchSafeMove(s *gamesv1.GameSession, d *appsv1.Deployment,
 			}
 		}
 	}
+	w.checkClusterMove(s, d, clusterMove{uid: d.UID, hash: hash}, what)
+}
+
+// checkClusterMove is told of each move of a session's Deployment, of any
+// kind: all count in the one cluster-wide budget and rate.
+func (w *world) checkClusterMove(s *gamesv1.GameSession, d *appsv1.Deployment, m clusterMove, what string) {
 	if !w.matchSafe.on {
 		return
 	}
+	now := w.clock.Now()
 	ms := &w.matchSafe
 	ms.moveStarts = append(ms.moveStarts, moveStart{at: now, uid: d.UID})
 	// A session deleted on the server, not yet in the cache, holds no
@@ -232,17 +242,24 @@ func (w *world) checkMatchSafeMove(s *gamesv1.GameSession, d *appsv1.Deployment,
 	// garbage collector deletes its Deployment. Nor does a paused
 	// Deployment, which restarts nothing until it is resumed.
 	if live := w.server.session(s.Name); live != nil && live.UID == s.UID && !d.Spec.Paused {
-		ms.clusterMoving[d.Name] = clusterMove{uid: d.UID, hash: hash}
+		ms.clusterMoving[d.Name] = m
 	}
 	if ms.maxMoving > 0 {
 		w.covered["cluster budget move"]++
+		if m.inputs != "" {
+			w.covered["cluster budget input move"]++
+		}
 		if len(ms.clusterMoving) == ms.maxMoving {
 			w.covered["cluster budget filled"]++
 		}
 		if len(ms.clusterMoving) > ms.maxMoving {
 			names := make([]string, 0, len(ms.clusterMoving))
 			for name, m := range ms.clusterMoving {
-				names = append(names, name+"→"+m.hash)
+				if m.inputs != "" {
+					names = append(names, name+"→inputs")
+				} else {
+					names = append(names, name+"→"+m.hash)
+				}
 			}
 			slices.Sort(names)
 			w.violate("cluster-budget-exceeded", "Deployment %s %s: %d sessions moving (%s), the cluster-wide budget allows %d",

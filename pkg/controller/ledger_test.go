@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -12,34 +13,35 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
+	"github.com/example/gamesession-controller/pkg/rollout"
 )
 
 func TestClusterBudgetMovingAtOnce(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC))
-	b := newClusterBudget(clk, 2, 0)
+	b := newMoveLedger(clk, 2, 0)
 	for _, key := range []string{"ns/a", "ns/b"} {
-		if ok, _ := b.admit(key, "h1"); !ok {
+		if ok, _ := b.admit(key, move{kind: profileMove, to: "h1"}, unlimited); !ok {
 			t.Fatalf("%s refused with room left", key)
 		}
 	}
 	for _, key := range []string{"ns/c", "ns/d"} {
-		if ok, wake := b.admit(key, "h1"); ok || len(wake.now) > 0 || wake.later != "" {
+		if ok, wake := b.admit(key, move{kind: profileMove, to: "h1"}, unlimited); ok || len(wake.now) > 0 || wake.later != "" {
 			t.Fatalf("%s: granted %v, wake %+v; want refused, no wake while two move", key, ok, wake)
 		}
 	}
-	if ok, _ := b.admit("ns/a", "h1"); !ok {
+	if ok, _ := b.admit("ns/a", move{kind: profileMove, to: "h1"}, unlimited); !ok {
 		t.Error("a move granted before is granted again")
 	}
-	if ok, _ := b.admit("ns/a", "h2"); !ok {
+	if ok, _ := b.admit("ns/a", move{kind: profileMove, to: "h2"}, unlimited); !ok {
 		t.Error("a moving session's next move takes its own place, and was refused")
 	}
 	if wake := b.release("ns/b"); !slices.Equal(wake.now, []string{"ns/c"}) {
 		t.Errorf("release woke %v, want the first waiting, ns/c", wake.now)
 	}
-	if ok, _ := b.admit("ns/d", "h1"); ok {
+	if ok, _ := b.admit("ns/d", move{kind: profileMove, to: "h1"}, unlimited); ok {
 		t.Error("ns/d took the place woken for ns/c")
 	}
-	if ok, _ := b.admit("ns/c", "h1"); !ok {
+	if ok, _ := b.admit("ns/c", move{kind: profileMove, to: "h1"}, unlimited); !ok {
 		t.Error("ns/c refused the place it was woken for")
 	}
 	if wake := b.forget("ns/d"); len(wake.now) > 0 {
@@ -52,49 +54,49 @@ func TestClusterBudgetMovingAtOnce(t *testing.T) {
 
 func TestClusterBudgetPerMinuteWakesLater(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC))
-	b := newClusterBudget(clk, 0, 2)
-	b.admit("ns/a", "h")
+	b := newMoveLedger(clk, 0, 2)
+	b.admit("ns/a", move{kind: profileMove, to: "h"}, unlimited)
 	clk.Step(10 * time.Second)
-	b.admit("ns/b", "h")
-	ok, wake := b.admit("ns/c", "h")
+	b.admit("ns/b", move{kind: profileMove, to: "h"}, unlimited)
+	ok, wake := b.admit("ns/c", move{kind: profileMove, to: "h"}, unlimited)
 	if ok || wake.later != "ns/c" || wake.after != 50*time.Second {
 		t.Fatalf("third move in a minute: granted %v, wake %+v; want refused, ns/c woken in 50s", ok, wake)
 	}
 	b.release("ns/a") // Ready: frees no start within the minute
-	if ok, _ := b.admit("ns/c", "h"); ok {
+	if ok, _ := b.admit("ns/c", move{kind: profileMove, to: "h"}, unlimited); ok {
 		t.Error("a release made room in the budget per minute")
 	}
 	clk.Step(50 * time.Second)
-	if ok, _ := b.admit("ns/c", "h"); !ok {
+	if ok, _ := b.admit("ns/c", move{kind: profileMove, to: "h"}, unlimited); !ok {
 		t.Error("refused a minute after the first start")
 	}
 }
 
 func TestClusterBudgetSeedCountsAsStarted(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC))
-	b := newClusterBudget(clk, 3, 3)
-	// Both found rolling, and both started now (seedBudget: their starts
+	b := newMoveLedger(clk, 3, 3)
+	// Both found rolling, and both started now (seedLedger: their starts
 	// recorded so, or not recorded at all).
-	b.seed(map[string]string{"ns/a": "h", "ns/b": "h"}, []time.Time{clk.Now(), clk.Now()})
-	if ok, _ := b.admit("ns/c", "h"); !ok {
+	b.seed(map[string]move{"ns/a": {kind: seededMove, to: "h"}, "ns/b": {kind: seededMove, to: "h"}}, []time.Time{clk.Now(), clk.Now()})
+	if ok, _ := b.admit("ns/c", move{kind: profileMove, to: "h"}, unlimited); !ok {
 		t.Fatal("refused with one place left")
 	}
-	if ok, _ := b.admit("ns/d", "h"); ok {
+	if ok, _ := b.admit("ns/d", move{kind: profileMove, to: "h"}, unlimited); ok {
 		t.Error("granted past the seeded moves")
 	}
 	b.release("ns/a")
-	if ok, _ := b.admit("ns/d", "h"); ok {
+	if ok, _ := b.admit("ns/d", move{kind: profileMove, to: "h"}, unlimited); ok {
 		t.Error("a seeded move counts as started this minute: no fourth start")
 	}
 	clk.Step(time.Minute)
-	if ok, _ := b.admit("ns/b", "h2"); ok {
+	if ok, _ := b.admit("ns/b", move{kind: profileMove, to: "h2"}, unlimited); ok {
 		t.Error("a session found rolling moved without a place of its own")
 	}
 	b.release("ns/c")
-	if ok, _ := b.admit("ns/b", "h2"); !ok {
+	if ok, _ := b.admit("ns/b", move{kind: profileMove, to: "h2"}, unlimited); !ok {
 		t.Error("a session found rolling refused a free place")
 	}
-	if unlimited := newClusterBudget(clk, 0, 0); unlimited.limited() {
+	if unlimited := newMoveLedger(clk, 0, 0); unlimited.limited() {
 		t.Error("a budget of zeros limits")
 	}
 }
@@ -107,7 +109,7 @@ func TestClusterBudgetSeedCountsAsStarted(t *testing.T) {
 func TestBudgetMoveOutsideTheCacheHoldsItsPlace(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f, profile, _ := rolloutFixture(ctx, t, 2, nil)
-	f.c.budget = newClusterBudget(f.c.clock, 1, 0)
+	f.c.moves = newMoveLedger(f.c.clock, 1, 0)
 	newHash := ProfileHash(profile)
 
 	f.expectKube(writeDeployment(testNamespace, "s0"))
@@ -117,9 +119,9 @@ func TestBudgetMoveOutsideTheCacheHoldsItsPlace(t *testing.T) {
 	// The move rolls on the server; the cache never shows it (its label
 	// was removed, say).
 	moved := f.storedDeployment(testNamespace, "s0")
-	if rolledProfileHash(moved, "classic") != newHash || f.c.budget.movingTo("arena/s0") != newHash {
+	if rolledProfileHash(moved, "classic") != newHash || f.c.moves.movingTo("arena/s0") != newHash {
 		t.Fatalf("s0 runs %q and is moving to %q in the budget, want the move to %q granted",
-			rolledProfileHash(moved, "classic"), f.c.budget.movingTo("arena/s0"), newHash)
+			rolledProfileHash(moved, "classic"), f.c.moves.movingTo("arena/s0"), newHash)
 	}
 	f.deleteCached(moved)
 	drainQueue(f.c.queue)
@@ -128,7 +130,7 @@ func TestBudgetMoveOutsideTheCacheHoldsItsPlace(t *testing.T) {
 	// reads it again) and keeps the place; s1 waits.
 	f.expectKube(getDeployment(testNamespace, "s0"), createDeployment(testNamespace, "s0"), getDeployment(testNamespace, "s0"))
 	f.run(ctx, "arena/s0")
-	if got := f.c.budget.movingTo("arena/s0"); got != newHash {
+	if got := f.c.moves.movingTo("arena/s0"); got != newHash {
 		t.Fatalf("a move whose Deployment the cache does not show lost its place (moving to %q)", got)
 	}
 	f.expectGame(updateSessionStatus(testNamespace, "s1"))
@@ -147,7 +149,7 @@ func TestBudgetMoveOutsideTheCacheHoldsItsPlace(t *testing.T) {
 	f.expectKube(getDeployment(testNamespace, "s0"), createDeployment(testNamespace, "s0"), getDeployment(testNamespace, "s0"))
 	f.expectGame(updateSessionStatus(testNamespace, "s0"))
 	f.run(ctx, "arena/s0")
-	if got := f.c.budget.movingTo("arena/s0"); got != "" {
+	if got := f.c.moves.movingTo("arena/s0"); got != "" {
 		t.Errorf("s0 still moves to %q in the budget, its Deployment Ready", got)
 	}
 	if woken := drainQueue(f.c.queue); !slices.Contains(woken, "arena/s1") {
@@ -160,7 +162,7 @@ func TestBudgetMoveOutsideTheCacheHoldsItsPlace(t *testing.T) {
 	f.expectGame(updateSessionStatus(testNamespace, "s1"))
 	_, game = f.run(ctx, "arena/s1")
 	f.observe(game...)
-	if got := f.c.budget.movingTo("arena/s1"); got != newHash {
+	if got := f.c.moves.movingTo("arena/s1"); got != newHash {
 		t.Fatalf("s1 moving to %q in the budget, want %q", got, newHash)
 	}
 	f.deleteCached(f.storedDeployment(testNamespace, "s1"))
@@ -170,7 +172,7 @@ func TestBudgetMoveOutsideTheCacheHoldsItsPlace(t *testing.T) {
 	f.expectKube(getDeployment(testNamespace, "s1"), createDeployment(testNamespace, "s1"))
 	f.expectGame(updateSessionStatus(testNamespace, "s1"))
 	f.run(ctx, "arena/s1")
-	if moving, _ := f.c.budget.counts(); moving != 0 {
+	if moving, _ := f.c.moves.counts(); moving != 0 {
 		t.Errorf("%d sessions moving in the budget, want none: s1's Deployment is gone", moving)
 	}
 }
@@ -201,7 +203,7 @@ func TestSeedBudgetCountsTheMovesOfTheLastMinute(t *testing.T) {
 	waiting := settled(newSession(testNamespace, "s2", "classic"), oldHash)
 	objects = append(objects, waiting, apiServerDeployment(waiting, oldHash))
 	f := newFixtureWithOptions(ctx, t, Options{MaxMovesPerMinute: 3, Clock: clk}, objects...)
-	f.c.seedBudget()
+	f.c.seedLedger()
 
 	f.expectGame(updateSessionStatus(testNamespace, "s2"))
 	_, game := f.run(ctx, "arena/s2")
@@ -229,7 +231,7 @@ func TestSeedBudgetCountsTheMovesOfTheLastMinute(t *testing.T) {
 // budget allows in one, oldest first.
 func TestMoveStartsKeepsTheLastMinute(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC))
-	b := newClusterBudget(clk, 0, 2)
+	b := newMoveLedger(clk, 0, 2)
 	at := func(ago time.Duration) string { return clk.Now().Add(-ago).Format(time.RFC3339Nano) }
 	for _, tc := range []struct{ previous, want string }{
 		{"", at(0)},
@@ -240,5 +242,108 @@ func TestMoveStartsKeepsTheLastMinute(t *testing.T) {
 		if got := b.moveStarts(tc.previous, clk.Now()); got != tc.want {
 			t.Errorf("moveStarts(%q) = %q, want %q", tc.previous, got, tc.want)
 		}
+	}
+}
+
+// movingTo returns what the session moves to in the ledger, "" if nothing.
+func (l *moveLedger) movingTo(key string) string {
+	m, _ := l.moveOf(key)
+	return m.to
+}
+
+// One ledger holds every kind of move: an input move takes a cluster place
+// like a profile move, and a failed input move gives its cluster place back
+// but keeps its profile's, as a brake.
+func TestLedgerCountsEveryKindOfMove(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC))
+	l := newMoveLedger(clk, 2, 0)
+	rotation := func(to string) move { return move{kind: inputMove, to: to, profile: "arena/classic"} }
+	if ok, _ := l.admit("arena/a", move{kind: profileMove, to: "h2"}, unlimited); !ok {
+		t.Fatal("a profile move refused in an empty ledger")
+	}
+	if ok, _ := l.admit("arena/b", rotation("s2"), 2); !ok {
+		t.Fatal("an input move refused with a cluster place and a profile place free")
+	}
+	if ok, _ := l.admit("arena/c", rotation("s2"), 2); ok {
+		t.Fatal("an input move granted past the cluster's 2 moving: the kinds are counted apart")
+	}
+	// b fails: its cluster place goes to c, which then holds the profile's
+	// second place.
+	if wake := l.stall("arena/b"); !slices.Equal(wake.now, []string{"arena/c"}) {
+		t.Fatalf("the failed input move woke %v, want arena/c", wake.now)
+	}
+	if ok, _ := l.admit("arena/c", rotation("s2"), 2); !ok {
+		t.Fatal("arena/c refused the place it was woken for")
+	}
+	if ok, _ := l.admit("arena/d", rotation("s2"), 2); ok {
+		t.Error("a third input move granted under max-rolling 2: the failed one keeps its place")
+	}
+	// The fix moves b again, in the profile place it holds, once the
+	// cluster has room.
+	l.release("arena/a")
+	if ok, _ := l.admit("arena/b", rotation("s3"), 2); !ok {
+		t.Error("the failed session refused its move to the fix")
+	}
+	if moving, _ := l.counts(); moving != 2 {
+		t.Errorf("%d moving in the cluster, want 2 (b and c)", moving)
+	}
+}
+
+// A rotation of a Secret shared by every session goes through the
+// cluster-wide budget like a profile edit, and each move records its start
+// for a new leader's budget per minute (issue 30: rotations skipped it).
+func TestSecretRotationTakesTheClusterBudget(t *testing.T) {
+	w := newSecretWorldWithOptions(t, Options{MaxMovingSessions: 1, MaxMovesPerMinute: 10}, "blue-2", "blue-3")
+	for _, name := range []string{"blue-1", "blue-2", "blue-3"} {
+		w.complete(t, name, false)
+	}
+	w.rotate(t, "blue", "two")
+	moved := func() []string { return slices.Sorted(maps.Keys(w.syncAll(t))) }
+	first := moved()
+	if len(first) != 1 {
+		t.Fatalf("a budget of 1 moving session moved %v", first)
+	}
+	if d := w.f.storedDeployment(testNamespace, first[0]); d.Annotations[gamesv1.MoveStartsAnnotation] == "" {
+		t.Errorf("the rotation's move of %s records no start", first[0])
+	}
+	if again := moved(); len(again) != 0 {
+		t.Fatalf("with %v rolling, a second pass moved %v", first, again)
+	}
+	w.complete(t, first[0], false)
+	drainQueue(w.f.c.queue)
+	second := moved()
+	if len(second) != 1 || second[0] == first[0] {
+		t.Fatalf("%s Ready, the next pass moved %v, want one other session", first[0], second)
+	}
+}
+
+// A restart keeps a paced profile's max-rolling: the new ledger counts the
+// Deployments still rolling in their profile's places (issue 30, bug 1:
+// the input pacer's places were lost, and max-rolling more started). A
+// Deployment rolling for another reason counts too, until it is Ready or
+// fails: what a restart cannot tell, it counts on the safe side.
+func TestLedgerRestartKeepsTheProfilePlaces(t *testing.T) {
+	w := newSecretWorld(t, "blue-2", "blue-3")
+	for _, s := range w.all() {
+		w.complete(t, s.Name, false)
+	}
+	w.profile = w.profile.DeepCopy()
+	w.profile.Annotations = map[string]string{rollout.AnnotationMaxRolling: "1"}
+	w.f.setCached(w.profile)
+	w.rotate(t, "blue", "two")
+	moved := func() []string { return slices.Sorted(maps.Keys(w.syncAll(t))) }
+	first := moved()
+	if len(first) != 1 {
+		t.Fatalf("max-rolling 1 moved %v", first)
+	}
+
+	w.f.c.moves = newMoveLedger(w.f.c.clock, 0, 0)
+	w.f.c.seedLedger()
+	if after := moved(); len(after) != 0 {
+		t.Fatalf("after a restart, with %v still rolling, max-rolling 1 moved %v", first, after)
+	}
+	w.complete(t, first[0], false)
+	if next := moved(); len(next) != 1 || next[0] == first[0] {
+		t.Fatalf("%s Ready, moved %v, want one other session", first[0], next)
 	}
 }

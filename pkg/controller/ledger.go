@@ -1,0 +1,606 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/clock"
+
+	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
+)
+
+// moveLedger is the one record of the moves that restart running game
+// servers, of every kind: a session's Deployment moved to another revision
+// of its profile (a profileMove), or to new data of the Secrets and
+// ConfigMaps its pod template reads (an inputMove). It holds two limits:
+//
+//   - the cluster's, over all profiles and kinds together: at most maxMoving
+//     sessions moved and not yet Ready (or failed) at once, and at most
+//     perMinute moves started in any minute, so that one GitOps sync editing
+//     fifty profiles, or a rotation of a Secret shared by every session,
+//     cannot restart every game server at once;
+//   - each profile's max-rolling, for input moves: a profile's revision
+//     moves are paced by its rollout plan (turn.go), its input moves here,
+//     at most max-rolling of its sessions moved and not yet Ready. An input
+//     move that fails (ProgressDeadlineExceeded) keeps its profile place,
+//     so a rotation that breaks game servers stops after max-rolling of
+//     them, as a brake would; it frees its cluster place, as a failed
+//     profile move does.
+//
+// A new session's first Deployment, or a change of a session's own spec,
+// restarts no running match and is not a move. A write that changes the
+// template anyway takes a pending input change along, as one move.
+//
+// Refused sessions wait: for the cluster's limits in a first-come queue,
+// where a release or a freed minute wakes as many as there is room for and
+// keeps their places until their next sync; for a profile's max-rolling all
+// together, queued again when one of its places frees. Waiting costs no
+// polling.
+//
+// A restart or a failover loses the ledger; seedLedger rebuilds it from the
+// caches: every Deployment still rolling counts as moving, in the cluster
+// and in its profile's places, and the moves started within the last minute
+// are read from the Deployments' gamesv1.MoveStartsAnnotation, written with
+// each move.
+type moveLedger struct {
+	clock     clock.PassiveClock
+	maxMoving int // 0: no limit
+	perMinute int // 0: no limit
+
+	mu sync.Mutex
+	// moves maps a session key to its move.
+	moves map[string]move
+	// clusterMoving counts the moves that hold a cluster place (not stalled);
+	// profileMoving counts each profile's input moves, stalled or not, and the
+	// moves found at the start.
+	clusterMoving int
+	profileMoving map[string]int
+	// starts are the times of the moves started within the last minute,
+	// oldest first.
+	starts []time.Time
+	// waiting are the sessions the cluster's limits refused, in the order
+	// they were.
+	waiting []string
+	// reserved are the woken sessions, each with a place kept for it until
+	// its next sync: one that syncs for another reason must not take it.
+	reserved map[string]bool
+	// profileWaiting are the sessions a profile's max-rolling refused.
+	profileWaiting map[string][]string
+}
+
+// moveKind is what a move changes in a session's pod template.
+type moveKind int
+
+const (
+	// profileMove: the profile revision the pods mount.
+	profileMove moveKind = iota
+	// inputMove: the data of the Secrets and ConfigMaps the pods read.
+	inputMove
+	// seededMove: found rolling when the controller started; which kind
+	// cannot be told.
+	seededMove
+)
+
+func (k moveKind) String() string {
+	switch k {
+	case profileMove:
+		return "profile"
+	case inputMove:
+		return "inputs"
+	}
+	return "found rolling"
+}
+
+// move is one session's move in the ledger.
+type move struct {
+	kind moveKind
+	// to is what the Deployment moves to: the revision's hash for a profile
+	// move or a seeded one, the inputSets.key for an input move.
+	to string
+	// profile is the key of the profile whose max-rolling the move counts
+	// in; "" for none.
+	profile string
+	// stalled marks an input move whose Deployment failed: it keeps its
+	// profile place and frees its cluster place.
+	stalled bool
+}
+
+// holdsProfilePlace reports whether the move takes one of its profile's
+// max-rolling places.
+func (m move) holdsProfilePlace() bool {
+	return m.profile != "" && (m.kind == inputMove || m.kind == seededMove)
+}
+
+// ledgerWake says which waiting sessions to sync now, and which one to sync
+// after a delay (the budget per minute frees room then).
+type ledgerWake struct {
+	now   []string
+	later string
+	after time.Duration
+}
+
+func (w *ledgerWake) add(o ledgerWake) {
+	w.now = append(w.now, o.now...)
+	if o.later != "" {
+		w.later, w.after = o.later, o.after
+	}
+}
+
+func newMoveLedger(clk clock.PassiveClock, maxMoving, perMinute int) *moveLedger {
+	return &moveLedger{clock: clk, maxMoving: max(0, maxMoving), perMinute: max(0, perMinute),
+		moves: map[string]move{}, profileMoving: map[string]int{}, reserved: map[string]bool{},
+		profileWaiting: map[string][]string{}}
+}
+
+// limited reports whether the cluster's limits limit anything.
+func (l *moveLedger) limited() bool {
+	return l.maxMoving > 0 || l.perMinute > 0
+}
+
+// admit grants the session move m if the cluster's limits, and for an input
+// move its profile's limit, leave room, and records it. A session granted
+// the same move before is granted again without counting twice (a write
+// retried after a conflict). A refused session waits for its wake.
+//
+// A profile move is recorded only under cluster limits: its profile's
+// plan paces it, and without limits nothing needs to know of it.
+func (l *moveLedger) admit(key string, m move, profileLimit int) (bool, ledgerWake) {
+	if !l.limited() && (m.kind == profileMove || profileLimit == unlimited) {
+		return true, ledgerWake{}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.clock.Now()
+	previous, moving := l.moves[key]
+	if moving && previous.kind == m.kind && previous.to == m.to && previous.profile == m.profile && !previous.stalled {
+		return true, l.wakeLocked(now)
+	}
+	if m.kind == inputMove {
+		holds := moving && previous.holdsProfilePlace() && previous.profile == m.profile
+		if !holds && l.profileMoving[m.profile] >= profileLimit {
+			if !slices.Contains(l.profileWaiting[m.profile], key) {
+				l.profileWaiting[m.profile] = append(l.profileWaiting[m.profile], key)
+			}
+			return false, ledgerWake{}
+		}
+	}
+	if l.limited() {
+		// The places kept for the other woken sessions are not this one's.
+		// A session this process let move holds its place among those
+		// moving: a new move of it takes no other. One found rolling at
+		// the start may have rolled for another reason (its own spec), so
+		// its first move here needs a place like any other.
+		others := len(l.reserved)
+		if l.reserved[key] {
+			others--
+		}
+		holdsPlace := moving && previous.kind != seededMove && !previous.stalled
+		if l.rateRoomLocked(now) <= others || (!holdsPlace && l.movingRoom() <= others) {
+			// Woken and refused all the same (another took the room
+			// first): it waits again, at the end.
+			delete(l.reserved, key)
+			if !slices.Contains(l.waiting, key) {
+				l.waiting = append(l.waiting, key)
+			}
+			return false, l.wakeLocked(now)
+		}
+		l.starts = append(l.starts, now)
+	}
+	var wake ledgerWake
+	if moving {
+		wake = l.dropLocked(key)
+	}
+	l.putLocked(key, m)
+	delete(l.reserved, key)
+	l.waiting = slices.DeleteFunc(l.waiting, func(k string) bool { return k == key })
+	l.profileWaiting[m.profile] = slices.DeleteFunc(l.profileWaiting[m.profile], func(k string) bool { return k == key })
+	if len(l.profileWaiting[m.profile]) == 0 {
+		delete(l.profileWaiting, m.profile)
+	}
+	wake.add(l.wakeLocked(now))
+	return true, wake
+}
+
+// wouldAdmit reports whether admit would grant an input move now, without
+// recording anything.
+func (l *moveLedger) wouldAdmit(key string, m move, profileLimit int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	previous, moving := l.moves[key]
+	if moving && previous.kind == m.kind && previous.to == m.to && !previous.stalled {
+		return true
+	}
+	if !(moving && previous.holdsProfilePlace() && previous.profile == m.profile) && l.profileMoving[m.profile] >= profileLimit {
+		return false
+	}
+	if !l.limited() {
+		return true
+	}
+	others := len(l.reserved)
+	if l.reserved[key] {
+		others--
+	}
+	holdsPlace := moving && previous.kind != seededMove && !previous.stalled
+	return l.rateRoomLocked(l.clock.Now()) > others && (holdsPlace || l.movingRoom() > others)
+}
+
+// putLocked records m, counting its places.
+func (l *moveLedger) putLocked(key string, m move) {
+	l.moves[key] = m
+	if !m.stalled {
+		l.clusterMoving++
+	}
+	if m.holdsProfilePlace() {
+		l.profileMoving[m.profile]++
+	}
+}
+
+// dropLocked removes the session's move, and returns the profile's waiting
+// sessions if it freed one of its places.
+func (l *moveLedger) dropLocked(key string) ledgerWake {
+	m, ok := l.moves[key]
+	if !ok {
+		return ledgerWake{}
+	}
+	delete(l.moves, key)
+	if !m.stalled {
+		l.clusterMoving--
+	}
+	if !m.holdsProfilePlace() {
+		return ledgerWake{}
+	}
+	if l.profileMoving[m.profile]--; l.profileMoving[m.profile] <= 0 {
+		delete(l.profileMoving, m.profile)
+	}
+	// All of them: each syncs, and those without room wait again. A change
+	// rarely has many waiting at once, and a place freed is rarely taken by
+	// the first alone.
+	wake := ledgerWake{now: l.profileWaiting[m.profile]}
+	delete(l.profileWaiting, m.profile)
+	return wake
+}
+
+// sweep ends a sync of the session: a place kept for it that the sync did
+// not ask for (it no longer moves, or is not due yet) goes to the next
+// waiting session. Asked for, the place was either taken or refused.
+func (l *moveLedger) sweep(key string) ledgerWake {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.reserved[key] {
+		return ledgerWake{}
+	}
+	delete(l.reserved, key)
+	return l.wakeLocked(l.clock.Now())
+}
+
+// release ends a session's move: its Deployment is Ready or failed on what
+// it moved to, paused, moved elsewhere, or no longer the session's; its
+// write was refused, or the session is gone. It returns the waiting
+// sessions the room it frees may admit.
+func (l *moveLedger) release(key string) ledgerWake {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.moves[key]; !ok {
+		return ledgerWake{}
+	}
+	wake := l.dropLocked(key)
+	wake.add(l.wakeLocked(l.clock.Now()))
+	return wake
+}
+
+// stall marks the session's input move failed: it frees its cluster place
+// and keeps its profile place.
+func (l *moveLedger) stall(key string) ledgerWake {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m, ok := l.moves[key]
+	if !ok || m.stalled {
+		return ledgerWake{}
+	}
+	m.stalled = true
+	l.moves[key] = m
+	l.clusterMoving--
+	return l.wakeLocked(l.clock.Now())
+}
+
+// forget drops a deleted session, moving or waiting.
+func (l *moveLedger) forget(key string) ledgerWake {
+	wake := l.release(key)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.waiting = slices.DeleteFunc(l.waiting, func(k string) bool { return k == key })
+	for profile, waiting := range l.profileWaiting {
+		if waiting = slices.DeleteFunc(waiting, func(k string) bool { return k == key }); len(waiting) == 0 {
+			delete(l.profileWaiting, profile)
+		} else {
+			l.profileWaiting[profile] = waiting
+		}
+	}
+	if l.reserved[key] {
+		delete(l.reserved, key)
+		wake.add(l.wakeLocked(l.clock.Now()))
+	}
+	return wake
+}
+
+// moveOf returns the session's move, if it has one.
+func (l *moveLedger) moveOf(key string) (move, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m, ok := l.moves[key]
+	return m, ok
+}
+
+// counts returns how many sessions hold a cluster place and how many wait
+// for one.
+func (l *moveLedger) counts() (moving, waiting int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.clusterMoving, len(l.waiting)
+}
+
+// seed records what a controller finds when it starts: the sessions whose
+// Deployments still roll, each as moving, and the moves started within the
+// last minute, at their times.
+func (l *moveLedger) seed(moving map[string]move, starts []time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for key, m := range moving {
+		if _, ok := l.moves[key]; !ok {
+			l.putLocked(key, m)
+		}
+	}
+	l.starts = append(l.starts, starts...)
+	slices.SortFunc(l.starts, time.Time.Compare)
+}
+
+// moveStarts is the gamesv1.MoveStartsAnnotation of a Deployment whose move
+// starts at now, previous its annotation before: the starts of previous
+// within the minute, and now. At most perMinute of them, the newest: the
+// budget lets no more start in a minute.
+func (l *moveLedger) moveStarts(previous string, now time.Time) string {
+	starts := append(parseMoveStarts(previous, now), now)
+	starts = starts[max(0, len(starts)-l.perMinute):]
+	values := make([]string, len(starts))
+	for i, t := range starts {
+		values[i] = t.UTC().Format(time.RFC3339Nano)
+	}
+	return strings.Join(values, ",")
+}
+
+// parseMoveStarts returns the starts a gamesv1.MoveStartsAnnotation records
+// within the minute before now, oldest first. One later than now (another
+// leader's clock ahead of this one's) counts as it is: it leaves the minute
+// later, never earlier. What does not parse is no start.
+func parseMoveStarts(value string, now time.Time) []time.Time {
+	var starts []time.Time
+	for _, v := range strings.Split(value, ",") {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err == nil && now.Sub(t) < time.Minute {
+			starts = append(starts, t)
+		}
+	}
+	slices.SortFunc(starts, time.Time.Compare)
+	return starts
+}
+
+// unlimited stands for no limit in the room computations.
+const unlimited = int(^uint(0) >> 1)
+
+// movingRoom is how many more sessions may be moving at once.
+func (l *moveLedger) movingRoom() int {
+	if l.maxMoving == 0 {
+		return unlimited
+	}
+	return max(0, l.maxMoving-l.clusterMoving)
+}
+
+// rateRoomLocked is how many more moves may start in the minute up to now.
+// It forgets the starts older than a minute.
+func (l *moveLedger) rateRoomLocked(now time.Time) int {
+	i := 0
+	for i < len(l.starts) && now.Sub(l.starts[i]) >= time.Minute {
+		i++
+	}
+	l.starts = l.starts[i:]
+	if l.perMinute == 0 {
+		return unlimited
+	}
+	return max(0, l.perMinute-len(l.starts))
+}
+
+// roomLocked is how many more moves of sessions not moving may start now.
+func (l *moveLedger) roomLocked(now time.Time) int {
+	return min(l.movingRoom(), l.rateRoomLocked(now))
+}
+
+// wakeLocked takes as many waiting sessions off the queue as there is room
+// for now, beside the places kept already, and keeps a place for each. A
+// release wakes the others.
+func (l *moveLedger) wakeLocked(now time.Time) ledgerWake {
+	var wake ledgerWake
+	room := max(0, l.roomLocked(now)-len(l.reserved))
+	n := min(room, len(l.waiting))
+	wake.now = slices.Clone(l.waiting[:n])
+	l.waiting = l.waiting[n:]
+	for _, key := range wake.now {
+		l.reserved[key] = true
+	}
+	// When only the budget per minute keeps the first one waiting, it is
+	// woken, with its place kept, once the oldest start leaves the minute.
+	if len(l.waiting) > 0 && room == 0 && l.movingRoom() > len(l.reserved) && len(l.starts) > 0 {
+		wake.later, wake.after = l.waiting[0], l.starts[0].Add(time.Minute).Sub(now)
+		l.waiting = l.waiting[1:]
+		l.reserved[wake.later] = true
+	}
+	return wake
+}
+
+// seedLedger gives a starting controller's ledger what the caches just
+// synced show of the moves before it.
+//
+// Moving: every session whose Deployment runs a revision and has neither
+// completed nor failed its rollout, in the cluster's count and in its
+// profile's places. Some of them roll for a change of their own spec, not a
+// move: counting them too keeps both limits on the safe side until they
+// are Ready.
+//
+// Started within the last minute: the times each Deployment's
+// gamesv1.MoveStartsAnnotation records, completed moves included, so that a
+// failover does not let a new leader start --max-moves-per-minute more in
+// the minute its predecessor started as many. The annotation goes with the
+// move's own write: it costs no request, and it is exact, where what the
+// API shows otherwise is not: a Deployment's Progressing condition moves
+// with every step of its rollout, and a move back to an earlier revision
+// reuses the ReplicaSet of that template, created long before (a
+// ReplicaSet's creationTimestamp is also to the second only). A Deployment
+// still rolling without the annotation (written by a controller that did
+// not record, or rolling for its own spec) counts as started now: when it
+// started cannot be told, and it might have been a move within the minute.
+// What the cache cannot show, it cannot count: a Deployment moved, then
+// deleted or stripped of its managed-by label within the minute.
+func (c *Controller) seedLedger() {
+	moving := map[string]move{}
+	var starts []time.Time
+	deployments, err := c.deploymentLister.List(labels.Everything())
+	if err != nil {
+		return // a lister over a synced cache does not fail
+	}
+	now := c.clock.Now()
+	for _, d := range deployments {
+		recorded, known := d.Annotations[gamesv1.MoveStartsAnnotation]
+		starts = append(starts, parseMoveStarts(recorded, now)...)
+		ref := metav1.GetControllerOf(d)
+		hash := d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]
+		if ref == nil || ref.Kind != gameSessionKind.Kind || hash == "" || d.Spec.Paused ||
+			deploymentComplete(d) || c.progressDeadlineExceeded(d) {
+			continue
+		}
+		m := move{kind: seededMove, to: hash}
+		if session, err := c.sessionLister.GameSessions(d.Namespace).Get(ref.Name); err == nil && session.UID == ref.UID {
+			m.profile = profileKey(profileOf(session))
+		}
+		moving[d.Namespace+"/"+ref.Name] = m
+		if !known {
+			starts = append(starts, now)
+		}
+	}
+	c.moves.seed(moving, starts)
+	c.logger.Info("Ledger of moves", "maxMovingSessions", c.moves.maxMoving,
+		"maxMovesPerMinute", c.moves.perMinute, "moving", len(moving), "startedWithinAMinute", len(starts))
+}
+
+// admitMove asks the ledger for a session's move, and wakes the sessions a
+// grant or a refusal lets move.
+func (c *Controller) admitMove(key string, m move, profileLimit int) bool {
+	granted, wake := c.moves.admit(key, m, profileLimit)
+	c.wake(wake)
+	return granted
+}
+
+// settleMove ends a session's move in the ledger once its Deployment d (as
+// the controller last wrote or saw it, in the cache or by a live read) no
+// longer rolls what it moved to: Ready, paused, moved elsewhere, or no
+// longer the session's to write (being deleted, or another owner's). A
+// failed move ends too, but for an input move, which keeps its profile place
+// (the brake of moveLedger). A Deployment the cache does not show is no
+// evidence of any of these: see settleUncachedMove.
+func (c *Controller) settleMove(key string, session *gamesv1.GameSession, d *appsv1.Deployment) {
+	m, ok := c.moves.moveOf(key)
+	if !ok {
+		return
+	}
+	switch {
+	case blocks(d, session) || d.Spec.Paused || !c.runsMove(d, m) || deploymentComplete(d):
+		c.endMove(key, m)
+	case m.kind == inputMove && c.progressDeadlineExceeded(d):
+		c.wake(c.moves.stall(key))
+	case c.progressDeadlineExceeded(d):
+		c.endMove(key, m)
+	}
+}
+
+// runsMove reports whether d's pod template is what the move moved it to.
+func (c *Controller) runsMove(d *appsv1.Deployment, m move) bool {
+	if m.kind == inputMove {
+		return c.observedInputs(d).key() == m.to
+	}
+	return d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation] == m.to
+}
+
+// settleUncachedMove settles the move of a session whose Deployment the
+// cache does not show. Its absence proves nothing: the cache holds only the
+// Deployments that carry the managed-by label, and learns of a Deployment
+// the session's sync created or moved through a live read (a create that
+// found the name taken) only by a watch event that may be late, or never
+// come (the label removed by someone). A live read decides: no Deployment
+// at all ends the move; one still rolling keeps the place, and the session
+// looks again after uncachedRecheckInterval, as no event may announce the
+// end of its rollout. A session that holds no place costs no request.
+func (c *Controller) settleUncachedMove(ctx context.Context, key string, session *gamesv1.GameSession) error {
+	m, ok := c.moves.moveOf(key)
+	if !ok {
+		return nil
+	}
+	live, err := c.uncachedDeployment(ctx, session)
+	switch {
+	case err != nil:
+		return err
+	case live == nil:
+		c.endMove(key, m)
+		return nil
+	}
+	c.settleMove(key, session, live)
+	if _, ok := c.moves.moveOf(key); ok {
+		c.queue.AddAfter(key, uncachedRecheckInterval)
+	}
+	return nil
+}
+
+// startsInputMove reports whether writing desired over observed starts the
+// input move the ledger just granted the session.
+func (c *Controller) startsInputMove(key string, observed, desired *appsv1.Deployment) bool {
+	m, ok := c.moves.moveOf(key)
+	return ok && m.kind == inputMove && observed != nil && c.observedInputs(desired).key() == m.to &&
+		c.observedInputs(observed).key() != m.to
+}
+
+// endMove frees the session's places and wakes the sessions they let move.
+func (c *Controller) endMove(key string, m move) {
+	c.logger.V(4).Info("Move ends", "gameSession", key, "kind", m.kind, "to", m.to)
+	c.wake(c.moves.release(key))
+}
+
+// wake queues the sessions the ledger has room for.
+func (c *Controller) wake(w ledgerWake) {
+	for _, key := range w.now {
+		c.queue.Add(key)
+	}
+	if w.later != "" {
+		c.queue.AddAfter(w.later, w.after)
+	}
+	if !c.moves.limited() {
+		return
+	}
+	moving, waiting := c.moves.counts()
+	c.metrics.ObserveBudget(moving, waiting)
+}
+
+// String is the budget as the flags set it, for messages.
+func (l *moveLedger) String() string {
+	var parts []string
+	if l.maxMoving > 0 {
+		parts = append(parts, fmt.Sprintf("at most %d sessions moving at once", l.maxMoving))
+	}
+	if l.perMinute > 0 {
+		parts = append(parts, fmt.Sprintf("at most %d moves started per minute", l.perMinute))
+	}
+	return strings.Join(parts, ", ")
+}
