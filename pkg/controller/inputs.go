@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
+	"github.com/example/gamesession-controller/pkg/rollout"
 )
 
 // Referenced inputs.
@@ -328,6 +329,11 @@ func (c *Controller) inputsToRun(session *gamesv1.GameSession, profile *corev1.C
 	case policy.Window != nil && !policy.Window.Open(now):
 		return have, &inputHold{reason: "outside the profile's maintenance window",
 			requeueAfter: policy.Window.NextOpen(now).Sub(now)}, nil
+	case c.profileHalted(profile):
+		// A halt holds every kind of move of the profile, until its content
+		// changes: game servers that break are not restarted again for
+		// their Secrets meanwhile.
+		return have, &inputHold{reason: "the profile's rollout is halted"}, nil
 	}
 	wantKey := want.key()
 	seen := c.inputChanges.seen(key, wantKey, now)
@@ -352,6 +358,15 @@ func (c *Controller) inputsToRun(session *gamesv1.GameSession, profile *corev1.C
 		limit = policy.MaxRollingOf(len(c.permittedSessionKeysOf(profile.Namespace, profile.Name)))
 	}
 	m := move{kind: inputMove, to: wantKey, profile: profileKey}
+	sessions := len(c.permittedSessionKeysOf(profile.Namespace, profile.Name))
+	if maxFailed, brake := policy.MaxFailedOf(sessions); brake && c.moves.stalledIn(profileKey) > maxFailed &&
+		!c.moves.holdsProfilePlace(key, profileKey) {
+		// The brake, as for a profile's rollout: more of the profile's input
+		// moves failed than max-failed allows (a percentage of the sessions
+		// that may use it); only those that failed move again, to new data
+		// (a fix), in the places they hold.
+		return have, &inputHold{reason: fmt.Sprintf("more of the profile's moves for their Secrets or ConfigMaps failed than its max-failed %s", policy.MaxFailed)}, nil
+	}
 	if reserve && c.admitMove(key, m, limit) || !reserve && c.moves.wouldAdmit(key, m, limit) {
 		return want, nil, nil
 	}
@@ -360,6 +375,18 @@ func (c *Controller) inputsToRun(session *gamesv1.GameSession, profile *corev1.C
 		hold.reason = fmt.Sprintf("the cluster-wide budget (%s) is full", c.moves)
 	}
 	return have, hold, nil
+}
+
+// profileHalted reports whether the profile's rollout towards its current
+// content is halted, as its latest plan or its ProfileRollout says (after a
+// restart, before the first plan).
+func (c *Controller) profileHalted(profile *corev1.ConfigMap) bool {
+	hash := c.profileHashes.hash(profile)
+	if pp := c.plans.latest(profileKey(profile.Namespace, profile.Name)); pp != nil && pp.hash == hash && pp.plan.Phase == rollout.PhaseHalted {
+		return true
+	}
+	r, err := c.rolloutLister.ProfileRollouts(profile.Namespace).Get(profile.Name)
+	return err == nil && metav1.IsControlledBy(r, profile) && r.Status.HaltedHash == hash
 }
 
 // inputChanges remembers since when each session has had a change of its

@@ -73,6 +73,9 @@ type moveLedger struct {
 	reserved map[string]bool
 	// profileWaiting are the sessions a profile's max-rolling refused.
 	profileWaiting map[string][]string
+	// profileStalled counts each profile's failed input moves, for its
+	// max-failed.
+	profileStalled map[string]int
 }
 
 // moveKind is what a move changes in a session's pod template.
@@ -136,7 +139,7 @@ func (w *ledgerWake) add(o ledgerWake) {
 func newMoveLedger(clk clock.PassiveClock, maxMoving, perMinute int) *moveLedger {
 	return &moveLedger{clock: clk, maxMoving: max(0, maxMoving), perMinute: max(0, perMinute),
 		moves: map[string]move{}, profileMoving: map[string]int{}, reserved: map[string]bool{},
-		profileWaiting: map[string][]string{}}
+		profileWaiting: map[string][]string{}, profileStalled: map[string]int{}}
 }
 
 // limited reports whether the cluster's limits limit anything.
@@ -236,6 +239,8 @@ func (l *moveLedger) putLocked(key string, m move) {
 	l.moves[key] = m
 	if !m.stalled {
 		l.clusterMoving++
+	} else {
+		l.profileStalled[m.profile]++
 	}
 	if m.holdsProfilePlace() {
 		l.profileMoving[m.profile]++
@@ -252,6 +257,8 @@ func (l *moveLedger) dropLocked(key string) ledgerWake {
 	delete(l.moves, key)
 	if !m.stalled {
 		l.clusterMoving--
+	} else if l.profileStalled[m.profile]--; l.profileStalled[m.profile] <= 0 {
+		delete(l.profileStalled, m.profile)
 	}
 	if !m.holdsProfilePlace() {
 		return ledgerWake{}
@@ -307,6 +314,7 @@ func (l *moveLedger) stall(key string) ledgerWake {
 	m.stalled = true
 	l.moves[key] = m
 	l.clusterMoving--
+	l.profileStalled[m.profile]++
 	return l.wakeLocked(l.clock.Now())
 }
 
@@ -336,6 +344,22 @@ func (l *moveLedger) moveOf(key string) (move, bool) {
 	defer l.mu.Unlock()
 	m, ok := l.moves[key]
 	return m, ok
+}
+
+// stalledIn returns how many of the profile's input moves failed.
+func (l *moveLedger) stalledIn(profile string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.profileStalled[profile]
+}
+
+// holdsProfilePlace reports whether the session holds one of the profile's
+// places.
+func (l *moveLedger) holdsProfilePlace(key, profile string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m, ok := l.moves[key]
+	return ok && m.holdsProfilePlace() && m.profile == profile
 }
 
 // counts returns how many sessions hold a cluster place and how many wait

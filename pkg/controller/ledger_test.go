@@ -7,6 +7,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2/ktesting"
@@ -345,5 +346,70 @@ func TestLedgerRestartKeepsTheProfilePlaces(t *testing.T) {
 	w.complete(t, first[0], false)
 	if next := moved(); len(next) != 1 || next[0] == first[0] {
 		t.Fatalf("%s Ready, moved %v, want one other session", first[0], next)
+	}
+}
+
+// A halt holds every kind of move of the profile: while its rollout is
+// halted on its current content, a rotation restarts none of its sessions.
+// The halt is read from the ProfileRollout too, as a new leader finds it
+// before its first plan.
+func TestSecretRotationHeldByTheProfilesHalt(t *testing.T) {
+	w := newSecretWorld(t, "blue-2")
+	for _, s := range w.all() {
+		w.complete(t, s.Name, false)
+	}
+	w.profile = w.profile.DeepCopy()
+	w.profile.Annotations = map[string]string{rollout.AnnotationMaxRolling: "2", rollout.AnnotationMaxFailed: "0"}
+	w.f.setCached(w.profile)
+	halted := &gamesv1.ProfileRollout{
+		ObjectMeta: metav1.ObjectMeta{Name: w.profile.Name, Namespace: testNamespace,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(w.profile, corev1.SchemeGroupVersion.WithKind("ConfigMap"))}},
+		Status: gamesv1.ProfileRolloutStatus{HaltedHash: ProfileHash(w.profile)},
+	}
+	w.f.setCached(halted)
+	w.rotate(t, "blue", "two")
+	if moved := slices.Sorted(maps.Keys(w.syncAll(t))); len(moved) != 0 {
+		t.Fatalf("the profile's rollout halted, and the rotation moved %v", moved)
+	}
+	// The halt is of the profile's earlier content: the rotation goes on.
+	released := halted.DeepCopy()
+	released.Status.HaltedHash = "0123456789abcdef0123"
+	w.f.setCached(released)
+	if moved := slices.Sorted(maps.Keys(w.syncAll(t))); len(moved) != 2 {
+		t.Fatalf("no halt of the current content, max-rolling 2, the rotation moved %v", moved)
+	}
+}
+
+// A rotation that breaks game servers stops like a bad profile edit: with
+// max-failed 0, one failed move (ProgressDeadlineExceeded) holds the others;
+// new data move the failed one again, and the rotation goes on.
+func TestSecretRotationBrakesOnFailedMoves(t *testing.T) {
+	w := newSecretWorld(t, "blue-2", "blue-3", "blue-4")
+	for _, s := range w.all() {
+		w.complete(t, s.Name, false)
+	}
+	w.profile = w.profile.DeepCopy()
+	w.profile.Annotations = map[string]string{rollout.AnnotationMaxRolling: "2", rollout.AnnotationMaxFailed: "0"}
+	w.f.setCached(w.profile)
+	w.rotate(t, "blue", "broken")
+	moved := func() []string { return slices.Sorted(maps.Keys(w.syncAll(t))) }
+	first := moved()
+	if len(first) != 2 {
+		t.Fatalf("max-rolling 2 moved %v", first)
+	}
+	w.complete(t, first[0], false)
+	failed := w.f.storedDeployment(testNamespace, first[1]).DeepCopy()
+	failed.Status.ObservedGeneration = failed.Generation
+	failed.Status.ReadyReplicas, failed.Status.AvailableReplicas = 0, 0
+	failed.Status.Conditions = []appsv1.DeploymentCondition{{Type: appsv1.DeploymentProgressing,
+		Status: corev1.ConditionFalse, Reason: "ProgressDeadlineExceeded"}}
+	w.f.setCached(failed)
+	if braked := moved(); len(braked) != 0 {
+		t.Fatalf("one move failed under max-failed 0, and the rotation went on: moved %v", braked)
+	}
+	w.rotate(t, "blue", "fixed")
+	fixed := moved()
+	if !slices.Contains(fixed, first[1]) {
+		t.Fatalf("the fix moved %v, want the failed %s among them", fixed, first[1])
 	}
 }

@@ -453,6 +453,16 @@ func (w *world) checkInputsWrite(before, after *appsv1.Deployment) {
 	if onlyInputs {
 		w.covered[strings.Join(changed, " and ")+" change rolled"]++
 		if s != nil {
+			// A halt holds every kind of move of its profile while the
+			// profile has the content it halted on.
+			profile := profileNameOf(s.Spec.ProfileRef)
+			if h, ok := w.halts[profile]; ok && h.epoch == w.profileEpoch[profile] {
+				w.covered["input move checked against a halt"]++
+				if p := w.caches[profilesResource].profile(profile); p != nil && ProfileHash(p) == h.hash {
+					w.violate("halt-moved", "Deployment %s restarted for its %ss, while the rollout of profile %s halted on its content %s",
+						name, strings.Join(changed, " and "), profile, h.hash)
+				}
+			}
 			// A move like a profile's: it takes a place in the cluster's
 			// budget and rate.
 			w.checkClusterMove(s, after, clusterMove{uid: after.UID,

@@ -426,3 +426,13 @@ func (p Policy) MaxRollingOf(total int) int {
 	maxRolling, _ := scale(p.MaxRolling, total, false)
 	return min(max(maxRolling, 1), total)
 }
+
+// MaxFailedOf is the policy's MaxFailed resolved against n sessions, and
+// whether the policy has a brake at all.
+func (p Policy) MaxFailedOf(n int) (int, bool) {
+	if p.MaxFailed == nil {
+		return 0, false
+	}
+	maxFailed, _ := scale(*p.MaxFailed, n, false)
+	return maxFailed, true
+}
