@@ -329,10 +329,10 @@ func (c *Controller) inputsToRun(session *gamesv1.GameSession, profile *corev1.C
 	case policy.Window != nil && !policy.Window.Open(now):
 		return have, &inputHold{reason: "outside the profile's maintenance window",
 			requeueAfter: policy.Window.NextOpen(now).Sub(now)}, nil
-	case c.profileHalted(profile):
-		// A halt holds every kind of move of the profile, until its content
-		// changes: game servers that break are not restarted again for
-		// their Secrets meanwhile.
+	case c.profileHalted(profile) && !c.progressDeadlineExceeded(observed):
+		// A halt holds every kind of move of the profile until its content
+		// changes, as for a bad edit of it; only sessions whose game servers
+		// failed move, to new data that may fix them.
 		return have, &inputHold{reason: "the profile's rollout is halted"}, nil
 	}
 	wantKey := want.key()
@@ -360,15 +360,23 @@ func (c *Controller) inputsToRun(session *gamesv1.GameSession, profile *corev1.C
 	m := move{kind: inputMove, to: wantKey, profile: profileKey}
 	sessions := len(c.permittedSessionKeysOf(profile.Namespace, profile.Name))
 	if maxFailed, brake := policy.MaxFailedOf(sessions); brake && c.moves.stalledIn(profileKey) > maxFailed &&
-		!c.moves.holdsProfilePlace(key, profileKey) {
+		!c.moves.holdsProfilePlace(key, profileKey) && !c.progressDeadlineExceeded(observed) {
 		// The brake, as for a profile's rollout: more of the profile's input
 		// moves failed than max-failed allows (a percentage of the sessions
 		// that may use it); only those that failed move again, to new data
-		// (a fix), in the places they hold.
+		// (a fix), in the places they hold. The others wait for the places
+		// to free.
+		if reserve {
+			c.moves.waitForPlace(key, profileKey)
+			c.requestPlanFor(profileKey)
+		}
 		return have, &inputHold{reason: fmt.Sprintf("more of the profile's moves for their Secrets or ConfigMaps failed than its max-failed %s", policy.MaxFailed)}, nil
 	}
 	if reserve && c.admitMove(key, m, limit) || !reserve && c.moves.wouldAdmit(key, m, limit) {
 		return want, nil, nil
+	}
+	if reserve && limit != unlimited {
+		c.requestPlanFor(profileKey) // it waits, as its ProfileRollout says
 	}
 	hold := &inputHold{reason: fmt.Sprintf("no place among the moves: the cluster-wide budget (%s) or the max-rolling of profile %s (%d) is full", c.moves, profileKey, limit)}
 	if limit == unlimited {

@@ -346,6 +346,25 @@ func (l *moveLedger) moveOf(key string) (move, bool) {
 	return m, ok
 }
 
+// inputsOf returns how many of the profile's sessions hold a place among its
+// max-rolling (moving, failed ones included), how many of those failed, and
+// how many wait for a place.
+func (l *moveLedger) inputsOf(profile string) (moving, failed, waiting int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.profileMoving[profile], l.profileStalled[profile], len(l.profileWaiting[profile])
+}
+
+// waitForPlace queues the session among those waiting for a place of the
+// profile: it syncs again when one frees.
+func (l *moveLedger) waitForPlace(key, profile string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !slices.Contains(l.profileWaiting[profile], key) {
+		l.profileWaiting[profile] = append(l.profileWaiting[profile], key)
+	}
+}
+
 // stalledIn returns how many of the profile's input moves failed.
 func (l *moveLedger) stalledIn(profile string) int {
 	l.mu.Lock()
@@ -546,6 +565,7 @@ func (c *Controller) settleMove(key string, session *gamesv1.GameSession, d *app
 		c.endMove(key, m)
 	case m.kind == inputMove && c.progressDeadlineExceeded(d):
 		c.wake(c.moves.stall(key))
+		c.requestPlanFor(m.profile)
 	case c.progressDeadlineExceeded(d):
 		c.endMove(key, m)
 	}
@@ -597,9 +617,13 @@ func (c *Controller) startsInputMove(key string, observed, desired *appsv1.Deplo
 }
 
 // endMove frees the session's places and wakes the sessions they let move.
+// A profile's places are on its ProfileRollout: its plan counts them again.
 func (c *Controller) endMove(key string, m move) {
 	c.logger.V(4).Info("Move ends", "gameSession", key, "kind", m.kind, "to", m.to)
 	c.wake(c.moves.release(key))
+	if m.holdsProfilePlace() {
+		c.requestPlanFor(m.profile)
+	}
 }
 
 // wake queues the sessions the ledger has room for.

@@ -3,6 +3,7 @@ package controller
 import (
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -406,6 +407,19 @@ func TestSecretRotationBrakesOnFailedMoves(t *testing.T) {
 	w.f.setCached(failed)
 	if braked := moved(); len(braked) != 0 {
 		t.Fatalf("one move failed under max-failed 0, and the rotation went on: moved %v", braked)
+	}
+	// The profile's plan records it, and says so once.
+	_, ctx := ktesting.NewTestContext(t)
+	w.f.events()
+	pp := w.f.c.planRollout(ctx, w.profile, ProfileHash(w.profile), revisionState{available: true}, nil)
+	status := rolloutStatus(w.profile, pp, nil, metav1.Now())
+	if want := (gamesv1.InputRolloutStatus{MovingSessions: 1, FailedSessions: 1, WaitingSessions: 2, Halted: true}); status.Inputs == nil || *status.Inputs != want {
+		t.Errorf("ProfileRollout status.inputs %+v, want %+v", status.Inputs, want)
+	}
+	if events := w.f.events(); !slices.ContainsFunc(events, func(e string) bool {
+		return strings.HasPrefix(e, "Warning "+EventReasonInputsHalted)
+	}) {
+		t.Errorf("the brake on input moves was not announced: events %q", events)
 	}
 	w.rotate(t, "blue", "fixed")
 	fixed := moved()

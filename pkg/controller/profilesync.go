@@ -95,6 +95,9 @@ type profilePlan struct {
 	window string
 	// unpaced tells a plan that gates no session (rollout.Policy.Unpaced).
 	unpaced bool
+	// inputs is where the profile's input moves stood in the ledger when
+	// the plan was made.
+	inputs gamesv1.InputRolloutStatus
 }
 
 func newProfilePlans() *profilePlans {
@@ -418,7 +421,8 @@ func (c *Controller) planRollout(ctx context.Context, profile *corev1.ConfigMap,
 	plan := rollout.Decide(policy, members, memory, now)
 	next := &profilePlan{hash: hash, policy: policy.String(), plan: plan, revision: revision, unavailableIn: unavailableIn, started: memory.Started,
 		window: windowString(policy), unpaced: policy.Unpaced(),
-		memory: rollout.Memory{Halted: plan.Phase == rollout.PhaseHalted, StableHash: memory.StableHash, Started: memory.Started}}
+		memory: rollout.Memory{Halted: plan.Phase == rollout.PhaseHalted, StableHash: memory.StableHash, Started: memory.Started},
+		inputs: c.inputRollout(profile, policy)}
 	if plan.Settled && plan.Failed == 0 {
 		next.memory.StableHash = hash
 	}
@@ -704,6 +708,15 @@ func (c *Controller) forgetRollout(namespace, name string) {
 	c.metrics.ForgetRollout(namespace, name)
 }
 
+// inputRollout is where the profile's input moves stand in the ledger, and
+// whether their brake holds (inputsToRun).
+func (c *Controller) inputRollout(profile *corev1.ConfigMap, policy rollout.Policy) gamesv1.InputRolloutStatus {
+	moving, failed, waiting := c.moves.inputsOf(profileKey(profile.Namespace, profile.Name))
+	maxFailed, brake := policy.MaxFailedOf(len(c.permittedSessionKeysOf(profile.Namespace, profile.Name)))
+	return gamesv1.InputRolloutStatus{MovingSessions: int32(moving), FailedSessions: int32(failed),
+		WaitingSessions: int32(waiting), Halted: brake && failed > maxFailed}
+}
+
 // recordRollout writes the profile's ProfileRollout when the plan changed it
 // by a rollout step: a phase, the target or stable revision, the halt, the
 // blocked sessions, the revision's availability, a failure, or a tenth of
@@ -790,6 +803,9 @@ func rolloutStatus(profile *corev1.ConfigMap, pp *profilePlan, prev *gamesv1.Pro
 	}
 	if pp.memory.Halted {
 		s.HaltedHash = pp.hash
+	}
+	if pp.inputs != (gamesv1.InputRolloutStatus{}) {
+		s.Inputs = ptr.To(pp.inputs)
 	}
 	for _, b := range p.Blocked[:min(len(p.Blocked), 10)] {
 		s.Blocked = append(s.Blocked, gamesv1.BlockedSession{Name: b.Name, Reason: b.Reason})
@@ -944,15 +960,28 @@ func rolloutStepped(prev, next *gamesv1.ProfileRolloutStatus) bool {
 	// of them did, or the last one.
 	deferred := (prev.DeferredSessions == 0) != (next.DeferredSessions == 0) ||
 		tenth(prev.DeferredSessions, next.TotalSessions) != tenth(next.DeferredSessions, next.TotalSessions)
-	if joined || deferred || prev.FailedSessions != next.FailedSessions ||
+	// Input moves: a failure, the brake, or a tenth of the sessions moving
+	// or waiting, as for the profile's own moves.
+	var a, b gamesv1.InputRolloutStatus
+	if prev.Inputs != nil {
+		a = *prev.Inputs
+	}
+	if next.Inputs != nil {
+		b = *next.Inputs
+	}
+	inputs := a.FailedSessions != b.FailedSessions || a.Halted != b.Halted ||
+		(a.MovingSessions == 0) != (b.MovingSessions == 0) || (a.WaitingSessions == 0) != (b.WaitingSessions == 0) ||
+		tenth(a.MovingSessions, next.TotalSessions) != tenth(b.MovingSessions, next.TotalSessions) ||
+		tenth(a.WaitingSessions, next.TotalSessions) != tenth(b.WaitingSessions, next.TotalSessions)
+	if inputs || joined || deferred || prev.FailedSessions != next.FailedSessions ||
 		tenth(prev.MovedSessions, next.TotalSessions) != tenth(next.MovedSessions, next.TotalSessions) ||
 		tenth(prev.ReadySessions, next.TotalSessions) != tenth(next.ReadySessions, next.TotalSessions) {
 		return true
 	}
-	a, b := *prev, *next
-	a.TotalSessions, a.MovedSessions, a.ReadySessions, a.DeferredSessions = 0, 0, 0, 0
-	b.TotalSessions, b.MovedSessions, b.ReadySessions, b.DeferredSessions = 0, 0, 0, 0
-	return !equality.Semantic.DeepEqual(a, b)
+	x, y := *prev, *next
+	x.TotalSessions, x.MovedSessions, x.ReadySessions, x.DeferredSessions, x.Inputs = 0, 0, 0, 0, nil
+	y.TotalSessions, y.MovedSessions, y.ReadySessions, y.DeferredSessions, y.Inputs = 0, 0, 0, 0, nil
+	return !equality.Semantic.DeepEqual(x, y)
 }
 
 func abs(n int32) int32 {
@@ -995,6 +1024,10 @@ func (c *Controller) announce(profile *corev1.ConfigMap, policyErr error, prev, 
 			revision, p.Total, next.policy, progress)
 	} else {
 		prevPhase = prev.plan.Phase
+	}
+	if next.inputs.Halted && (prev == nil || !prev.inputs.Halted) {
+		c.recorder.Eventf(profile, corev1.EventTypeWarning, EventReasonInputsHalted, MessageInputsHalted,
+			next.inputs.FailedSessions, next.policy)
 	}
 	switch {
 	case p.Phase == prevPhase && p.Phase == rollout.PhaseComplete:

@@ -149,7 +149,11 @@ func (c *Controller) requestPlan(profile *corev1.ConfigMap) {
 	if profile == nil {
 		return
 	}
-	key := profileKey(profile.Namespace, profile.Name)
+	c.requestPlanFor(profileKey(profile.Namespace, profile.Name))
+}
+
+// requestPlanFor is requestPlan by the profile's key.
+func (c *Controller) requestPlanFor(key string) {
 	interval := planInterval
 	if pp := c.plans.latest(key); pp != nil && pp.unpaced {
 		interval = recordInterval

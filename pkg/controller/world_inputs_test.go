@@ -593,6 +593,13 @@ func (w *world) checkInputsAtRest() {
 		if err != nil || policy.Paused || policy.Window != nil && !policy.Window.Open(w.clock.Now()) {
 			continue
 		}
+		// A halt of the profile's rollout on its content, or the brake of
+		// its input moves, holds the change, and its ProfileRollout says so.
+		if r := w.server.rollout(profile.Name); r != nil && metav1.IsControlledBy(r, profile) &&
+			(r.Status.HaltedHash == ProfileHash(profile) || r.Status.Inputs != nil && r.Status.Inputs.Halted) {
+			w.covered["input change held by a halt"]++
+			continue
+		}
 		// An input gone that the session runs with and still reads holds
 		// the change of every kind.
 		if gone := w.goneInput(s, d); gone != nil {

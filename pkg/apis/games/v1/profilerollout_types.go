@@ -149,6 +149,13 @@ type ProfileRolloutStatus struct {
 	// +optional
 	DeferralEndTime *metav1.Time `json:"deferralEndTime,omitempty"`
 
+	// inputs is how far the moves of the profile's sessions for new data of
+	// the Secrets and ConfigMaps their pod templates read (a rotation) are:
+	// they go under the profile's rollout policy too. Unset when none moves,
+	// fails or waits.
+	// +optional
+	Inputs *InputRolloutStatus `json:"inputs,omitempty"`
+
 	// blocked names sessions that hold a canary or budget slot and cannot
 	// progress, with why (at most 10 of them).
 	// +optional
@@ -181,6 +188,32 @@ type ProfileRolloutStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// InputRolloutStatus is where the moves of a profile's sessions for new
+// data of their Secrets and ConfigMaps stand. The controller keeps them in
+// memory, so after a restart it counts every Deployment still rolling as
+// moving until it is Ready.
+type InputRolloutStatus struct {
+	// movingSessions is the number of sessions moved to new data and not
+	// Ready yet, failed ones included.
+	// +optional
+	MovingSessions int32 `json:"movingSessions"`
+	// failedSessions is the number of them whose Deployment exceeded its
+	// progress deadline. They keep their places among max-rolling until new
+	// data moves them again.
+	// +optional
+	FailedSessions int32 `json:"failedSessions"`
+	// waitingSessions is the number of sessions whose move waits for a
+	// place among max-rolling.
+	// +optional
+	WaitingSessions int32 `json:"waitingSessions"`
+	// halted reports the brake: more moves failed than the policy's
+	// max-failed allows, and no other session moves for its Secrets or
+	// ConfigMaps until new data moves the failed ones again and they are
+	// Ready, or the policy changes.
+	// +optional
+	Halted bool `json:"halted,omitempty"`
 }
 
 // BlockedSession is a session that holds up a rollout.

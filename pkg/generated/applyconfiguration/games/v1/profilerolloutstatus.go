@@ -67,6 +67,11 @@ type ProfileRolloutStatusApplyConfiguration struct {
 	// deferralEndTime is when the policy's max-defer passes and busy
 	// sessions move too; unset when none is deferred or max-defer is never.
 	DeferralEndTime *metav1.Time `json:"deferralEndTime,omitempty"`
+	// inputs is how far the moves of the profile's sessions for new data of
+	// the Secrets and ConfigMaps their pod templates read (a rotation) are:
+	// they go under the profile's rollout policy too. Unset when none moves,
+	// fails or waits.
+	Inputs *InputRolloutStatusApplyConfiguration `json:"inputs,omitempty"`
 	// blocked names sessions that hold a canary or budget slot and cannot
 	// progress, with why (at most 10 of them).
 	Blocked []BlockedSessionApplyConfiguration `json:"blocked,omitempty"`
@@ -193,6 +198,14 @@ func (b *ProfileRolloutStatusApplyConfiguration) WithResumeTime(value metav1.Tim
 // If called multiple times, the DeferralEndTime field is set to the value of the last call.
 func (b *ProfileRolloutStatusApplyConfiguration) WithDeferralEndTime(value metav1.Time) *ProfileRolloutStatusApplyConfiguration {
 	b.DeferralEndTime = &value
+	return b
+}
+
+// WithInputs sets the Inputs field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Inputs field is set to the value of the last call.
+func (b *ProfileRolloutStatusApplyConfiguration) WithInputs(value *InputRolloutStatusApplyConfiguration) *ProfileRolloutStatusApplyConfiguration {
+	b.Inputs = value
 	return b
 }
 
