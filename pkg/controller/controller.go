@@ -84,7 +84,7 @@ type Options struct {
 	// MaxMovingSessions and MaxMovesPerMinute are the cluster-wide budget of
 	// profile moves, across all profiles: at most that many sessions moved
 	// to a new revision and not yet Ready at once, and at most that many
-	// moves started in any minute (see clusterBudget). Zero is no limit.
+	// moves started in any minute (see moveLedger). Zero is no limit.
 	MaxMovingSessions int
 	MaxMovesPerMinute int
 

@@ -443,7 +443,7 @@ func deploymentPatch(observed, desired *appsv1.Deployment, diff deploymentDiff) 
 // profilePatch is the write of a profile fan-out, thousands at a time: a
 // JSON patch (RFC 6902) that replaces the hash annotation and the profile
 // volume, with annotations also sets the Deployment's annotations desired
-// carries (the move's start, see seedBudget), and nothing else. The API
+// carries (the move's start, see seedLedger), and nothing else. The API
 // server applies it to the stored JSON along those paths only, where a
 // strategic merge patch converts the whole Deployment and walks it with the
 // type's merge keys, which on a full pod template costs markedly more

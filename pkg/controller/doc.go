@@ -34,15 +34,17 @@
 //     start in sync and need none;
 //   - the latest rollout plan of each profile (profilesync.go): recomputed
 //     from the caches and the profile's ProfileRollout;
-//   - the cluster-wide budget's places and waiting sessions (budget.go):
-//     rebuilt at start from the Deployments still rolling and the moves
-//     they record for the last minute;
+//   - the ledger of moves (ledger.go): every session moving to a new
+//     profile revision or to new data of its Secrets and ConfigMaps, for the
+//     cluster-wide budget and each profile's max-rolling and max-failed, and
+//     the sessions waiting for a place; rebuilt at start from the
+//     Deployments still rolling and the moves they record for the last
+//     minute;
 //   - the session queue's lanes and the kind of each add (lanes.go): a
 //     restart loses the order, never a key;
-//   - since when each session's change of referenced inputs has waited,
-//     and which sessions of a paced profile move for them (inputs.go): a
-//     restart counts max-defer from its start, and lets max-rolling more
-//     start.
+//   - since when each session's change of referenced inputs has waited
+//     (inputs.go): a restart counts max-defer from its start, so a busy
+//     session waits longer, never less.
 //
 // # Referenced inputs
 //
