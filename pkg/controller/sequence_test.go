@@ -178,6 +178,7 @@ var foundByLongRuns = []struct {
 	{4025841, "revision: a create answered 500 that never shows looks at its revision again when it expires"},
 	{67517, "budget: a move whose Deployment the cache does not show keeps its place until a live read shows it ended"},
 	{13001000, "inputs: a session whose Deployment its user paused gives its place among max-rolling back"},
+	{20002192, "revision: a live read that finds the session's new Deployment orphaned keeps the revision it mounts"},
 }
 
 func TestSequenceRegressions(t *testing.T) {
