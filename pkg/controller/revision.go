@@ -418,9 +418,12 @@ func (e *revisionExpectations) heldLocked(sessionKey string) []string {
 
 // liveRead hears what a live (quorum) read found of the session's
 // Deployment, nil for none: no write of the controller's is newer. A
-// Deployment the session controls keeps what it mounts held until the cache
-// shows that version; none, or someone else's, holds nothing. It returns the
-// revisions ("namespace/name") the writes it replaces held.
+// Deployment the session controls, or one that carries the managed-by label
+// (orphaned by the session's deletion, its pods running on), keeps what it
+// mounts held until the cache shows that version: the revision index
+// protects it only from then on. None, or someone else's that the cache
+// never shows, holds nothing. It returns the revisions ("namespace/name")
+// the writes it replaces held.
 //
 // cached returns the resourceVersion the Deployment cache holds: asked
 // under the lock that deploymentObserved takes, so that a version the cache
@@ -431,12 +434,12 @@ func (e *revisionExpectations) liveRead(sessionKey string, live *appsv1.Deployme
 	delete(e.left, sessionKey)
 	held := e.heldLocked(sessionKey)
 	var pending []pendingMount
-	if live != nil && ours && cached() != live.ResourceVersion {
+	if live != nil && (ours || live.Labels[LabelManagedBy] == ManagedByValue) && cached() != live.ResourceVersion {
 		if revision := mountedRevision(&live.Spec.Template); revision != "" {
 			m := pendingMount{uid: live.UID, generation: live.Generation,
 				resourceVersion: live.ResourceVersion, revision: live.Namespace + "/" + revision,
 				hash: live.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation], at: e.clock.Now(), live: true}
-			if last, ok := e.lastWrite(sessionKey); ok && last.shownBy(live) {
+			if last, ok := e.lastWrite(sessionKey); ok && ours && last.shownBy(live) {
 				// What it shows is the controller's write, still on its way
 				// to the cache: a move that holds its slot in the budget.
 				m.live, m.at = false, last.at

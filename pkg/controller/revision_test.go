@@ -8,11 +8,15 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 )
 
 func TestRevisionNameIsAlwaysAValidName(t *testing.T) {
@@ -161,4 +165,97 @@ func TestRevisionExpectationsHoldUntilShownRefusedOrExpired(t *testing.T) {
 	if held() {
 		t.Error("a create whose answer was lost holds its revision past expectationTimeout")
 	}
+}
+
+// A live read that finds the session's Deployment orphaned (the garbage
+// collector removed its owner reference, the session's deletion not yet in
+// the cache) finds what that Deployment's pods mount: it carries the
+// managed-by label, so the revision index protects its revision once the
+// cache shows it, and until then the live read holds it. Someone else's
+// Deployment, which the cache never shows, holds nothing.
+func TestRevisionExpectationsLiveReadOfAnOrphanedDeploymentHolds(t *testing.T) {
+	clk := clocktesting.NewFakeClock(lastTransition.Time)
+	e := newRevisionExpectations(clk)
+	session := newSession(testNamespace, "arena-1", "classic")
+	key := sessionKey(session)
+	hash := ProfileHash(newProfile(testNamespace, "classic", classicData))
+	revision := testNamespace + "/" + RevisionName("classic", hash)
+	held := func() bool {
+		_, pending := e.mountPending(testNamespace, RevisionName("classic", hash))
+		return pending
+	}
+	notCached := func() string { return "" }
+
+	created := apiServerDeployment(session, hash)
+	write := e.mounting(key, "", 1, false, created)
+	e.wrote(key, write, created, nil)
+	orphaned := created.DeepCopy()
+	orphaned.OwnerReferences = nil
+	orphaned.ResourceVersion = bumpVersion(created.ResourceVersion)
+	e.liveRead(key, orphaned, false, notCached)
+	if !held() {
+		t.Fatalf("a live read of the orphaned Deployment lets go of %s, which its pods mount", revision)
+	}
+	// Deleted with orphan propagation, the session leaves the hold to its
+	// Deployment, until the cache shows it.
+	e.forgetSession(key)
+	if !held() {
+		t.Fatalf("the session's deletion lets go of %s, which its orphaned Deployment mounts", revision)
+	}
+	if released := e.deploymentObserved(orphaned); !slices.Equal(released, []string{revision}) || held() {
+		t.Errorf("the cache showing the orphaned Deployment released %v and holds %t, want %s released", released, held(), revision)
+	}
+
+	// A successor's create finds a Deployment of that name without the
+	// label: the cache never shows it, and it ends the create's hold.
+	write = e.mounting(key, "", 1, false, created)
+	e.wrote(key, write, nil, apierrors.NewInternalError(errors.New("etcdserver: request timed out")))
+	foreign := orphaned.DeepCopy()
+	foreign.Labels = map[string]string{"app": "someone-else"}
+	if released := e.liveRead(key, foreign, false, notCached); !slices.Equal(released, []string{revision}) || held() {
+		t.Errorf("a live read of someone else's Deployment released %v and holds %t, want %s released", released, held(), revision)
+	}
+}
+
+// The garbage collector orphans a session's new Deployment (the session is
+// deleted with orphan propagation) before the cache shows it, and the
+// session, its deletion not in the cache yet, syncs again: its create finds
+// the Deployment by a live read, no longer its own. That Deployment's pods
+// mount the revision the create gave it, so the profile, moved on, keeps it
+// until the cache shows the Deployment (seed 20002192).
+func TestSyncLiveReadOfAnOrphanedDeploymentKeepsItsRevision(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	session := newSession(testNamespace, "arena-1", "classic")
+	profile := newProfile(testNamespace, "classic", classicData)
+	f := newFixture(ctx, t, session, profile)
+	f.c.revisionHistoryLimit = 0
+
+	f.expectKube(createDeployment(testNamespace, "arena-1"))
+	f.expectGame(updateSessionStatus(testNamespace, "arena-1"))
+	f.run(ctx, sessionKey(session)) // the cache does not show the Deployment yet
+	f.events()
+
+	orphaned := f.storedDeployment(testNamespace, "arena-1")
+	orphaned.OwnerReferences = nil
+	orphaned.ResourceVersion = bumpVersion(orphaned.ResourceVersion) // the fake tracker keeps what it is given
+	if err := f.kubeClient.Tracker().Update(appsv1.SchemeGroupVersion.WithResource("deployments"), orphaned, testNamespace); err != nil {
+		t.Fatal(err)
+	}
+	f.expectKube(createDeployment(testNamespace, "arena-1"), getDeployment(testNamespace, "arena-1"))
+	f.expectGame(updateSessionStatus(testNamespace, "arena-1"))
+	f.run(ctx, sessionKey(session))
+	f.expectEvents("Warning " + gamesv1.ReasonDeploymentNotControlled)
+
+	// The profile moves on: its first revision is neither current nor kept
+	// for history, and only the orphaned Deployment mounts it.
+	f.setCached(withData(profile, map[string]string{"game.cfg": "new"}))
+	f.expectRolloutWrite(testNamespace, "classic")
+	f.runProfile(ctx, "arena/classic") // no delete
+	f.events()
+
+	// The session's deletion reaches the cache: the Deployment keeps the
+	// revision all the same.
+	f.deleteCached(session)
+	f.run(ctx, sessionKey(session))    // no request
+	f.runProfile(ctx, "arena/classic") // no delete
 }

@@ -179,6 +179,7 @@ var foundByLongRuns = []struct {
 	{67517, "budget: a move whose Deployment the cache does not show keeps its place until a live read shows it ended"},
 	{13001000, "inputs: a session whose Deployment its user paused gives its place among max-rolling back"},
 	{22003783, "ledger: a rotation's moves count in the cluster-wide rate with the profile's"},
+	{20002192, "revision: a live read that finds the session's new Deployment orphaned keeps the revision it mounts"},
 }
 
 func TestSequenceRegressions(t *testing.T) {
