@@ -178,6 +178,7 @@ var foundByLongRuns = []struct {
 	{4025841, "revision: a create answered 500 that never shows looks at its revision again when it expires"},
 	{67517, "budget: a move whose Deployment the cache does not show keeps its place until a live read shows it ended"},
 	{13001000, "inputs: a session whose Deployment its user paused gives its place among max-rolling back"},
+	{65157, "harness: a sync that finds a budget wait again on a stale copy of its session keeps the move it owes"},
 }
 
 func TestSequenceRegressions(t *testing.T) {
@@ -323,6 +324,9 @@ type world struct {
 	lastRevisionCreate string
 	syncKey            string
 	syncWrote          bool
+	// syncWroteStatus is set when the current session sync writes its
+	// session's status (see waitsForRollout).
+	syncWroteStatus bool
 	// syncHeld is set when the current session sync finds its profile's
 	// current revision missing from the revision cache (see heldForRevision).
 	syncHeld       bool
@@ -612,7 +616,7 @@ func (w *world) stopController() {
 // panicked, which ends the sequence.
 func (w *world) sync() bool {
 	w.lastCreate = lastCreate{}
-	w.syncKey, w.syncWrote, w.syncHeld = "", false, false
+	w.syncKey, w.syncWrote, w.syncWroteStatus, w.syncHeld = "", false, false, false
 	panicked := false
 	rateLimited, _ := w.call(func() {
 		defer func() {
