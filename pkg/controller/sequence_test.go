@@ -179,6 +179,10 @@ var foundByLongRuns = []struct {
 	{67517, "budget: a move whose Deployment the cache does not show keeps its place until a live read shows it ended"},
 	{13001000, "inputs: a session whose Deployment its user paused gives its place among max-rolling back"},
 	{65157, "harness: a sync that finds a budget wait again on a stale copy of its session keeps the move it owes"},
+	{12010905, "status: a restarted controller finds a session's Deployment outside the cache by its ReplicaSets"},
+	{13003370, "status: the same"},
+	{14004257, "status: the same"},
+	{5006036, "harness: a revision deleted in the race that the quota refuses to create again is gone, as one a user deleted"},
 }
 
 func TestSequenceRegressions(t *testing.T) {
