@@ -325,6 +325,7 @@ func NewController(
 		{informers.Deployments.Informer(), mountedRevisionIndex, deploymentMountIndexFunc},
 		{informers.ReplicaSets.Informer(), mountedRevisionIndex, replicaSetMountIndexFunc},
 		{informers.ReplicaSets.Informer(), scaledDownIndex, scaledDownIndexFunc},
+		{informers.ReplicaSets.Informer(), replicaSetsOfIndex, replicaSetsOfIndexFunc},
 	}
 	logger.Info("Setting up event handlers")
 	h := c.eventHandlers()

@@ -70,11 +70,12 @@ const (
 // that mount it in the Deployment informer, and to the ReplicaSets that want
 // pods and mount it in the ReplicaSet informer; scaledDownIndex maps a
 // Deployment ("namespace/name") to its ReplicaSets scaled to zero that
-// mount a revision.
+// mount a revision, and replicaSetsOfIndex to all its ReplicaSets.
 const (
 	revisionOfIndex      = "revisionOf"
 	mountedRevisionIndex = "mountedRevision"
 	scaledDownIndex      = "scaledDown"
+	replicaSetsOfIndex   = "replicaSetsOf"
 )
 
 // revisionExpectations hold what the controller did to revisions, and to the
@@ -677,6 +678,20 @@ func replicaSetMountIndexFunc(obj interface{}) ([]string, error) {
 func scaledDownIndexFunc(obj interface{}) ([]string, error) {
 	rs, ok := obj.(*appsv1.ReplicaSet)
 	if !ok || mountedRevision(&rs.Spec.Template) == "" || replicaSetMounts(rs) {
+		return nil, nil
+	}
+	if ref := metav1.GetControllerOfNoCopy(rs); ref != nil && ref.Kind == "Deployment" {
+		return []string{rs.Namespace + "/" + ref.Name}, nil
+	}
+	return nil, nil
+}
+
+// replicaSetsOfIndexFunc indexes a ReplicaSet by the Deployment that
+// controls it. While the cache shows one, the Deployment may run outside
+// the cache, its managed-by label removed (mayRunUncached).
+func replicaSetsOfIndexFunc(obj interface{}) ([]string, error) {
+	rs, ok := obj.(*appsv1.ReplicaSet)
+	if !ok {
 		return nil, nil
 	}
 	if ref := metav1.GetControllerOfNoCopy(rs); ref != nil && ref.Kind == "Deployment" {

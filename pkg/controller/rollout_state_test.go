@@ -124,6 +124,38 @@ func TestRevisionStaysForAScaledDownDeploymentOutOfTheCache(t *testing.T) {
 	f.runProfile(ctx, "arena/classic")
 }
 
+// The same Deployment, running, seen by a restarted controller while its
+// profile's current revision is missing: the session has nothing to mount
+// and no status that names its Deployment, and the controller has not seen
+// the Deployment leave the cache. Its ReplicaSets, which the cache shows,
+// tell that it may run: the session looks for it, and its status describes
+// the game servers that run, not none.
+func TestSyncNothingToMountFindsItsDeploymentByItsReplicaSets(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f, profile, oldHash := rolloutFixture(ctx, t, 1, nil)
+	f.deleteCached(newRevision(profile, ProfileHash(profile), profile.Namespace))
+	d := f.storedDeployment(testNamespace, "s0")
+	f.deleteCached(d)
+	delete(d.Labels, LabelManagedBy)
+	if err := f.kubeClient.Tracker().Update(appsv1.SchemeGroupVersion.WithResource("deployments"), d, testNamespace); err != nil {
+		t.Fatal(err)
+	}
+	f.setCached(oldReplicaSet(d, RevisionName("classic", oldHash), 1))
+	f.setCached(newSession(testNamespace, "s0", "classic")) // no status written yet
+
+	f.expectKube(getDeployment(testNamespace, "s0"))
+	f.expectGame(updateSessionStatus(testNamespace, "s0"))
+	_, game := f.run(ctx, "arena/s0")
+	status := objectOf[*gamesv1.GameSession](t, game[0]).Status
+	if status.ProfileHash != oldHash || status.ProfileRevision != RevisionName("classic", oldHash) {
+		t.Errorf("status says profile hash %q, revision %q; want those the Deployment runs, %q", status.ProfileHash, status.ProfileRevision, oldHash)
+	}
+	if status.Replicas != d.Status.Replicas || status.ReadyReplicas != d.Status.ReadyReplicas {
+		t.Errorf("status says %d replicas, %d ready; the Deployment has %d, %d", status.Replicas, status.ReadyReplicas,
+			d.Status.Replicas, d.Status.ReadyReplicas)
+	}
+}
+
 // waitForProfileKeys returns the profile keys queued, including those
 // queued for after planInterval, waiting up to 20 planIntervals for one.
 func waitForProfileKeys(c *Controller) []string {

@@ -71,20 +71,32 @@ func (w *world) checkControllerCreate(d *appsv1.Deployment) {
 // checkControllerGet allows a live read of a Deployment right after its
 // Create answered AlreadyExists, or for a session whose cached status
 // describes a Deployment the cache does not show, whose Deployment the
-// controller sent a write for, or whose Deployment left the cache (one that
-// lost its label, looked for without a create when the session has nothing
-// to mount).
+// controller sent a write for, whose Deployment left the cache, or whose
+// Deployment's ReplicaSets the cache shows (one that lost its label, looked
+// for without a create when the session has nothing to mount; a restarted
+// controller knows it only by its ReplicaSets).
 func (w *world) checkControllerGet(name string) {
 	afterCreate := w.lastCreate.name == name && w.lastCreate.alreadyExists
 	s := w.caches[sessionsResource].session(name)
 	deployments := w.caches[deploymentsResource]
 	lostFromCache := deployments.deployment(name) == nil && s != nil &&
-		(s.Status.ProfileHash != "" || s.Status.Replicas > 0 || w.controllerTried[name] || deployments.everHeld[worldNamespace+"/"+name])
+		(s.Status.ProfileHash != "" || s.Status.Replicas > 0 || w.controllerTried[name] || deployments.everHeld[worldNamespace+"/"+name] ||
+			w.replicaSetCachedOf(name))
 	if !afterCreate && !lostFromCache {
 		w.violate("unexpected-request", "GET of Deployment %s other than right after a Create answered AlreadyExists, "+
 			"or of a Deployment its session's status describes and the cache does not show: syncs read the caches", name)
 	}
 	w.lastCreate = lastCreate{}
+}
+
+// replicaSetCachedOf reports whether the controller's ReplicaSet cache holds
+// a ReplicaSet that a Deployment of that name controls.
+func (w *world) replicaSetCachedOf(name string) bool {
+	return slices.ContainsFunc(w.caches[replicaSetsResource].indexer.List(), func(obj interface{}) bool {
+		rs := obj.(*appsv1.ReplicaSet)
+		ref := metav1.GetControllerOfNoCopy(rs)
+		return rs.Namespace == worldNamespace && ref != nil && ref.Kind == "Deployment" && ref.Name == name
+	})
 }
 
 // noteControllerWrite is told of each controller write that changed a

@@ -56,7 +56,12 @@ import (
 // credits lapse. (Before the cache shows them, a sync may rightly wait; and a
 // sync that found the current revision missing from its cache has not found
 // the Deployment in order: it waits for the revision, whose arrival queues it
-// again.)
+// again. Nor has a sync that leaves the session saying it waits for its
+// rollout's turn, a plan, its revision or room in the cluster-wide budget
+// (waitsForRollout): its turn, not a change, brings the move, and the budget
+// wakes it with its place kept. What the sync says is the status it wrote, or
+// if none, its cache's copy, which it found still true; not the server's,
+// which may be another sync's write the cache has yet to show.)
 
 func (w *world) credit(name string) { w.credits[name]++ }
 

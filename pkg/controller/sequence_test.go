@@ -180,6 +180,11 @@ var foundByLongRuns = []struct {
 	{13001000, "inputs: a session whose Deployment its user paused gives its place among max-rolling back"},
 	{22003783, "ledger: a rotation's moves count in the cluster-wide rate with the profile's"},
 	{20002192, "revision: a live read that finds the session's new Deployment orphaned keeps the revision it mounts"},
+	{65157, "harness: a sync that finds a budget wait again on a stale copy of its session keeps the move it owes"},
+	{12010905, "status: a restarted controller finds a session's Deployment outside the cache by its ReplicaSets"},
+	{13003370, "status: the same"},
+	{14004257, "status: the same"},
+	{5006036, "harness: a revision deleted in the race that the quota refuses to create again is gone, as one a user deleted"},
 }
 
 func TestSequenceRegressions(t *testing.T) {
@@ -325,6 +330,9 @@ type world struct {
 	lastRevisionCreate string
 	syncKey            string
 	syncWrote          bool
+	// syncWroteStatus is set when the current session sync writes its
+	// session's status (see waitsForRollout).
+	syncWroteStatus bool
 	// syncHeld is set when the current session sync finds its profile's
 	// current revision missing from the revision cache (see heldForRevision).
 	syncHeld       bool
@@ -614,7 +622,7 @@ func (w *world) stopController() {
 // panicked, which ends the sequence.
 func (w *world) sync() bool {
 	w.lastCreate = lastCreate{}
-	w.syncKey, w.syncWrote, w.syncHeld = "", false, false
+	w.syncKey, w.syncWrote, w.syncWroteStatus, w.syncHeld = "", false, false, false
 	panicked := false
 	rateLimited, _ := w.call(func() {
 		defer func() {

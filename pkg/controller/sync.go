@@ -343,15 +343,21 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 // mayRunUncached reports whether a session whose Deployment the cache does
 // not show may have one all the same: its status describes one, a write of
 // this controller's has not shown yet, or its Deployment left the cache
-// (deleted, or its label removed). A new session has none of these, and
-// costs no request.
+// (deleted, or its label removed), as this process saw or as the
+// Deployment's ReplicaSets, which the cache still shows, tell a restarted
+// one (they carry the pod template's managed-by label, not the
+// Deployment's). A new session has none of these, and costs no request.
 func (c *Controller) mayRunUncached(session *gamesv1.GameSession) bool {
 	if session.Status.ProfileHash != "" || session.Status.Replicas > 0 {
 		return true
 	}
 	key := cache.MetaObjectToName(session).String()
 	_, _, _, pending := c.revisions.lastMount(key)
-	return pending || c.revisions.mayHaveLeft(key)
+	if pending || c.revisions.mayHaveLeft(key) {
+		return true
+	}
+	replicaSets, err := c.replicaSetIndexer.IndexKeys(replicaSetsOfIndex, key)
+	return err != nil || len(replicaSets) > 0
 }
 
 // uncachedDeployment reads the session's Deployment from the API server; nil

@@ -277,6 +277,9 @@ func (w *world) updateSessionStatus(a core.UpdateAction) (bool, runtime.Object, 
 	}
 	w.logf("  → UPDATE gamesession %s/status (rv %s): rv %s%s", s.Name, s.ResourceVersion, updated.GetResourceVersion(),
 		describeStatus(&updated.(*gamesv1.GameSession).Status))
+	if s.Namespace+"/"+s.Name == w.syncKey {
+		w.syncWroteStatus = true
+	}
 	if faulty {
 		w.logf("    (answered: injected %s)", f)
 		return true, nil, injectedError(f, sessionsResource, s.Name)

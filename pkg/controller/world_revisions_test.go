@@ -311,10 +311,13 @@ func (w *world) deleteRevisionByUser() bool {
 func (w *world) checkSessionRevision(s *gamesv1.GameSession, profile *corev1.ConfigMap) {
 	hash := ProfileHash(profile)
 	name := worldRevisionName(profile.Name, hash)
+	del := w.revisionDeletions[name]
 	switch r := w.server.revision(name); {
-	case r == nil && w.revisionQuota && w.revisionDeletions[name].by == byUser:
-		// A user deleted it, and the quota refuses its re-creation: its
-		// ProfileRollout must say so (checkRolloutsAtRest).
+	case r == nil && w.revisionQuota && (del.by == byUser || del.raced):
+		// A user deleted it, or the controller did in the race that
+		// checkRevisionDeleted logs (healed by creating it again), and the
+		// quota refuses its re-creation: its ProfileRollout must say so
+		// (checkRolloutsAtRest).
 		if ro := w.rolloutOf(profile); ro == nil || rolloutBlockedReason(ro) != gamesv1.ReasonRevisionUnavailable {
 			w.violate("rollout-silent", "GameSession %s: revision %s of profile %s is gone and cannot be created, but its ProfileRollout does not say so",
 				s.Name, name, profile.Name)
@@ -372,14 +375,15 @@ func (w *world) checkRevisionsAtRest() {
 	// A mounted revision exists. Deployments outside the controller's label
 	// filter are not its to know of (the documented limit of
 	// deleteStaleRevisions); a revision a user deleted is gone for good
-	// unless it is current, and the sessions of a current one are checked
-	// by checkSessionRevision.
+	// unless it is current, and so is one deleted in that race while the
+	// quota refuses to create it again; the sessions of a current one are
+	// checked by checkSessionRevision.
 	for _, d := range w.server.deployments() {
 		name := mountedConfigMap(d)
 		if d.Labels[worldManagedByLabel] != worldManagedByValue || !w.everRevision[name] || w.server.revision(name) != nil {
 			continue
 		}
-		if del, ok := w.revisionDeletions[name]; ok && del.by == byUser {
+		if del, ok := w.revisionDeletions[name]; ok && (del.by == byUser || del.raced && w.revisionQuota) {
 			continue
 		}
 		w.violate("revision-missing", "Deployment %s (%s, controller %s) mounts revision %s, which does not exist%s",

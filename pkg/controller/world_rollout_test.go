@@ -434,17 +434,22 @@ func (w *world) failedOnTarget(d *appsv1.Deployment) bool {
 	return !ok || rs == nil || mountedRevision(&rs.Spec.Template) == mountedRevision(&d.Spec.Template)
 }
 
-// waitsForRollout reports whether a session, as its last status says,
-// waits for its rollout's turn, a plan, or its revision: a sync that wrote
-// nothing then has not found its Deployment in order, only not yet due.
+// waitsForRollout reports whether a session, as the sync just run left its
+// status, waits for its rollout's turn, a plan, its revision, or room in the
+// cluster-wide budget: a sync that wrote nothing then has not found its
+// Deployment in order, only not yet due. That is the status the sync wrote,
+// or, if it wrote none, the one its cache shows, which the sync found still
+// true. Not the server's: status is written only when it differs from the
+// cached copy, so the server may hold another sync's write that the cache
+// has yet to show (a budget wait found again on a stale copy that already
+// said so, while the server says the session runs its current revision).
 func (w *world) waitsForRollout(name string) bool {
-	s := w.server.session(name)
+	s := w.caches[sessionsResource].session(name)
+	if w.syncWroteStatus {
+		s = w.server.session(name)
+	}
 	if s == nil {
-		// Deleted meanwhile: its last status, as the controller's cache
-		// shows it.
-		if s = w.caches[sessionsResource].session(name); s == nil {
-			return false
-		}
+		return false
 	}
 	c := meta.FindStatusCondition(s.Status.Conditions, gamesv1.ConditionProfileUpToDate)
 	return c != nil && c.Status == metav1.ConditionFalse &&
