@@ -278,6 +278,8 @@ type inputHold struct {
 //   - while the session is busy, until the policy's window has been open
 //     for max-defer since the controller saw the change (all the time
 //     since, without a window: rollout.Policy.Defers);
+//   - while the profile's rollout is halted, or the session waits for its
+//     turn in it (the change then rides along with that move);
 //   - while the ledger of moves has no place for it: the cluster-wide
 //     budget, and with a paced policy the profile's max-rolling (moveLedger).
 //
@@ -334,6 +336,10 @@ func (c *Controller) inputsToRun(session *gamesv1.GameSession, profile *corev1.C
 		// changes, as for a bad edit of it; only sessions whose game servers
 		// failed move, to new data that may fix them.
 		return have, &inputHold{reason: "the profile's rollout is halted"}, nil
+	case !policy.Unpaced() && c.profileMovePending(session, profile, observed):
+		// Its turn in the profile's rollout comes: the change rides along
+		// with that move, and the game servers restart once, not twice.
+		return have, &inputHold{reason: "it moves with its turn in the profile's rollout"}, nil
 	}
 	wantKey := want.key()
 	seen := c.inputChanges.seen(key, wantKey, now)
@@ -395,6 +401,23 @@ func (c *Controller) profileHalted(profile *corev1.ConfigMap) bool {
 	}
 	r, err := c.rolloutLister.ProfileRollouts(profile.Namespace).Get(profile.Name)
 	return err == nil && metav1.IsControlledBy(r, profile) && r.Status.HaltedHash == hash
+}
+
+// profileMovePending reports whether the session of a paced profile waits
+// for its turn in the profile's rollout: it runs another revision than the
+// profile's current one, and the rollout is yet to be planned, or moves
+// sessions with its revision available or on its way.
+func (c *Controller) profileMovePending(session *gamesv1.GameSession, profile *corev1.ConfigMap, observed *appsv1.Deployment) bool {
+	hash := c.profileHashes.hash(profile)
+	if rolledProfileHash(observed, refOfProfile(session.Namespace, profile)) == hash {
+		return false
+	}
+	pp := c.plans.latest(profileKey(profile.Namespace, profile.Name))
+	// A revision on its way (reason "") comes; one that cannot be had would
+	// keep the change waiting for good.
+	coming := pp != nil && (pp.revision.available || pp.revision.reason == "")
+	return pp == nil || pp.hash != hash ||
+		coming && (pp.plan.Phase == rollout.PhaseCanary || pp.plan.Phase == rollout.PhaseRolling)
 }
 
 // inputChanges remembers since when each session has had a change of its

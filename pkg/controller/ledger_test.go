@@ -427,3 +427,22 @@ func TestSecretRotationBrakesOnFailedMoves(t *testing.T) {
 		t.Fatalf("the fix moved %v, want the failed %s among them", fixed, first[1])
 	}
 }
+
+// A rotation of a session that waits for its turn in its profile's paced
+// rollout rides along with that move: its game servers restart once, not
+// once for the Secret and again for the profile.
+func TestSecretRotationRidesWithTheProfilesMove(t *testing.T) {
+	w := newSecretWorld(t, "blue-2")
+	for _, s := range w.all() {
+		w.complete(t, s.Name, false)
+	}
+	w.profile = w.profile.DeepCopy()
+	w.profile.Annotations = map[string]string{rollout.AnnotationMaxRolling: "1"}
+	w.profile.Data = map[string]string{"game.cfg": "v1"}
+	w.profile.ResourceVersion = bumpVersion(w.profile.ResourceVersion)
+	w.f.setCached(w.profile)
+	w.rotate(t, "blue", "two")
+	if moved := slices.Sorted(maps.Keys(w.syncAll(t))); len(moved) != 0 {
+		t.Errorf("before the profile's plan gave anyone a turn, the rotation restarted %v", moved)
+	}
+}

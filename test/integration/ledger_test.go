@@ -1,18 +1,30 @@
 package integration
 
 import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
 	"github.com/example/gamesession-controller/cmd/gamesession-controller/app"
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
+	"github.com/example/gamesession-controller/pkg/controller"
+	"github.com/example/gamesession-controller/pkg/rollout"
 )
 
 // movesWatch follows the Deployments of the namespace in the API server's
@@ -121,5 +133,195 @@ func TestSecretRotationRespectsTheClusterBudget(t *testing.T) {
 	e.waitForDeploymentsSettled()
 	if _, most := mw.counts(); most != 1 {
 		t.Errorf("at most %d sessions moved for the rotation at once, want 1 (--max-moving-sessions=1)", most)
+	}
+}
+
+// The rotation tests' known-broken Secret: its digest, under the tests' key
+// in this namespace, is the one hack/kwok/pod-never-ready-secret.yaml names,
+// so its readers' pods never get Ready. A fixed namespace, as the digest
+// covers it.
+const (
+	brakeNamespace = "rotation-brake"
+	brakeSecret    = "match-token"
+)
+
+var (
+	brakeDigestKey = bytes.Repeat([]byte{7}, 32)
+	brokenToken    = map[string][]byte{"token": []byte("broken")}
+)
+
+// secretsHash is the games.example.com/secrets-hash of a pod template that
+// reads the one Secret, in brakeNamespace under brakeDigestKey.
+func secretsHash(t *testing.T, data map[string][]byte) string {
+	t.Helper()
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: brakeNamespace, Name: brakeSecret}, Data: data}
+	stored, err := controller.SecretDigester(brakeDigestKey)(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The annotation the transform leaves on the cached stand-in.
+	digest := stored.(*corev1.Secret).Annotations["games.example.com/data-digest"]
+	if digest == "" {
+		t.Fatal("the Secret digester left no digest")
+	}
+	sum := sha256.Sum256([]byte(brakeSecret + "\x00" + digest + "\x00"))
+	return hex.EncodeToString(sum[:])[:32]
+}
+
+func TestKwokStageHashIsTheBrokenSecret(t *testing.T) {
+	stage, err := os.ReadFile("../../hack/kwok/pod-never-ready-secret.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := secretsHash(t, brokenToken); !strings.Contains(string(stage), "'"+want+"'") {
+		t.Errorf("hack/kwok/pod-never-ready-secret.yaml does not name %s, the secrets-hash of the broken Secret", want)
+	}
+}
+
+// newEnvIn is newEnv in a namespace of that name, created for the test.
+func newEnvIn(t *testing.T, namespace string) *env {
+	t.Helper()
+	e := newEnv(t)
+	if _, err := e.kube.CoreV1().Namespaces().Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}},
+		metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create namespace %s: %v", namespace, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := e.kube.CoreV1().Namespaces().Delete(ctx, namespace, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete namespace %s: %v", namespace, err)
+		}
+	})
+	e.ns = namespace
+	return e
+}
+
+// A rotation that breaks game servers stops like a bad profile edit. With
+// max-rolling 1 and max-failed 0, the first reader restarts onto the broken
+// Secret, its pods never get Ready, and once its Deployment exceeds its
+// progress deadline the brake holds the others: the ProfileRollout records
+// it (status.inputs) and an Event says so. A fixed Secret moves the failed
+// session again; the others wait for the halt of the profile's rollout,
+// which that failure also halted, until the profile's content changes, and
+// then all run the fixed Secret.
+func TestSecretRotationThatBreaksHaltsAndHolds(t *testing.T) {
+	e := newEnvIn(t, brakeNamespace)
+	if _, err := e.kube.CoreV1().Secrets(e.ns).Create(e.ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "gamesession-controller-secret-digest-key"},
+		Data:       map[string][]byte{"key": brakeDigestKey},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.createProfile("arena", content("v0"), true)
+	e.updateProfile("arena", func(cm *corev1.ConfigMap) {
+		cm.Annotations = map[string]string{rollout.AnnotationMaxRolling: "1", rollout.AnnotationMaxFailed: "0"}
+	})
+	e.createSecret(brakeSecret, map[string][]byte{"token": []byte("first")}, true)
+	e.startController()
+	e.dumpOnFailure("arena")
+	names := []string{"reader-1", "reader-2", "reader-3"}
+	for _, name := range names {
+		e.createSession(withSecretEnv(newSession(name, "arena", 1), brakeSecret))
+	}
+	for _, name := range names {
+		e.waitForReady(name)
+	}
+	e.shortenProgressDeadline(names...)
+	e.waitForDeploymentsSettled()
+
+	rotate := func(token string) {
+		t.Helper()
+		secret, err := e.kube.CoreV1().Secrets(e.ns).Get(e.ctx, brakeSecret, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		secret.Data = map[string][]byte{"token": []byte(token)}
+		if _, err := e.kube.CoreV1().Secrets(e.ns).Update(e.ctx, secret, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	running := func() map[string]string {
+		t.Helper()
+		hashes := map[string]string{}
+		for _, name := range names {
+			d, err := e.deployment(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hashes[name] = d.Spec.Template.Annotations[gamesv1.SecretsHashAnnotation]
+		}
+		return hashes
+	}
+	broken := secretsHash(t, brokenToken)
+
+	rotate("broken")
+	e.waitForRollout("arena", "the brake of the rotation recorded", func(r *gamesv1.ProfileRollout) error {
+		if in := r.Status.Inputs; in == nil || !in.Halted || in.FailedSessions != 1 {
+			return fmt.Errorf("status.inputs %+v", in)
+		}
+		return nil
+	})
+	e.eventually("the InputRolloutHalted Event on the profile", func() (bool, error) {
+		return e.hasEvent("arena", controller.EventReasonInputsHalted, ""), nil
+	})
+	var failed string
+	for name, hash := range running() {
+		if hash == broken {
+			if failed != "" {
+				t.Fatalf("both %s and %s restarted onto the broken Secret under max-rolling 1", failed, name)
+			}
+			failed = name
+		}
+	}
+	if failed == "" {
+		t.Fatalf("no reader runs the broken Secret: %v", running())
+	}
+
+	// The fix moves the failed session; the others hold, as the profile's
+	// rollout halted too.
+	rotate("fixed")
+	fixed := secretsHash(t, map[string][]byte{"token": []byte("fixed")})
+	e.eventually(failed+" on the fixed Secret, Ready", func() (bool, error) {
+		s := e.session(failed)
+		ready := meta.IsStatusConditionTrue(s.Status.Conditions, gamesv1.ConditionReady)
+		return running()[failed] == fixed && ready, fmt.Errorf("runs %s, Ready %t", running()[failed], ready)
+	})
+	r := e.waitForRollout("arena", "halted on its content", func(r *gamesv1.ProfileRollout) error {
+		return rolloutIs(gamesv1.RolloutPhaseHalted, dataHash(content("v0")))(r)
+	})
+	for name, hash := range running() {
+		if name != failed && hash == fixed {
+			t.Errorf("%s moved to the fixed Secret while the profile's rollout is halted (%s)", name, r.Status.Message)
+		}
+	}
+
+	// A new content of the profile releases the halt: every reader runs it,
+	// and the fixed Secret, in one restart: a Secret change waiting for the
+	// session's turn in the profile's rollout rides along with that move.
+	generations := map[string]int64{}
+	for _, name := range names {
+		d, err := e.deployment(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		generations[name] = d.Generation
+	}
+	e.updateProfile("arena", func(cm *corev1.ConfigMap) { cm.Data = content("v1") })
+	for _, name := range names {
+		e.waitForDeploymentHash(name, dataHash(content("v1")))
+	}
+	e.waitForDeploymentsSettled()
+	for name, hash := range running() {
+		if hash != fixed {
+			t.Errorf("%s runs the Secret digest %s after the halt ended, want the fixed one %s", name, hash, fixed)
+		}
+		d, err := e.deployment(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Generation != generations[name]+1 {
+			t.Errorf("Deployment %s: generation %d after the profile edit, was %d: want one restart", name, d.Generation, generations[name])
+		}
 	}
 }
