@@ -179,6 +179,8 @@ var foundByLongRuns = []struct {
 	{67517, "budget: a move whose Deployment the cache does not show keeps its place until a live read shows it ended"},
 	{13001000, "inputs: a session whose Deployment its user paused gives its place among max-rolling back"},
 	{22003783, "ledger: a rotation's moves count in the cluster-wide rate with the profile's"},
+	{26044857, "harness: a session whose game servers failed moves to new Secret data during its profile's halt"},
+	{26002374, "harness: an orphaned Deployment's move holds no place in the cluster-wide budget"},
 	{20002192, "revision: a live read that finds the session's new Deployment orphaned keeps the revision it mounts"},
 	{65157, "harness: a sync that finds a budget wait again on a stale copy of its session keeps the move it owes"},
 	{12010905, "status: a restarted controller finds a session's Deployment outside the cache by its ReplicaSets"},

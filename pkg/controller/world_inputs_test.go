@@ -456,7 +456,9 @@ func (w *world) checkInputsWrite(before, after *appsv1.Deployment) {
 			// A halt holds every kind of move of its profile while the
 			// profile has the content it halted on.
 			profile := profileNameOf(s.Spec.ProfileRef)
-			if h, ok := w.halts[profile]; ok && h.epoch == w.profileEpoch[profile] {
+			// Sessions whose game servers failed are the exception: they move
+			// to new data, which may fix them.
+			if h, ok := w.halts[profile]; ok && h.epoch == w.profileEpoch[profile] && timedOutCondition(before) == nil {
 				w.covered["input move checked against a halt"]++
 				if p := w.caches[profilesResource].profile(profile); p != nil && ProfileHash(p) == h.hash {
 					w.violate("halt-moved", "Deployment %s restarted for its %ss, while the rollout of profile %s halted on its content %s",

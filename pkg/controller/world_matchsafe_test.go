@@ -171,7 +171,8 @@ func (w *world) noteContentSeen(name string, p *corev1.ConfigMap) {
 
 // noteBudgetChange is told of every server change: a move stops holding its
 // place once its Deployment is complete, failed, paused, moved elsewhere,
-// gone or no longer labelled as the controller's, or its session is deleted. The controller can only learn of it
+// gone, orphaned or no longer labelled as the controller's, or its session
+// is deleted. The controller can only learn of it
 // later, through its cache.
 func (w *world) noteBudgetChange(ch change) {
 	name := nameOf(ch)
@@ -189,7 +190,10 @@ func (w *world) noteBudgetChange(ch change) {
 		if ch.new != nil {
 			d = ch.new.(*appsv1.Deployment)
 		}
-		if d == nil || d.UID != m.uid || d.Spec.Paused || d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation] != m.hash ||
+		// Orphaned (its session deleted with propagation Orphan), the
+		// Deployment is no longer the session's move: the controller may not
+		// write it, and lets its place go.
+		if d == nil || d.UID != m.uid || metav1.GetControllerOf(d) == nil || d.Spec.Paused || d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation] != m.hash ||
 			(m.inputs != "" && worldInputsRun(d) != m.inputs) ||
 			deploymentComplete(d) || w.failedOnTarget(d) || d.Labels[worldManagedByLabel] != worldManagedByValue {
 			delete(w.matchSafe.clusterMoving, name)
