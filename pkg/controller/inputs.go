@@ -358,14 +358,16 @@ func (c *Controller) inputsToRun(session *gamesv1.GameSession, profile *corev1.C
 	// that may use it, as a plan counts its members: those of other
 	// namespaces that name it without a grant move in none of its rollouts.
 	// The session's own sync frees it (settleMove).
-	limit := unlimited
+	// An unpaced policy has neither, and costs no count of the sessions.
+	limit, maxFailed, brake := unlimited, 0, false
 	profileKey := profileKey(profile.Namespace, profile.Name)
 	if !policy.Unpaced() {
-		limit = policy.MaxRollingOf(len(c.permittedSessionKeysOf(profile.Namespace, profile.Name)))
+		sessions := len(c.permittedSessionKeysOf(profile.Namespace, profile.Name))
+		limit = policy.MaxRollingOf(sessions)
+		maxFailed, brake = policy.MaxFailedOf(sessions)
 	}
 	m := move{kind: inputMove, to: wantKey, profile: profileKey}
-	sessions := len(c.permittedSessionKeysOf(profile.Namespace, profile.Name))
-	if maxFailed, brake := policy.MaxFailedOf(sessions); brake && c.moves.stalledIn(profileKey) > maxFailed &&
+	if brake && c.moves.stalledIn(profileKey) > maxFailed &&
 		!c.moves.holdsProfilePlace(key, profileKey) && !c.progressDeadlineExceeded(observed) {
 		// The brake, as for a profile's rollout: more of the profile's input
 		// moves failed than max-failed allows (a percentage of the sessions
