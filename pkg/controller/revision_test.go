@@ -8,12 +8,10 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
@@ -224,23 +222,7 @@ func TestRevisionExpectationsLiveReadOfAnOrphanedDeploymentHolds(t *testing.T) {
 // mount the revision the create gave it, so the profile, moved on, keeps it
 // until the cache shows the Deployment (seed 20002192).
 func TestSyncLiveReadOfAnOrphanedDeploymentKeepsItsRevision(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	session := newSession(testNamespace, "arena-1", "classic")
-	profile := newProfile(testNamespace, "classic", classicData)
-	f := newFixture(ctx, t, session, profile)
-	f.c.revisionHistoryLimit = 0
-
-	f.expectKube(createDeployment(testNamespace, "arena-1"))
-	f.expectGame(updateSessionStatus(testNamespace, "arena-1"))
-	f.run(ctx, sessionKey(session)) // the cache does not show the Deployment yet
-	f.events()
-
-	orphaned := f.storedDeployment(testNamespace, "arena-1")
-	orphaned.OwnerReferences = nil
-	orphaned.ResourceVersion = bumpVersion(orphaned.ResourceVersion) // the fake tracker keeps what it is given
-	if err := f.kubeClient.Tracker().Update(appsv1.SchemeGroupVersion.WithResource("deployments"), orphaned, testNamespace); err != nil {
-		t.Fatal(err)
-	}
+	ctx, f, session, profile, _ := orphanedBeforeCached(t)
 	f.expectKube(createDeployment(testNamespace, "arena-1"), getDeployment(testNamespace, "arena-1"))
 	f.expectGame(updateSessionStatus(testNamespace, "arena-1"))
 	f.run(ctx, sessionKey(session))

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -725,13 +726,12 @@ func TestSyncRenamedContainerIsRestoredWithoutTwin(t *testing.T) {
 	}
 }
 
-// A session deleted with orphan propagation leaves its Deployment, and its
-// pods, running. Until the cache shows that Deployment, the create that made
-// it keeps the revision it mounts, though the profile has moved on, and a
-// successor of the session's name, which that Deployment blocks, does not
-// let go of it by its live read. Once the cache shows the Deployment, the
-// revision's profile looks again.
-func TestSyncOrphanedDeploymentKeepsItsRevisionUntilCached(t *testing.T) {
+// orphanedBeforeCached creates session arena-1's Deployment, which the cache
+// does not show yet, and has the garbage collector orphan it (propagation
+// Orphan): the session is still cached, its profile keeps no revision for
+// history. It returns the orphaned Deployment as the server now has it.
+func orphanedBeforeCached(t *testing.T) (context.Context, *fixture, *gamesv1.GameSession, *corev1.ConfigMap, *appsv1.Deployment) {
+	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	session := newSession(testNamespace, "arena-1", "classic")
 	profile := newProfile(testNamespace, "classic", classicData)
@@ -743,12 +743,24 @@ func TestSyncOrphanedDeploymentKeepsItsRevisionUntilCached(t *testing.T) {
 	f.run(ctx, sessionKey(session)) // the cache does not show the Deployment yet
 	f.events()
 
-	// The garbage collector orphans the Deployment and the session goes.
 	orphaned := f.storedDeployment(testNamespace, "arena-1")
 	orphaned.OwnerReferences = nil
+	orphaned.ResourceVersion = bumpVersion(orphaned.ResourceVersion) // the fake tracker keeps what it is given
 	if err := f.kubeClient.Tracker().Update(appsv1.SchemeGroupVersion.WithResource("deployments"), orphaned, testNamespace); err != nil {
 		t.Fatal(err)
 	}
+	return ctx, f, session, profile, orphaned
+}
+
+// A session deleted with orphan propagation leaves its Deployment, and its
+// pods, running. Until the cache shows that Deployment, the create that made
+// it keeps the revision it mounts, though the profile has moved on, and a
+// successor of the session's name, which that Deployment blocks, does not
+// let go of it by its live read. Once the cache shows the Deployment, the
+// revision's profile looks again.
+func TestSyncOrphanedDeploymentKeepsItsRevisionUntilCached(t *testing.T) {
+	// The garbage collector orphans the Deployment and the session goes.
+	ctx, f, session, profile, orphaned := orphanedBeforeCached(t)
 	f.deleteCached(session)
 	f.run(ctx, sessionKey(session)) // no request
 
