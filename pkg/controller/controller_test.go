@@ -118,7 +118,7 @@ func newFixtureWithOptions(ctx context.Context, t *testing.T, opts Options, obje
 	if err != nil {
 		t.Fatalf("NewController: %v", err)
 	}
-	c.recorder = f.recorder
+	c.setRecorder(f.recorder)
 	f.c = c
 	for _, verb := range []string{"create", "update", "patch"} {
 		f.kubeClient.PrependReactor(verb, "deployments", f.deploymentGeneration)
@@ -351,14 +351,14 @@ func (f *fixture) run(ctx context.Context, key string) (kube, game []core.Action
 // runWithError is run for syncs that are meant to fail.
 func (f *fixture) runWithError(ctx context.Context, key string) (kube, game []core.Action, err error) {
 	f.t.Helper()
-	return f.runSync(ctx, key, f.c.syncHandler)
+	return f.runSync(ctx, key, f.c.sessions.syncHandler)
 }
 
 // runProfile is run for the profile sync of key ("namespace/name"). Its
 // ProfileRollout writes reach the cache, as the informer would bring them.
 func (f *fixture) runProfile(ctx context.Context, key string) (kube []core.Action) {
 	f.t.Helper()
-	kube, game, err := f.runSync(ctx, key, f.c.syncProfile)
+	kube, game, err := f.runSync(ctx, key, f.c.profiles.syncProfile)
 	if err != nil {
 		f.t.Fatalf("profile sync %s: %v", key, err)
 	}
@@ -370,7 +370,7 @@ func (f *fixture) runProfile(ctx context.Context, key string) (kube []core.Actio
 // ProfileRollout: a create and its status the first time, then its status.
 func (f *fixture) expectRolloutWrite(namespace, profile string) {
 	f.t.Helper()
-	if _, err := f.c.rolloutLister.ProfileRollouts(namespace).Get(profile); err != nil {
+	if _, err := f.c.caches.rolloutLister.ProfileRollouts(namespace).Get(profile); err != nil {
 		f.expectGame(wantAction{verb: "create", resource: "profilerollouts", namespace: namespace, name: profile})
 	}
 	f.expectGame(wantAction{verb: "update", resource: "profilerollouts", subresource: "status", namespace: namespace, name: profile})
@@ -778,7 +778,7 @@ func expectQueue(t *testing.T, c *Controller, want ...string) {
 		want = []string{}
 	}
 	slices.Sort(want)
-	if got := drainQueue(c.queue); !slices.Equal(got, want) {
+	if got := drainQueue(c.sessions.queue); !slices.Equal(got, want) {
 		t.Errorf("queue: got %q, want %q", got, want)
 	}
 }
@@ -870,7 +870,7 @@ func TestUpdateProfileEnqueuesExactlyItsSessions(t *testing.T) {
 			// An informer updates its cache before it calls the handlers.
 			f.setCached(tc.new)
 
-			f.c.updateProfile(tc.old, tc.new)
+			f.c.profiles.updateProfile(tc.old, tc.new)
 
 			expectQueue(t, f.c, tc.want...)
 			if len(tc.want) == 0 {
@@ -889,35 +889,35 @@ func TestAddAndDeleteProfileEnqueueItsSessions(t *testing.T) {
 	t.Run("add", func(t *testing.T) {
 		_, ctx := ktesting.NewTestContext(t)
 		f, classic := profileFixture(ctx, t)
-		f.c.addProfile(classic)
+		f.c.profiles.addProfile(classic)
 		expectQueue(t, f.c, arenaClassic...)
 		f.expectEvents() // an add rolls nothing that ran; only edits announce a fan-out
 	})
 	t.Run("delete", func(t *testing.T) {
 		_, ctx := ktesting.NewTestContext(t)
 		f, classic := profileFixture(ctx, t)
-		f.c.profileHashes.hash(classic)
-		f.c.deleteProfile(classic)
+		f.c.caches.profileHashes.hash(classic)
+		f.c.profiles.deleteProfile(classic)
 		expectQueue(t, f.c, arenaClassic...)
-		if _, ok := f.c.profileHashes.entries[classic.UID]; ok {
+		if _, ok := f.c.caches.profileHashes.entries[classic.UID]; ok {
 			t.Error("deleteProfile kept the profile's memoized hash")
 		}
 	})
 	t.Run("delete tombstone", func(t *testing.T) {
 		_, ctx := ktesting.NewTestContext(t)
 		f, classic := profileFixture(ctx, t)
-		f.c.profileHashes.hash(classic)
-		f.c.deleteProfile(cache.DeletedFinalStateUnknown{Key: "arena/classic", Obj: classic})
+		f.c.caches.profileHashes.hash(classic)
+		f.c.profiles.deleteProfile(cache.DeletedFinalStateUnknown{Key: "arena/classic", Obj: classic})
 		expectQueue(t, f.c, arenaClassic...)
-		if _, ok := f.c.profileHashes.entries[classic.UID]; ok {
+		if _, ok := f.c.caches.profileHashes.entries[classic.UID]; ok {
 			t.Error("deleteProfile kept the profile's memoized hash")
 		}
 	})
 	t.Run("tombstone of something else", func(t *testing.T) {
 		_, ctx := ktesting.NewTestContext(t)
 		f, _ := profileFixture(ctx, t)
-		f.c.deleteProfile(cache.DeletedFinalStateUnknown{Key: "arena/classic", Obj: &corev1.Secret{}})
-		f.c.deleteProfile("not an object")
+		f.c.profiles.deleteProfile(cache.DeletedFinalStateUnknown{Key: "arena/classic", Obj: &corev1.Secret{}})
+		f.c.profiles.deleteProfile("not an object")
 		expectQueue(t, f.c)
 	})
 }
@@ -937,19 +937,19 @@ func TestDeploymentEventsEnqueueTheSessionOfTheirName(t *testing.T) {
 		handle func(c *Controller)
 		want   []string
 	}{
-		{name: "add", handle: func(c *Controller) { c.addDeployment(owned) }, want: []string{"arena/arena-1"}},
-		{name: "add, not controlled", handle: func(c *Controller) { c.addDeployment(foreign) }, want: []string{"arena/arena-1"}},
-		{name: "update", handle: func(c *Controller) { c.updateDeployment(owned, newer) }, want: []string{"arena/arena-1"}},
+		{name: "add", handle: func(c *Controller) { c.sessions.addDeployment(owned) }, want: []string{"arena/arena-1"}},
+		{name: "add, not controlled", handle: func(c *Controller) { c.sessions.addDeployment(foreign) }, want: []string{"arena/arena-1"}},
+		{name: "update", handle: func(c *Controller) { c.sessions.updateDeployment(owned, newer) }, want: []string{"arena/arena-1"}},
 		// The session's own resync covers the Deployment's.
-		{name: "resync", handle: func(c *Controller) { c.updateDeployment(owned, owned) }},
-		{name: "delete", handle: func(c *Controller) { c.deleteDeployment(owned) }, want: []string{"arena/arena-1"}},
+		{name: "resync", handle: func(c *Controller) { c.sessions.updateDeployment(owned, owned) }},
+		{name: "delete", handle: func(c *Controller) { c.sessions.deleteDeployment(owned) }, want: []string{"arena/arena-1"}},
 		{name: "delete, tombstone", handle: func(c *Controller) {
-			c.deleteDeployment(cache.DeletedFinalStateUnknown{Key: "arena/arena-1", Obj: owned})
+			c.sessions.deleteDeployment(cache.DeletedFinalStateUnknown{Key: "arena/arena-1", Obj: owned})
 		}, want: []string{"arena/arena-1"}},
 		{name: "tombstone of something else", handle: func(c *Controller) {
-			c.deleteDeployment(cache.DeletedFinalStateUnknown{Key: "arena/arena-1", Obj: "junk"})
+			c.sessions.deleteDeployment(cache.DeletedFinalStateUnknown{Key: "arena/arena-1", Obj: "junk"})
 		}},
-		{name: "not an object", handle: func(c *Controller) { c.deleteDeployment(42) }},
+		{name: "not an object", handle: func(c *Controller) { c.sessions.deleteDeployment(42) }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1012,8 +1012,8 @@ func TestRecreatedSessionGetsDeploymentWhenPredecessorsIsDeleted(t *testing.T) {
 			if err := f.kubeClient.Tracker().Delete(appsv1.SchemeGroupVersion.WithResource("deployments"), stale.Namespace, stale.Name); err != nil {
 				t.Fatal(err)
 			}
-			drainQueue(f.c.queue)
-			f.c.deleteDeployment(stale)
+			drainQueue(f.c.sessions.queue)
+			f.c.sessions.deleteDeployment(stale)
 			expectQueue(t, f.c, sessionKey(session))
 
 			f.expectKube(createDeployment(testNamespace, "arena-1"))
@@ -1031,7 +1031,7 @@ func TestSessionTombstoneIsEnqueued(t *testing.T) {
 	session := newSession(testNamespace, "arena-1", "classic")
 	f := newFixture(ctx, t)
 
-	f.c.enqueueSession(cache.DeletedFinalStateUnknown{Key: sessionKey(session), Obj: session})
+	f.c.sessions.enqueueSession(cache.DeletedFinalStateUnknown{Key: sessionKey(session), Obj: session})
 	expectQueue(t, f.c, sessionKey(session))
 
 	// The deleted session's sync finds nothing to do: the garbage collector
@@ -1065,10 +1065,10 @@ func TestProfileRefChangeMovesSessionInIndex(t *testing.T) {
 
 	editedA, editedB := withData(profileA, map[string]string{"game.cfg": "a2"}), withData(profileB, map[string]string{"game.cfg": "b2"})
 	f.setCached(editedA)
-	f.c.updateProfile(profileA, editedA)
+	f.c.profiles.updateProfile(profileA, editedA)
 	expectQueue(t, f.c, sessionKey(other))
 	f.setCached(editedB)
-	f.c.updateProfile(profileB, editedB)
+	f.c.profiles.updateProfile(profileB, editedB)
 	expectQueue(t, f.c, sessionKey(moved))
 	f.events()
 
@@ -1127,9 +1127,9 @@ func TestHandleErr(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			f := newFixture(ctx, t)
-			f.c.queue = retryQueue()
+			f.c.sessions.queue = retryQueue()
 			syncs := 0
-			f.c.syncHandler = func(_ context.Context, key string) error {
+			f.c.sessions.syncHandler = func(_ context.Context, key string) error {
 				if key != "arena/arena-1" {
 					t.Errorf("synced %q", key)
 				}
@@ -1140,9 +1140,9 @@ func TestHandleErr(t *testing.T) {
 				return nil
 			}
 
-			f.c.queue.Add("arena/arena-1")
-			for i := 0; f.c.queue.Len() > 0 && i < 1000; i++ {
-				if !f.c.processNextWorkItem(ctx) {
+			f.c.sessions.queue.Add("arena/arena-1")
+			for i := 0; f.c.sessions.queue.Len() > 0 && i < 1000; i++ {
+				if !f.c.sessions.worker().processNext(ctx) {
 					t.Fatal("processNextWorkItem reported shutdown")
 				}
 			}
@@ -1150,15 +1150,15 @@ func TestHandleErr(t *testing.T) {
 			if syncs != tc.wantSyncs {
 				t.Errorf("synced %d times, want %d", syncs, tc.wantSyncs)
 			}
-			if n := f.c.queue.Len(); n != 0 {
+			if n := f.c.sessions.queue.Len(); n != 0 {
 				t.Errorf("queue holds %d keys, want none", n)
 			}
 			// Forgotten either way: the next event starts a fresh backoff.
-			if n := f.c.queue.NumRequeues("arena/arena-1"); n != 0 {
+			if n := f.c.sessions.queue.NumRequeues("arena/arena-1"); n != 0 {
 				t.Errorf("NumRequeues = %d after the last sync, want 0", n)
 			}
 			var dropped dto.Metric
-			if err := f.c.metrics.Dropped.WithLabelValues(metrics.QueueSessions).Write(&dropped); err != nil {
+			if err := f.c.sessions.metrics.Dropped.WithLabelValues(metrics.QueueSessions).Write(&dropped); err != nil {
 				t.Fatal(err)
 			}
 			if got := dropped.GetCounter().GetValue(); got != tc.wantDropped {
@@ -1171,8 +1171,8 @@ func TestHandleErr(t *testing.T) {
 func TestProcessNextWorkItemStopsOnShutdown(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f := newFixture(ctx, t)
-	f.c.queue.ShutDown()
-	if f.c.processNextWorkItem(ctx) {
+	f.c.sessions.queue.ShutDown()
+	if f.c.sessions.worker().processNext(ctx) {
 		t.Error("processNextWorkItem = true on a shut-down queue, want false")
 	}
 }
@@ -1273,7 +1273,18 @@ func runStartsAndStops(ctx context.Context, t *testing.T) {
 	if n := c.WorkersRunning(); n != 0 {
 		t.Errorf("WorkersRunning = %d after Run returned, want 0", n)
 	}
-	if !c.queue.ShuttingDown() {
+	if !c.sessions.queue.ShuttingDown() {
 		t.Error("queue not shut down after Run returned")
 	}
+}
+
+// setRecorder makes both controllers record their Events to r.
+func (c *Controller) setRecorder(r record.EventRecorder) {
+	c.sessions.recorder = r
+	c.profiles.recorder = r
+}
+
+// setMoves gives both controllers the ledger of moves l.
+func (c *Controller) setMoves(l *moveLedger) {
+	c.state.moves, c.sessions.moves, c.profiles.moves = l, l, l
 }

@@ -88,7 +88,7 @@ func TestWriteExpectsItsGenerationBeforeTheAnswer(t *testing.T) {
 
 	var ownDuringWrite bool
 	f.kubeClient.PrependReactor("update", "deployments", func(core.Action) (bool, runtime.Object, error) {
-		ownDuringWrite = f.c.expectations.awaits(key, next)
+		ownDuringWrite = f.c.state.expectations.awaits(key, next)
 		return false, nil, nil
 	})
 	f.expectKube(writeDeployment(testNamespace, "arena-1"))
@@ -104,10 +104,10 @@ func TestWriteExpectsItsGenerationBeforeTheAnswer(t *testing.T) {
 		return true, nil, apierrors.NewInternalError(errors.New("lost"))
 	})
 	f.expectKube(writeDeployment(testNamespace, "arena-1"))
-	if _, _, err := f.runSync(ctx, key, f.c.syncHandler); err == nil {
+	if _, _, err := f.runSync(ctx, key, f.c.sessions.syncHandler); err == nil {
 		t.Fatal("the sync of a refused write reported no error")
 	}
-	if f.c.expectations.awaits(key, next) || !f.c.expectations.satisfied(key, observed) {
+	if f.c.state.expectations.awaits(key, next) || !f.c.state.expectations.satisfied(key, observed) {
 		t.Error("a failed write left its expectation behind")
 	}
 }

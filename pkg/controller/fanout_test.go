@@ -35,10 +35,10 @@ func delayFixture(ctx context.Context, t *testing.T) (*fixture, *clocktesting.Fa
 func waitForQueueLen(ctx context.Context, t *testing.T, c *Controller, n int) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		return c.queue.Len() >= n, nil
+		return c.sessions.queue.Len() >= n, nil
 	})
 	if err != nil {
-		t.Fatalf("queue holds %d keys, want %d: %v", c.queue.Len(), n, err)
+		t.Fatalf("queue holds %d keys, want %d: %v", c.sessions.queue.Len(), n, err)
 	}
 }
 
@@ -53,11 +53,11 @@ func TestFanOutCoalescesEditsWithinTheDelay(t *testing.T) {
 	for i := range 3 {
 		next := withData(latest, map[string]string{"game.cfg": fmt.Sprintf("edit %d", i)})
 		f.setCached(next)
-		f.c.updateProfile(latest, next)
+		f.c.profiles.updateProfile(latest, next)
 		latest = next
 		clock.Step(testDelay / 4)
 	}
-	if n := f.c.queue.Len(); n != 0 {
+	if n := f.c.sessions.queue.Len(); n != 0 {
 		t.Errorf("%d sessions queued before the delay passed", n)
 	}
 	// One announcement, for the edit that started the rollout.
@@ -70,7 +70,7 @@ func TestFanOutCoalescesEditsWithinTheDelay(t *testing.T) {
 
 	next := withData(latest, map[string]string{"game.cfg": "later"})
 	f.setCached(next)
-	f.c.updateProfile(latest, next)
+	f.c.profiles.updateProfile(latest, next)
 	f.expectEvents("Normal " + EventReasonProfileFanOut)
 	clock.Step(testDelay)
 	waitForQueueLen(ctx, t, f.c, 2)
@@ -100,7 +100,7 @@ func TestFanOutDelayHoldsBackOnlyProfileOnlyWrites(t *testing.T) {
 			tc.edit(edited)
 			f := newFixtureWithOptions(ctx, t, Options{ProfileChangeDelay: testDelay, Clock: clock},
 				edited, newProfileData, apiServerDeployment(session, ProfileHash(oldProfile)))
-			f.c.updateProfile(oldProfile, newProfileData)
+			f.c.profiles.updateProfile(oldProfile, newProfileData)
 			f.events()
 
 			if !tc.wantWrite {
@@ -132,7 +132,7 @@ func TestFanOutDelayHoldsBackOnlyProfileOnlyWrites(t *testing.T) {
 			// When the delay is over, the fan-out's sync finds nothing to roll.
 			clock.Step(testDelay)
 			waitForQueueLen(ctx, t, f.c, 1)
-			drainQueue(f.c.queue)
+			drainQueue(f.c.sessions.queue)
 			f.run(ctx, sessionKey(edited))
 		})
 	}
@@ -158,7 +158,7 @@ func TestFanOutWritesDeploymentsBeforeStatuses(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f.c.updateProfile(oldProfile, newProfileData)
+	f.c.profiles.updateProfile(oldProfile, newProfileData)
 	f.events()
 
 	var order []string
@@ -201,8 +201,8 @@ func TestStatusWritesWaitForDeploymentWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f.c.queue.Add(testNamespace + "/scaled-down")
-	f.c.queue.Add(testNamespace + "/rescaled")
+	f.c.sessions.queue.Add(testNamespace + "/scaled-down")
+	f.c.sessions.queue.Add(testNamespace + "/rescaled")
 
 	var order []string
 	for _, a := range syncQueueInOrder(ctx, f) {
@@ -274,32 +274,32 @@ func testRequestPlanInterval(t *testing.T, unpaced bool, interval time.Duration)
 	profile := newProfile(testNamespace, "classic", classicData)
 	f := newFixtureWithOptions(ctx, t, Options{Clock: clock}, profile)
 	key := profileKey(profile.Namespace, profile.Name)
-	f.c.plans.set(key, &profilePlan{hash: ProfileHash(profile), unpaced: unpaced})
-	f.c.plans.started(key, clock.Now())
+	f.c.state.plans.set(key, &profilePlan{hash: ProfileHash(profile), unpaced: unpaced})
+	f.c.state.plans.started(key, clock.Now())
 
 	clock.Step(interval / 5)
-	f.c.requestPlan(profile)
-	if n := f.c.profileQueue.Len(); n != 0 {
+	f.c.sessions.requestPlan(profile)
+	if n := f.c.profiles.queue.Len(); n != 0 {
 		t.Fatalf("a request within the interval queued the profile at once (%d queued)", n)
 	}
 	clock.Step(interval - interval/5 - time.Millisecond)
 	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 100*time.Millisecond, true, func(context.Context) (bool, error) {
-		return f.c.profileQueue.Len() > 0, nil
+		return f.c.profiles.queue.Len() > 0, nil
 	}); err == nil {
 		t.Fatal("the profile was queued before the interval since its last plan was over")
 	}
 	clock.Step(time.Millisecond)
 	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		return f.c.profileQueue.Len() > 0, nil
+		return f.c.profiles.queue.Len() > 0, nil
 	}); err != nil {
 		t.Fatal("the profile was not queued once the interval since its last plan was over")
 	}
-	key, _ = f.c.profileQueue.Get()
-	f.c.profileQueue.Done(key)
+	key, _ = f.c.profiles.queue.Get()
+	f.c.profiles.queue.Done(key)
 
 	clock.Step(2 * interval)
-	f.c.requestPlan(profile)
-	if n := f.c.profileQueue.Len(); n != 1 {
+	f.c.sessions.requestPlan(profile)
+	if n := f.c.profiles.queue.Len(); n != 1 {
 		t.Errorf("a request long after the last plan: %d queued, want 1 at once", n)
 	}
 }
@@ -310,14 +310,14 @@ func testRequestPlanInterval(t *testing.T, unpaced bool, interval time.Duration)
 func syncQueueInOrder(ctx context.Context, f *fixture) []core.Action {
 	f.t.Helper()
 	var writes []core.Action
-	for f.c.queue.Len() > 0 {
-		key, _ := f.c.queue.Get()
+	for f.c.sessions.queue.Len() > 0 {
+		key, _ := f.c.sessions.queue.Get()
 		f.kubeClient.ClearActions()
 		f.gameClient.ClearActions()
-		if err := f.c.syncHandler(ctx, key); err != nil {
+		if err := f.c.sessions.syncHandler(ctx, key); err != nil {
 			f.t.Fatalf("sync %s: %v", key, err)
 		}
-		f.c.queue.Done(key)
+		f.c.sessions.queue.Done(key)
 		actions := filterInformerActions(append(f.kubeClient.Actions(), f.gameClient.Actions()...))
 		writes = append(writes, actions...)
 		f.observe(actions...)

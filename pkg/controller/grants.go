@@ -117,7 +117,7 @@ func SlimReferenceGrant(obj interface{}) (interface{}, error) {
 // referencePermitted reports whether the session may use its profile: one of
 // its own namespace always, another's only by grant. The reason says why
 // not, for the ProfileResolved condition.
-func (c *Controller) referencePermitted(session *gamesv1.GameSession) (ok bool, message string) {
+func (c *caches) referencePermitted(session *gamesv1.GameSession) (ok bool, message string) {
 	namespace, name := profileOf(session)
 	if namespace == session.Namespace {
 		return true, ""
@@ -136,7 +136,7 @@ func (c *Controller) referencePermitted(session *gamesv1.GameSession) (ok bool, 
 
 // permittedKey reports whether the session of key may use the profile
 // profileNamespace/name, by its namespace alone: grants are by namespace.
-func (c *Controller) permittedKey(key, profileNamespace, name string) bool {
+func (c *caches) permittedKey(key, profileNamespace, name string) bool {
 	namespace, _, _ := cache.SplitMetaNamespaceKey(key)
 	return namespace == profileNamespace || c.grants.Load().permits(namespace, profileNamespace, name)
 }
@@ -145,7 +145,7 @@ func (c *Controller) permittedKey(key, profileNamespace, name string) bool {
 // profile and may use it: those of its namespace, and those of the
 // namespaces that its namespace grants it to. The others keep what they run:
 // they are no part of its rollouts, and count in none of its numbers.
-func (c *Controller) permittedSessionKeysOf(profileNamespace, name string) []string {
+func (c *caches) permittedSessionKeysOf(profileNamespace, name string) []string {
 	var keys []string
 	for _, key := range c.sessionKeysOf(profileKey(profileNamespace, name)) {
 		if c.permittedKey(key, profileNamespace, name) {
@@ -157,7 +157,7 @@ func (c *Controller) permittedSessionKeysOf(profileNamespace, name string) []str
 
 // consumerNamespaces returns the namespaces other than the profile's whose
 // sessions use it by grant: each needs a revision of its own.
-func (c *Controller) consumerNamespaces(profileNamespace, name string) []string {
+func (c *caches) consumerNamespaces(profileNamespace, name string) []string {
 	grants := c.grants.Load()
 	seen := map[string]bool{}
 	var out []string
@@ -187,11 +187,11 @@ func (c *Controller) EnableGrants(ctx context.Context, informer cache.SharedInde
 	if !cache.WaitForNamedCacheSync("referencegrants", ctx.Done(), informer.HasSynced) {
 		return false, nil
 	}
-	c.grants.Store(&grantChecker{indexer: informer.GetIndexer()})
-	for _, namespace := range c.sessionIndexer.ListIndexFuncValues(grantingNamespaceIndex) {
-		keys, _ := c.sessionIndexer.IndexKeys(grantingNamespaceIndex, namespace)
+	c.caches.grants.Store(&grantChecker{indexer: informer.GetIndexer()})
+	for _, namespace := range c.caches.sessionIndexer.ListIndexFuncValues(grantingNamespaceIndex) {
+		keys, _ := c.caches.sessionIndexer.IndexKeys(grantingNamespaceIndex, namespace)
 		for _, key := range keys {
-			c.queue.Add(key)
+			c.sessions.enqueueKey(key)
 		}
 	}
 	c.logger.Info("Reading ReferenceGrants: GameSessions may now use profiles of other namespaces by grant")
@@ -201,7 +201,7 @@ func (c *Controller) EnableGrants(ctx context.Context, informer cache.SharedInde
 // grantChanged queues what a grant of namespace may have changed: the
 // sessions of other namespaces using its profiles (now permitted, or no
 // longer) and, through their syncs, the profiles' plans.
-func (c *Controller) grantChanged(obj interface{}) {
+func (c *sessionController) grantChanged(obj interface{}) {
 	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tombstone.Obj
 	}
@@ -219,6 +219,6 @@ func (c *Controller) grantChanged(obj interface{}) {
 		}
 	}
 	for key := range profiles {
-		c.enqueueProfile(key)
+		c.rollouts.enqueueProfile(key)
 	}
 }

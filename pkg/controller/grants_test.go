@@ -106,22 +106,22 @@ func TestReferencePermitted(t *testing.T) {
 		return &gamesv1.GameSession{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "a"}, Spec: gamesv1.GameSessionSpec{ProfileRef: ref}}
 	}
 	empty := &grantChecker{indexer: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})}
-	withGrants := func(c *Controller) *Controller {
+	withGrants := func(c *caches) *caches {
 		c.grants.Store(empty)
 		return c
 	}
 	tests := []struct {
 		name    string
-		c       *Controller
+		c       *caches
 		ref     string
 		want    bool
 		message string
 	}{
-		{"own namespace", &Controller{}, "arena", true, ""},
-		{"own namespace, spelt out", &Controller{}, "tenant/arena", true, ""},
-		{"no grant API", &Controller{}, "platform/arena", false, "serves no ReferenceGrant API"},
-		{"a controller of one namespace", withGrants(&Controller{namespace: "tenant"}), "platform/arena", false, `manages namespace "tenant" only`},
-		{"no grant", withGrants(&Controller{}), "platform/arena", false, "no ReferenceGrant there permits it"},
+		{"own namespace", &caches{}, "arena", true, ""},
+		{"own namespace, spelt out", &caches{}, "tenant/arena", true, ""},
+		{"no grant API", &caches{}, "platform/arena", false, "serves no ReferenceGrant API"},
+		{"a controller of one namespace", withGrants(&caches{namespace: "tenant"}), "platform/arena", false, `manages namespace "tenant" only`},
+		{"no grant", withGrants(&caches{}), "platform/arena", false, "no ReferenceGrant there permits it"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -172,7 +172,7 @@ func withGrants(t *testing.T, f *fixture, grants ...*unstructured.Unstructured) 
 			t.Fatal(err)
 		}
 	}
-	f.c.grants.Store(&grantChecker{indexer: indexer})
+	f.c.caches.grants.Store(&grantChecker{indexer: indexer})
 }
 
 // The RollingSessions Event of an edit counts the sessions the edit rolls:
@@ -192,7 +192,7 @@ func TestRollingSessionsCountsThePermittedSessions(t *testing.T) {
 	edited := withData(classic, map[string]string{"game.cfg": "mode=classic\nmaxPlayers=64"})
 	f.setCached(edited)
 
-	f.c.updateProfile(classic, edited)
+	f.c.profiles.updateProfile(classic, edited)
 
 	// arena/s1, s2, s3 and tenant-c/granted.
 	f.expectEvents(fmt.Sprintf("Normal %s "+MessageProfileFanOut, EventReasonProfileFanOut, ProfileHash(edited), 4))

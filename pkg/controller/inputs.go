@@ -183,7 +183,7 @@ func (s inputSets) key() string {
 }
 
 // observedInputs is the sets a Deployment's pod template runs with.
-func (c *Controller) observedInputs(d *appsv1.Deployment) inputSets {
+func (c *caches) observedInputs(d *appsv1.Deployment) inputSets {
 	sets := make(inputSets, len(c.inputs))
 	if d == nil {
 		return sets
@@ -204,7 +204,7 @@ func observedSet(k inputKind, d *appsv1.Deployment) inputSet {
 }
 
 // withInputs puts the sets into d's pod template.
-func (c *Controller) withInputs(d *appsv1.Deployment, sets inputSets) {
+func (c *caches) withInputs(d *appsv1.Deployment, sets inputSets) {
 	a := d.Spec.Template.Annotations
 	for i, in := range c.inputs {
 		names, digest := in.annotations()
@@ -243,7 +243,7 @@ func (in input) wanted(session *gamesv1.GameSession) (inputSet, error) {
 
 // wantedInputs is the sets of every kind the session's pods are to run
 // with; have is what they run now, and stays for a kind not tracked.
-func (c *Controller) wantedInputs(session *gamesv1.GameSession, have inputSets) (inputSets, error) {
+func (c *caches) wantedInputs(session *gamesv1.GameSession, have inputSets) (inputSets, error) {
 	sets := make(inputSets, len(c.inputs))
 	for i, in := range c.inputs {
 		if in.cache == nil {
@@ -290,7 +290,7 @@ type inputHold struct {
 //
 // reserve takes the place the ledger gives the move; without it, the answer
 // only says whether there is one.
-func (c *Controller) inputsToRun(session *gamesv1.GameSession, profile *corev1.ConfigMap,
+func (c *sessionController) inputsToRun(session *gamesv1.GameSession, profile *corev1.ConfigMap,
 	observed, desired *appsv1.Deployment, reserve bool) (inputSets, *inputHold, error) {
 	have := c.observedInputs(observed)
 	want, err := c.wantedInputs(session, have)
@@ -320,7 +320,7 @@ func (c *Controller) inputsToRun(session *gamesv1.GameSession, profile *corev1.C
 	if profile == nil {
 		return have, &inputHold{reason: "the profile is missing"}, nil
 	}
-	policy, err := c.policyOf(profile)
+	policy, err := c.rollouts.policyOf(profile)
 	if err != nil {
 		return have, &inputHold{reason: "the profile's rollout policy does not parse"}, nil
 	}
@@ -376,7 +376,7 @@ func (c *Controller) inputsToRun(session *gamesv1.GameSession, profile *corev1.C
 		// to free.
 		if reserve {
 			c.moves.waitForPlace(key, profileKey)
-			c.requestPlanFor(profileKey)
+			c.rollouts.requestPlanFor(profileKey)
 		}
 		return have, &inputHold{reason: fmt.Sprintf("more of the profile's moves for their Secrets or ConfigMaps failed than its max-failed %s", policy.MaxFailed)}, nil
 	}
@@ -384,7 +384,7 @@ func (c *Controller) inputsToRun(session *gamesv1.GameSession, profile *corev1.C
 		return want, nil, nil
 	}
 	if reserve && limit != unlimited {
-		c.requestPlanFor(profileKey) // it waits, as its ProfileRollout says
+		c.rollouts.requestPlanFor(profileKey) // it waits, as its ProfileRollout says
 	}
 	hold := &inputHold{reason: fmt.Sprintf("no place among the moves: the cluster-wide budget (%s) or the max-rolling of profile %s (%d) is full", c.moves, profileKey, limit)}
 	if limit == unlimited {
@@ -396,9 +396,9 @@ func (c *Controller) inputsToRun(session *gamesv1.GameSession, profile *corev1.C
 // profileHalted reports whether the profile's rollout towards its current
 // content is halted, as its latest plan or its ProfileRollout says (after a
 // restart, before the first plan).
-func (c *Controller) profileHalted(profile *corev1.ConfigMap) bool {
+func (c *sessionController) profileHalted(profile *corev1.ConfigMap) bool {
 	hash := c.profileHashes.hash(profile)
-	if pp := c.plans.latest(profileKey(profile.Namespace, profile.Name)); pp != nil && pp.hash == hash && pp.plan.Phase == rollout.PhaseHalted {
+	if pp := c.rollouts.latestPlan(profileKey(profile.Namespace, profile.Name)); pp != nil && pp.hash == hash && pp.plan.Phase == rollout.PhaseHalted {
 		return true
 	}
 	r, err := c.rolloutLister.ProfileRollouts(profile.Namespace).Get(profile.Name)
@@ -409,12 +409,12 @@ func (c *Controller) profileHalted(profile *corev1.ConfigMap) bool {
 // for its turn in the profile's rollout: it runs another revision than the
 // profile's current one, and the rollout is yet to be planned, or moves
 // sessions with its revision available or on its way.
-func (c *Controller) profileMovePending(session *gamesv1.GameSession, profile *corev1.ConfigMap, observed *appsv1.Deployment) bool {
+func (c *sessionController) profileMovePending(session *gamesv1.GameSession, profile *corev1.ConfigMap, observed *appsv1.Deployment) bool {
 	hash := c.profileHashes.hash(profile)
 	if rolledProfileHash(observed, refOfProfile(session.Namespace, profile)) == hash {
 		return false
 	}
-	pp := c.plans.latest(profileKey(profile.Namespace, profile.Name))
+	pp := c.rollouts.latestPlan(profileKey(profile.Namespace, profile.Name))
 	// A revision on its way (reason "") comes; one that cannot be had would
 	// keep the change waiting for good.
 	coming := pp != nil && (pp.revision.available || pp.revision.reason == "")
@@ -462,7 +462,7 @@ func (s *inputChanges) settled(key string) {
 // queues the sessions that read the object when its digest changed, it
 // appeared or went, or gained or lost the label. A resync, or an edit of its
 // metadata only, changes nothing they run.
-func (c *Controller) inputEventHandlers(in input) cache.ResourceEventHandlerFuncs {
+func (c *sessionController) inputEventHandlers(in input) cache.ResourceEventHandlerFuncs {
 	changed := func(obj interface{}) {
 		key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
 		if err != nil {

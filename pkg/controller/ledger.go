@@ -509,7 +509,7 @@ func (l *moveLedger) wakeLocked(now time.Time) ledgerWake {
 // started cannot be told, and it might have been a move within the minute.
 // What the cache cannot show, it cannot count: a Deployment moved, then
 // deleted or stripped of its managed-by label within the minute.
-func (c *Controller) seedLedger() {
+func (c *sessionController) seedLedger() {
 	moving := map[string]move{}
 	var starts []time.Time
 	deployments, err := c.deploymentLister.List(labels.Everything())
@@ -542,7 +542,7 @@ func (c *Controller) seedLedger() {
 
 // admitMove asks the ledger for a session's move, and wakes the sessions a
 // grant or a refusal lets move.
-func (c *Controller) admitMove(key string, m move, profileLimit int) bool {
+func (c *sessionController) admitMove(key string, m move, profileLimit int) bool {
 	granted, wake := c.moves.admit(key, m, profileLimit)
 	c.wake(wake)
 	return granted
@@ -555,7 +555,7 @@ func (c *Controller) admitMove(key string, m move, profileLimit int) bool {
 // failed move ends too, but for an input move, which keeps its profile place
 // (the brake of moveLedger). A Deployment the cache does not show is no
 // evidence of any of these: see settleUncachedMove.
-func (c *Controller) settleMove(key string, session *gamesv1.GameSession, d *appsv1.Deployment) {
+func (c *sessionController) settleMove(key string, session *gamesv1.GameSession, d *appsv1.Deployment) {
 	m, ok := c.moves.moveOf(key)
 	if !ok {
 		return
@@ -565,14 +565,14 @@ func (c *Controller) settleMove(key string, session *gamesv1.GameSession, d *app
 		c.endMove(key, m)
 	case m.kind == inputMove && c.progressDeadlineExceeded(d):
 		c.wake(c.moves.stall(key))
-		c.requestPlanFor(m.profile)
+		c.rollouts.requestPlanFor(m.profile)
 	case c.progressDeadlineExceeded(d):
 		c.endMove(key, m)
 	}
 }
 
 // runsMove reports whether d's pod template is what the move moved it to.
-func (c *Controller) runsMove(d *appsv1.Deployment, m move) bool {
+func (c *caches) runsMove(d *appsv1.Deployment, m move) bool {
 	if m.kind == inputMove {
 		return c.observedInputs(d).key() == m.to
 	}
@@ -588,7 +588,7 @@ func (c *Controller) runsMove(d *appsv1.Deployment, m move) bool {
 // at all ends the move; one still rolling keeps the place, and the session
 // looks again after uncachedRecheckInterval, as no event may announce the
 // end of its rollout. A session that holds no place costs no request.
-func (c *Controller) settleUncachedMove(ctx context.Context, key string, session *gamesv1.GameSession) error {
+func (c *sessionController) settleUncachedMove(ctx context.Context, key string, session *gamesv1.GameSession) error {
 	m, ok := c.moves.moveOf(key)
 	if !ok {
 		return nil
@@ -610,7 +610,7 @@ func (c *Controller) settleUncachedMove(ctx context.Context, key string, session
 
 // startsInputMove reports whether writing desired over observed starts the
 // input move the ledger just granted the session.
-func (c *Controller) startsInputMove(key string, observed, desired *appsv1.Deployment) bool {
+func (c *sessionController) startsInputMove(key string, observed, desired *appsv1.Deployment) bool {
 	m, ok := c.moves.moveOf(key)
 	return ok && m.kind == inputMove && observed != nil && c.observedInputs(desired).key() == m.to &&
 		c.observedInputs(observed).key() != m.to
@@ -618,16 +618,16 @@ func (c *Controller) startsInputMove(key string, observed, desired *appsv1.Deplo
 
 // endMove frees the session's places and wakes the sessions they let move.
 // A profile's places are on its ProfileRollout: its plan counts them again.
-func (c *Controller) endMove(key string, m move) {
+func (c *sessionController) endMove(key string, m move) {
 	c.logger.V(4).Info("Move ends", "gameSession", key, "kind", m.kind, "to", m.to)
 	c.wake(c.moves.release(key))
 	if m.holdsProfilePlace() {
-		c.requestPlanFor(m.profile)
+		c.rollouts.requestPlanFor(m.profile)
 	}
 }
 
 // wake queues the sessions the ledger has room for.
-func (c *Controller) wake(w ledgerWake) {
+func (c *sessionController) wake(w ledgerWake) {
 	for _, key := range w.now {
 		c.queue.Add(key)
 	}

@@ -111,7 +111,7 @@ func TestClusterBudgetSeedCountsAsStarted(t *testing.T) {
 func TestBudgetMoveOutsideTheCacheHoldsItsPlace(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f, profile, _ := rolloutFixture(ctx, t, 2, nil)
-	f.c.moves = newMoveLedger(f.c.clock, 1, 0)
+	f.c.setMoves(newMoveLedger(f.c.sessions.clock, 1, 0))
 	newHash := ProfileHash(profile)
 
 	f.expectKube(writeDeployment(testNamespace, "s0"))
@@ -121,18 +121,18 @@ func TestBudgetMoveOutsideTheCacheHoldsItsPlace(t *testing.T) {
 	// The move rolls on the server; the cache never shows it (its label
 	// was removed, say).
 	moved := f.storedDeployment(testNamespace, "s0")
-	if rolledProfileHash(moved, "classic") != newHash || f.c.moves.movingTo("arena/s0") != newHash {
+	if rolledProfileHash(moved, "classic") != newHash || f.c.state.moves.movingTo("arena/s0") != newHash {
 		t.Fatalf("s0 runs %q and is moving to %q in the budget, want the move to %q granted",
-			rolledProfileHash(moved, "classic"), f.c.moves.movingTo("arena/s0"), newHash)
+			rolledProfileHash(moved, "classic"), f.c.state.moves.movingTo("arena/s0"), newHash)
 	}
 	f.deleteCached(moved)
-	drainQueue(f.c.queue)
+	drainQueue(f.c.sessions.queue)
 
 	// The sync reads it (the create that follows finds the name taken and
 	// reads it again) and keeps the place; s1 waits.
 	f.expectKube(getDeployment(testNamespace, "s0"), createDeployment(testNamespace, "s0"), getDeployment(testNamespace, "s0"))
 	f.run(ctx, "arena/s0")
-	if got := f.c.moves.movingTo("arena/s0"); got != newHash {
+	if got := f.c.state.moves.movingTo("arena/s0"); got != newHash {
 		t.Fatalf("a move whose Deployment the cache does not show lost its place (moving to %q)", got)
 	}
 	f.expectGame(updateSessionStatus(testNamespace, "s1"))
@@ -147,14 +147,14 @@ func TestBudgetMoveOutsideTheCacheHoldsItsPlace(t *testing.T) {
 	if err := f.kubeClient.Tracker().Update(appsv1.SchemeGroupVersion.WithResource("deployments"), ready, testNamespace); err != nil {
 		t.Fatal(err)
 	}
-	drainQueue(f.c.queue)
+	drainQueue(f.c.sessions.queue)
 	f.expectKube(getDeployment(testNamespace, "s0"), createDeployment(testNamespace, "s0"), getDeployment(testNamespace, "s0"))
 	f.expectGame(updateSessionStatus(testNamespace, "s0"))
 	f.run(ctx, "arena/s0")
-	if got := f.c.moves.movingTo("arena/s0"); got != "" {
+	if got := f.c.state.moves.movingTo("arena/s0"); got != "" {
 		t.Errorf("s0 still moves to %q in the budget, its Deployment Ready", got)
 	}
-	if woken := drainQueue(f.c.queue); !slices.Contains(woken, "arena/s1") {
+	if woken := drainQueue(f.c.sessions.queue); !slices.Contains(woken, "arena/s1") {
 		t.Errorf("the place freed woke %v, want arena/s1", woken)
 	}
 
@@ -164,7 +164,7 @@ func TestBudgetMoveOutsideTheCacheHoldsItsPlace(t *testing.T) {
 	f.expectGame(updateSessionStatus(testNamespace, "s1"))
 	_, game = f.run(ctx, "arena/s1")
 	f.observe(game...)
-	if got := f.c.moves.movingTo("arena/s1"); got != newHash {
+	if got := f.c.state.moves.movingTo("arena/s1"); got != newHash {
 		t.Fatalf("s1 moving to %q in the budget, want %q", got, newHash)
 	}
 	f.deleteCached(f.storedDeployment(testNamespace, "s1"))
@@ -174,7 +174,7 @@ func TestBudgetMoveOutsideTheCacheHoldsItsPlace(t *testing.T) {
 	f.expectKube(getDeployment(testNamespace, "s1"), createDeployment(testNamespace, "s1"))
 	f.expectGame(updateSessionStatus(testNamespace, "s1"))
 	f.run(ctx, "arena/s1")
-	if moving, _ := f.c.moves.counts(); moving != 0 {
+	if moving, _ := f.c.state.moves.counts(); moving != 0 {
 		t.Errorf("%d sessions moving in the budget, want none: s1's Deployment is gone", moving)
 	}
 }
@@ -205,7 +205,7 @@ func TestSeedBudgetCountsTheMovesOfTheLastMinute(t *testing.T) {
 	waiting := settled(newSession(testNamespace, "s2", "classic"), oldHash)
 	objects = append(objects, waiting, apiServerDeployment(waiting, oldHash))
 	f := newFixtureWithOptions(ctx, t, Options{MaxMovesPerMinute: 3, Clock: clk}, objects...)
-	f.c.seedLedger()
+	f.c.sessions.seedLedger()
 
 	f.expectGame(updateSessionStatus(testNamespace, "s2"))
 	_, game := f.run(ctx, "arena/s2")
@@ -312,7 +312,7 @@ func TestSecretRotationTakesTheClusterBudget(t *testing.T) {
 		t.Fatalf("with %v rolling, a second pass moved %v", first, again)
 	}
 	w.complete(t, first[0], false)
-	drainQueue(w.f.c.queue)
+	drainQueue(w.f.c.sessions.queue)
 	second := moved()
 	if len(second) != 1 || second[0] == first[0] {
 		t.Fatalf("%s Ready, the next pass moved %v, want one other session", first[0], second)
@@ -339,8 +339,8 @@ func TestLedgerRestartKeepsTheProfilePlaces(t *testing.T) {
 		t.Fatalf("max-rolling 1 moved %v", first)
 	}
 
-	w.f.c.moves = newMoveLedger(w.f.c.clock, 0, 0)
-	w.f.c.seedLedger()
+	w.f.c.setMoves(newMoveLedger(w.f.c.sessions.clock, 0, 0))
+	w.f.c.sessions.seedLedger()
 	if after := moved(); len(after) != 0 {
 		t.Fatalf("after a restart, with %v still rolling, max-rolling 1 moved %v", first, after)
 	}
@@ -411,7 +411,7 @@ func TestSecretRotationBrakesOnFailedMoves(t *testing.T) {
 	// The profile's plan records it, and says so once.
 	_, ctx := ktesting.NewTestContext(t)
 	w.f.events()
-	pp := w.f.c.planRollout(ctx, w.profile, ProfileHash(w.profile), revisionState{available: true}, nil)
+	pp := w.f.c.profiles.planRollout(ctx, w.profile, ProfileHash(w.profile), revisionState{available: true}, nil)
 	status := rolloutStatus(w.profile, pp, nil, metav1.Now())
 	if want := (gamesv1.InputRolloutStatus{MovingSessions: 1, FailedSessions: 1, WaitingSessions: 2, Halted: true}); status.Inputs == nil || *status.Inputs != want {
 		t.Errorf("ProfileRollout status.inputs %+v, want %+v", status.Inputs, want)

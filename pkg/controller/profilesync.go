@@ -178,15 +178,15 @@ func (p *profilePlans) setWritten(profileKey string, r *gamesv1.ProfileRollout) 
 	p.written[profileKey] = r
 }
 
-func (c *Controller) enqueueProfile(profileKey string) {
-	c.profileQueue.Add(profileKey)
+func (c *profileController) enqueueProfile(profileKey string) {
+	c.queue.Add(profileKey)
 }
 
 // syncProfile creates the revision of a profile's current content, deletes
 // stale revisions, plans the rollout and records it. A deleted profile (or
 // one that lost its label) keeps every revision a pod may mount: its
 // sessions go on running them.
-func (c *Controller) syncProfile(ctx context.Context, key string) error {
+func (c *profileController) syncProfile(ctx context.Context, key string) error {
 	namespace, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
 		return fmt.Errorf("invalid profile key %q: %w", key, err)
@@ -206,7 +206,7 @@ func (c *Controller) syncProfile(ctx context.Context, key string) error {
 		// label stays as it was.
 		recheck, err := c.deleteStaleRevisions(ctx, key, nil, 0, func(string) bool { return false })
 		if !recheck.IsZero() {
-			c.profileQueue.AddAfter(key, max(0, recheck.Sub(c.clock.Now()))+time.Second)
+			c.queue.AddAfter(key, max(0, recheck.Sub(c.clock.Now()))+time.Second)
 		}
 		return err
 	}
@@ -227,7 +227,7 @@ func (c *Controller) syncProfile(ctx context.Context, key string) error {
 	// Complete as this one's.
 	writeErr := c.recordRollout(ctx, profile, pp)
 	if !pp.plan.Settled || !revision.available {
-		c.profileQueue.AddAfter(key, replanInterval)
+		c.queue.AddAfter(key, replanInterval)
 	}
 	// The window opening or closing, and max-defer passing, change the plan
 	// with no event to announce them, as a write that never shows in the
@@ -236,7 +236,7 @@ func (c *Controller) syncProfile(ctx context.Context, key string) error {
 	now := c.clock.Now()
 	for _, at := range []time.Time{pp.plan.Resumes, pp.plan.WindowCloses, pp.plan.DeferralEnds, recheck} {
 		if !at.IsZero() {
-			c.profileQueue.AddAfter(key, max(0, at.Sub(now))+time.Second)
+			c.queue.AddAfter(key, max(0, at.Sub(now))+time.Second)
 		}
 	}
 	return errors.Join(createErr, deleteErr, writeErr)
@@ -249,7 +249,7 @@ func (c *Controller) syncProfile(ctx context.Context, key string) error {
 // come the namespaces whose revision cannot be had, and why. The creates
 // in other namespaces go out revisionCreators at a time: the fan-out waits
 // for the last of them, and fifty in turn would add a second to it.
-func (c *Controller) ensureRevisions(ctx context.Context, profile *corev1.ConfigMap, hash string,
+func (c *profileController) ensureRevisions(ctx context.Context, profile *corev1.ConfigMap, hash string,
 	namespaces []string) (revisionState, map[string]revisionState, error) {
 	state, err := c.ensureRevision(ctx, profile, hash, profile.Namespace)
 	states := make([]revisionState, len(namespaces))
@@ -294,7 +294,7 @@ const revisionCreators = 8
 
 // revisionsReady reports whether the revision of content hash is in the
 // cache in the profile's namespace and in each namespace using it by grant.
-func (c *Controller) revisionsReady(profile *corev1.ConfigMap, hash string) bool {
+func (c *profileController) revisionsReady(profile *corev1.ConfigMap, hash string) bool {
 	if !c.revisionAvailable(profile.Namespace, profile.Name, hash) {
 		return false
 	}
@@ -308,7 +308,7 @@ func (c *Controller) revisionsReady(profile *corev1.ConfigMap, hash string) bool
 
 // cachedProfile returns the profile from the cache, nil if it is not there.
 // A revision is never a profile, whatever the profile selector says.
-func (c *Controller) cachedProfile(namespace, name string) (*corev1.ConfigMap, error) {
+func (c *caches) cachedProfile(namespace, name string) (*corev1.ConfigMap, error) {
 	profile, err := c.profileLister.ConfigMaps(namespace).Get(name)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
@@ -324,14 +324,14 @@ func (c *Controller) cachedProfile(namespace, name string) (*corev1.ConfigMap, e
 
 // policyOf returns a profile's rollout policy; an annotation that does not
 // parse pauses the rollout (see rollout.PolicyFor).
-func (c *Controller) policyOf(profile *corev1.ConfigMap) (rollout.Policy, error) {
+func (c *profileController) policyOf(profile *corev1.ConfigMap) (rollout.Policy, error) {
 	return rollout.PolicyFor(profile.Annotations, c.rolloutDefaults)
 }
 
 // storedRollout returns the profile's ProfileRollout as the controller last
 // knew it (its own last write, or the cache), nil if there is none of this
 // profile.
-func (c *Controller) storedRollout(profile *corev1.ConfigMap) *gamesv1.ProfileRollout {
+func (c *profileController) storedRollout(profile *corev1.ConfigMap) *gamesv1.ProfileRollout {
 	key := profileKey(profile.Namespace, profile.Name)
 	cached, err := c.rolloutLister.ProfileRollouts(profile.Namespace).Get(profile.Name)
 	if err != nil {
@@ -352,7 +352,7 @@ func (c *Controller) storedRollout(profile *corev1.ConfigMap) *gamesv1.ProfileRo
 
 // stableHash returns the stable content of the profile's rollout towards
 // hash, as its memory holds it ("" if none).
-func (c *Controller) stableHash(profile *corev1.ConfigMap, hash string) string {
+func (c *profileController) stableHash(profile *corev1.ConfigMap, hash string) string {
 	stable := memoryOf(c.storedRollout(profile), hash).StableHash
 	if prev := c.plans.latest(profileKey(profile.Namespace, profile.Name)); prev != nil && prev.memory.StableHash != "" {
 		stable = prev.memory.StableHash
@@ -383,7 +383,7 @@ func recordedStart(now time.Time) time.Time {
 
 // planRollout plans the rollout of a profile's current revision, stores the
 // plan, queues the sessions whose turn came, and reports progress.
-func (c *Controller) planRollout(ctx context.Context, profile *corev1.ConfigMap, hash string, revision revisionState,
+func (c *profileController) planRollout(ctx context.Context, profile *corev1.ConfigMap, hash string, revision revisionState,
 	unavailableIn map[string]revisionState) *profilePlan {
 	key := profileKey(profile.Namespace, profile.Name)
 	policy, policyErr := c.policyOf(profile)
@@ -440,7 +440,7 @@ func (c *Controller) planRollout(ctx context.Context, profile *corev1.ConfigMap,
 		c.wakeSessions(key, members, prev, next)
 	} else if revisionNews(prev, next) {
 		// Sessions waiting for the revision say why: it cannot be created.
-		c.enqueueSessionsOf(key)
+		c.sessions.enqueueSessionsOf(key)
 	}
 	c.announce(profile, policyErr, prev, next)
 	if plan.Settled {
@@ -480,23 +480,23 @@ func allReadyOn(members []rollout.Member, hash string) bool {
 // plan of a rollout (or under a new policy) wakes all the profile's
 // sessions: those without a Deployment yet (not members of the plan) that
 // synced before it waited for it too.
-func (c *Controller) wakeSessions(profileKey string, members []rollout.Member, prev, next *profilePlan) {
+func (c *profileController) wakeSessions(profileKey string, members []rollout.Member, prev, next *profilePlan) {
 	namespace, _, _ := cache.SplitMetaNamespaceKey(profileKey)
 	keyOf := func(member string) string { return memberKey(namespace, member) }
 	if prev == nil || prev.policy != next.policy {
 		for _, key := range c.sessionKeysOf(profileKey) {
-			c.queue.Add(key)
+			c.sessions.enqueueKey(key)
 		}
 		return
 	}
 	for _, name := range next.plan.Admitted {
 		if !prev.plan.Admits(name) {
-			c.queue.Add(keyOf(name))
+			c.sessions.enqueueKey(keyOf(name))
 		}
 	}
 	if revisionNews(prev, next) {
 		// Sessions without a Deployment wait for the revision too.
-		c.enqueueSessionsOf(profileKey)
+		c.sessions.enqueueSessionsOf(profileKey)
 		return
 	}
 	// The waiting sessions' status names the sessions a stuck rollout waits
@@ -513,7 +513,7 @@ func (c *Controller) wakeSessions(profileKey string, members []rollout.Member, p
 	}
 	for _, m := range members {
 		if !m.OnTarget {
-			c.queue.Add(keyOf(m.Name))
+			c.sessions.enqueueKey(keyOf(m.Name))
 		}
 	}
 }
@@ -545,7 +545,7 @@ func revisionNews(prev, next *profilePlan) bool {
 // profileRef index and their Deployments from the cache: no request.
 // Sessions without a Deployment they may write (none yet, being deleted,
 // blocked by a foreign one) are not part of the rollout.
-func (c *Controller) rolloutMembers(profile *corev1.ConfigMap, hash string) []rollout.Member {
+func (c *profileController) rolloutMembers(profile *corev1.ConfigMap, hash string) []rollout.Member {
 	keys := c.permittedSessionKeysOf(profile.Namespace, profile.Name)
 	members := make([]rollout.Member, 0, len(keys))
 	for _, key := range keys {
@@ -621,7 +621,7 @@ func memberKey(namespace, member string) string {
 // says whether the API server answered the write: a Deployment the cache
 // shows at an older version counts as moved only then, since a write whose
 // answer was lost may not have been made, and its session must move again.
-func (c *Controller) movedOutOfSight(profile *corev1.ConfigMap, sessionKey, target string) (m rollout.Member, answered, ok bool) {
+func (c *profileController) movedOutOfSight(profile *corev1.ConfigMap, sessionKey, target string) (m rollout.Member, answered, ok bool) {
 	namespace, _, _ := cache.SplitMetaNamespaceKey(sessionKey)
 	revision, hash, answered, ok := c.revisions.lastMount(sessionKey)
 	if !ok || hash != target || revision != namespace+"/"+RevisionName(refOfProfile(namespace, profile), target) {
@@ -653,7 +653,7 @@ func memberBlocked(session *gamesv1.GameSession, d *appsv1.Deployment) string {
 // the old ReplicaSet, until the new ReplicaSet makes progress, though it
 // records the new generation as observed at once: a fix-forward would read
 // as failed on the fix.
-func (c *Controller) progressDeadlineExceeded(d *appsv1.Deployment) bool {
+func (c *caches) progressDeadlineExceeded(d *appsv1.Deployment) bool {
 	cond := timedOutCondition(d)
 	if cond == nil {
 		return false
@@ -703,14 +703,14 @@ func timedOutReplicaSet(message string) string {
 }
 
 // forgetRollout drops what the controller keeps of a deleted profile's rollout.
-func (c *Controller) forgetRollout(namespace, name string) {
+func (c *profileController) forgetRollout(namespace, name string) {
 	c.plans.forget(profileKey(namespace, name))
 	c.metrics.ForgetRollout(namespace, name)
 }
 
 // inputRollout is where the profile's input moves stand in the ledger, and
 // whether their brake holds (inputsToRun).
-func (c *Controller) inputRollout(profile *corev1.ConfigMap, policy rollout.Policy) gamesv1.InputRolloutStatus {
+func (c *profileController) inputRollout(profile *corev1.ConfigMap, policy rollout.Policy) gamesv1.InputRolloutStatus {
 	moving, failed, waiting := c.moves.inputsOf(profileKey(profile.Namespace, profile.Name))
 	maxFailed, brake := policy.MaxFailedOf(len(c.permittedSessionKeysOf(profile.Namespace, profile.Name)))
 	return gamesv1.InputRolloutStatus{MovingSessions: int32(moving), FailedSessions: int32(failed),
@@ -721,7 +721,7 @@ func (c *Controller) inputRollout(profile *corev1.ConfigMap, policy rollout.Poli
 // by a rollout step: a phase, the target or stable revision, the halt, the
 // blocked sessions, the revision's availability, a failure, or a tenth of
 // the sessions moved or Ready. Never once per session.
-func (c *Controller) recordRollout(ctx context.Context, profile *corev1.ConfigMap, pp *profilePlan) error {
+func (c *profileController) recordRollout(ctx context.Context, profile *corev1.ConfigMap, pp *profilePlan) error {
 	key := profileKey(profile.Namespace, profile.Name)
 	stored := c.storedRollout(profile)
 	var prev *gamesv1.ProfileRolloutStatus
@@ -996,7 +996,7 @@ func abs(n int32) int32 {
 // holds it up, the end. prev is the previous plan of the same rollout, nil
 // for a new one. Events are for people: a restarted controller may announce
 // a rollout again.
-func (c *Controller) announce(profile *corev1.ConfigMap, policyErr error, prev, next *profilePlan) {
+func (c *profileController) announce(profile *corev1.ConfigMap, policyErr error, prev, next *profilePlan) {
 	if policyErr != nil && (prev == nil || prev.policy != next.policy || prev.plan.Phase != next.plan.Phase) {
 		c.recorder.Eventf(profile, corev1.EventTypeWarning, EventReasonRolloutPolicyInvalid, MessageRolloutPolicyInvalid, policyErr)
 	}

@@ -750,7 +750,7 @@ func SlimReplicaSet(obj interface{}) (interface{}, error) {
 
 // revisionAvailable reports whether the revision of profile's content hash
 // is in the revision cache, and not one the controller has just deleted.
-func (c *Controller) revisionAvailable(namespace, profile, hash string) bool {
+func (c *profileController) revisionAvailable(namespace, profile, hash string) bool {
 	r, err := c.revisionLister.ConfigMaps(namespace).Get(RevisionName(profile, hash))
 	return err == nil && isRevision(r) && !c.revisions.deleting(r)
 }
@@ -760,7 +760,7 @@ func (c *Controller) revisionAvailable(namespace, profile, hash string) bool {
 // revisions, one profile at a time, so numbers are not handed out twice by
 // one controller; the cache may lag by a create, which makes two revisions
 // share a number, and then creation time and name order them.
-func (c *Controller) lastRevisionNumber(profile *corev1.ConfigMap, namespace string) int {
+func (c *caches) lastRevisionNumber(profile *corev1.ConfigMap, namespace string) int {
 	objs, _ := c.revisionIndexer.ByIndex(revisionOfIndex, profileKey(profile.Namespace, profile.Name))
 	last := 0
 	for _, obj := range objs {
@@ -795,7 +795,7 @@ type revisionState struct {
 // unless the cache has it. Only the profile sync creates revisions, one profile at a
 // time, so a content gets one create, not one per session. It returns an
 // error only for what a retry may fix.
-func (c *Controller) ensureRevision(ctx context.Context, profile *corev1.ConfigMap, hash, namespace string) (revisionState, error) {
+func (c *profileController) ensureRevision(ctx context.Context, profile *corev1.ConfigMap, hash, namespace string) (revisionState, error) {
 	ref := refOfProfile(namespace, profile)
 	name := RevisionName(ref, hash)
 	if c.revisionAvailable(namespace, ref, hash) {
@@ -867,7 +867,7 @@ func (c *Controller) ensureRevision(ctx context.Context, profile *corev1.ConfigM
 // write the cache does not show yet stops being kept by it, if the write
 // has not shown by then: the profile is to be looked at again then, since
 // a write that never shows sends no event.
-func (c *Controller) deleteStaleRevisions(ctx context.Context, profileKey string, kept []string, keep int,
+func (c *profileController) deleteStaleRevisions(ctx context.Context, profileKey string, kept []string, keep int,
 	consumes func(namespace string) bool) (recheck time.Time, err error) {
 	objs, err := c.revisionIndexer.ByIndex(revisionOfIndex, profileKey)
 	if err != nil {
@@ -947,7 +947,7 @@ func (c *Controller) deleteStaleRevisions(ctx context.Context, profileKey string
 // managed-by label removed by a user) may mount one still, its status
 // written by no controller yet or its replicas zero, and the controller,
 // which puts the label back, would find its revision gone.
-func (c *Controller) revisionsOutOfSight(profileKey string) map[string]bool {
+func (c *profileController) revisionsOutOfSight(profileKey string) map[string]bool {
 	names := map[string]bool{}
 	for _, key := range c.sessionKeysOf(profileKey) {
 		namespace, name, _ := cache.SplitMetaNamespaceKey(key)
@@ -973,7 +973,7 @@ func (c *Controller) revisionsOutOfSight(profileKey string) map[string]bool {
 // revision: see above. An index error counts as in use. pendingUntil is set
 // when nothing but Deployment writes the cache does not show yet hold it:
 // when they stop holding it, unless shown before.
-func (c *Controller) revisionInUse(r *corev1.ConfigMap) (inUse bool, pendingUntil time.Time) {
+func (c *profileController) revisionInUse(r *corev1.ConfigMap) (inUse bool, pendingUntil time.Time) {
 	key := r.Namespace + "/" + r.Name
 	for _, indexer := range []cache.Indexer{c.deploymentIndexer, c.replicaSetIndexer} {
 		if users, err := indexer.IndexKeys(mountedRevisionIndex, key); err != nil || len(users) > 0 {

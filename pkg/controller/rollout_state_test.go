@@ -51,7 +51,7 @@ func oldReplicaSet(d *appsv1.Deployment, revision string, replicas int32) *appsv
 func TestRevisionStaysWhileAnOldReplicaSetHasPods(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f, profile, oldHash := rolloutFixture(ctx, t, 1, nil)
-	f.c.revisionHistoryLimit = 0
+	f.c.profiles.revisionHistoryLimit = 0
 	newHash := ProfileHash(profile)
 	oldRevision := RevisionName("classic", oldHash)
 	// s0 moved to the new revision; its old ReplicaSet still has 1 pod.
@@ -81,8 +81,8 @@ func TestReplicaSetScaledDownQueuesItsProfile(t *testing.T) {
 	if replicaSetMounts(after) {
 		t.Error("a ReplicaSet scaled to zero, its last pod on its way out, still counts as mounting")
 	}
-	drainQueue(f.c.profileQueue)
-	f.c.updateReplicaSet(before, after)
+	drainQueue(f.c.profiles.queue)
+	f.c.profiles.updateReplicaSet(before, after)
 	if got := waitForProfileKeys(f.c); len(got) != 1 || got[0] != "arena/classic" {
 		t.Errorf("profile queue %v, want the profile of the revision", got)
 	}
@@ -97,7 +97,7 @@ func TestReplicaSetScaledDownQueuesItsProfile(t *testing.T) {
 func TestRevisionStaysForAScaledDownDeploymentOutOfTheCache(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f, profile, oldHash := rolloutFixture(ctx, t, 1, nil)
-	f.c.revisionHistoryLimit = 0
+	f.c.profiles.revisionHistoryLimit = 0
 	oldRevision := RevisionName("classic", oldHash)
 	d := f.storedDeployment(testNamespace, "s0")
 	d.Spec.Replicas = ptr.To[int32](0)
@@ -114,8 +114,8 @@ func TestRevisionStaysForAScaledDownDeploymentOutOfTheCache(t *testing.T) {
 	// The label is back, and the Deployment moved on.
 	moved := apiServerDeployment(session, ProfileHash(profile))
 	f.setCached(moved)
-	drainQueue(f.c.profileQueue)
-	f.c.addDeployment(moved)
+	drainQueue(f.c.profiles.queue)
+	f.c.sessions.addDeployment(moved)
 	if got := waitForProfileKeys(f.c); len(got) != 1 || got[0] != "arena/classic" {
 		t.Fatalf("profile queue %v once the Deployment is back, want the profile of its old revision", got)
 	}
@@ -160,8 +160,8 @@ func TestSyncNothingToMountFindsItsDeploymentByItsReplicaSets(t *testing.T) {
 // queued for after planInterval, waiting up to 20 planIntervals for one.
 func waitForProfileKeys(c *Controller) []string {
 	_ = wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 20*planInterval, true,
-		func(context.Context) (bool, error) { return c.profileQueue.Len() > 0, nil })
-	return drainQueue(c.profileQueue)
+		func(context.Context) (bool, error) { return c.profiles.queue.Len() > 0, nil })
+	return drainQueue(c.profiles.queue)
 }
 
 // Case 2: a fix-forward does not halt on the previous generation's
@@ -185,7 +185,7 @@ func TestStaleProgressDeadlineIsNoFailure(t *testing.T) {
 	f.expectRolloutWrite(testNamespace, "classic")
 	f.runProfile(ctx, "arena/classic")
 	f.expectEvents("Normal " + EventReasonRolloutStarted)
-	if pp := f.c.plans.latest("arena/classic"); pp.plan.Phase != rollout.PhaseCanary || pp.plan.Failed != 0 {
+	if pp := f.c.state.plans.latest("arena/classic"); pp.plan.Phase != rollout.PhaseCanary || pp.plan.Failed != 0 {
 		t.Errorf("plan %s with %d failed, want the canary phase and no failure", pp.plan.Phase, pp.plan.Failed)
 	}
 }
@@ -195,7 +195,7 @@ func TestStaleProgressDeadlineIsNoFailure(t *testing.T) {
 func TestSessionOffTargetAsksForAPlanAfterCompletion(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f, profile, _ := rolloutFixture(ctx, t, 2, map[string]string{rollout.AnnotationMaxRolling: "1"})
-	f.c.revisionHistoryLimit = 5
+	f.c.profiles.revisionHistoryLimit = 5
 	hash := ProfileHash(profile)
 	for _, name := range []string{"s0", "s1"} {
 		f.setCached(apiServerDeployment(settled(newSession(testNamespace, name, "classic"), hash), hash))
@@ -203,13 +203,13 @@ func TestSessionOffTargetAsksForAPlanAfterCompletion(t *testing.T) {
 	f.expectRolloutWrite(testNamespace, "classic")
 	f.runProfile(ctx, "arena/classic")
 	f.events()
-	if pp := f.c.plans.latest("arena/classic"); !pp.plan.Settled {
+	if pp := f.c.state.plans.latest("arena/classic"); !pp.plan.Settled {
 		t.Fatalf("plan %+v, want it settled", pp.plan)
 	}
 	// s1's Deployment comes back on the old content (it left the cache and
 	// returned, say).
 	f.setCached(f.storedDeployment(testNamespace, "s1"))
-	drainQueue(f.c.profileQueue)
+	drainQueue(f.c.profiles.queue)
 	f.expectGame(updateSessionStatus(testNamespace, "s1"))
 	f.run(ctx, "arena/s1")
 	if got := waitForProfileKeys(f.c); len(got) != 1 {
@@ -218,7 +218,7 @@ func TestSessionOffTargetAsksForAPlanAfterCompletion(t *testing.T) {
 	// The next plan admits it.
 	f.expectRolloutWrite(testNamespace, "classic")
 	f.runProfile(ctx, "arena/classic")
-	if pp := f.c.plans.latest("arena/classic"); !pp.plan.Admits("s1") {
+	if pp := f.c.state.plans.latest("arena/classic"); !pp.plan.Admits("s1") {
 		t.Errorf("plan %+v does not admit s1", pp.plan)
 	}
 }
@@ -229,7 +229,7 @@ func TestSessionOffTargetAsksForAPlanAfterCompletion(t *testing.T) {
 func TestRevisionCreateFailureIsReportedAndCleanupStillRuns(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f, profile, oldHash := rolloutFixture(ctx, t, 1, nil)
-	f.c.revisionHistoryLimit = 0
+	f.c.profiles.revisionHistoryLimit = 0
 	f.deleteCached(newRevision(profile, ProfileHash(profile), profile.Namespace))
 	stale := newRevision(withData(profile, map[string]string{"game.cfg": "older"}), ProfileHash(withData(profile, map[string]string{"game.cfg": "older"})), profile.Namespace)
 	f.setCached(stale)
@@ -239,7 +239,7 @@ func TestRevisionCreateFailureIsReportedAndCleanupStillRuns(t *testing.T) {
 
 	f.expectKube(createConfigMap(testNamespace, RevisionName("classic", ProfileHash(profile))), deleteConfigMap(testNamespace, stale.Name))
 	f.expectRolloutWrite(testNamespace, "classic")
-	kube, game, err := f.runSync(ctx, "arena/classic", f.c.syncProfile)
+	kube, game, err := f.runSync(ctx, "arena/classic", f.c.profiles.syncProfile)
 	if err == nil {
 		t.Error("the profile sync succeeded; want the create error, for a retry")
 	}
@@ -249,7 +249,7 @@ func TestRevisionCreateFailureIsReportedAndCleanupStillRuns(t *testing.T) {
 	if len(events) != 2 || !strings.HasPrefix(events[0], "Warning "+gamesv1.ReasonRevisionCreateFailed) || !strings.Contains(events[0], "exceeded quota") {
 		t.Errorf("events %q, want one Warning %s quoting the API server", events, gamesv1.ReasonRevisionCreateFailed)
 	}
-	r, err := f.c.rolloutLister.ProfileRollouts(testNamespace).Get("classic")
+	r, err := f.c.caches.rolloutLister.ProfileRollouts(testNamespace).Get("classic")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +292,7 @@ func TestRevisionNameTakenIsReported(t *testing.T) {
 	if want := fmt.Sprintf("Warning %s "+MessageRevisionConflict, gamesv1.ReasonRevisionNameTaken, name, RevisionLabel); len(events) == 0 || events[0] != want {
 		t.Errorf("events %q, want first %q", events, want)
 	}
-	r, _ := f.c.rolloutLister.ProfileRollouts(testNamespace).Get("classic")
+	r, _ := f.c.caches.rolloutLister.ProfileRollouts(testNamespace).Get("classic")
 	expectCondition(t, r.Status.Conditions, gamesv1.ConditionRevisionAvailable, metav1.ConditionFalse, gamesv1.ReasonRevisionNameTaken)
 }
 
@@ -304,7 +304,7 @@ func TestPolicyChangeInvalidatesThePlan(t *testing.T) {
 	f.expectRolloutWrite(testNamespace, "classic")
 	f.runProfile(ctx, "arena/classic")
 	f.events()
-	if pp := f.c.plans.latest("arena/classic"); !pp.plan.Admits("s1") {
+	if pp := f.c.state.plans.latest("arena/classic"); !pp.plan.Admits("s1") {
 		t.Fatalf("plan %+v does not admit s1", pp.plan)
 	}
 	paused := profile.DeepCopy()
@@ -340,11 +340,11 @@ func TestHaltHoldsWithoutTheFailures(t *testing.T) {
 
 	f.expectRolloutWrite(testNamespace, "classic")
 	f.runProfile(ctx, "arena/classic")
-	pp := f.c.plans.latest("arena/classic")
+	pp := f.c.state.plans.latest("arena/classic")
 	if pp.plan.Phase != rollout.PhaseHalted || len(pp.plan.Admitted) > 0 {
 		t.Errorf("plan %s admitting %v, want halted", pp.plan.Phase, pp.plan.Admitted)
 	}
-	r, _ := f.c.rolloutLister.ProfileRollouts(testNamespace).Get("classic")
+	r, _ := f.c.caches.rolloutLister.ProfileRollouts(testNamespace).Get("classic")
 	if r.Status.HaltedHash != hash || r.Status.Phase != gamesv1.RolloutPhaseHalted {
 		t.Errorf("ProfileRollout halted %q in phase %s, want the halt kept", r.Status.HaltedHash, r.Status.Phase)
 	}
@@ -397,7 +397,7 @@ func TestProfileRefChangeToAHaltedProfileStartsOnStable(t *testing.T) {
 func TestRevisionDeleteConflictIsNotADelete(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f, profile, _ := rolloutFixture(ctx, t, 1, nil)
-	f.c.revisionHistoryLimit = 0
+	f.c.profiles.revisionHistoryLimit = 0
 	olderProfile := withData(profile, map[string]string{"game.cfg": "older"})
 	stale := newRevision(olderProfile, ProfileHash(olderProfile), olderProfile.Namespace)
 	stale.UID, stale.ResourceVersion = "stale-uid", "3"
@@ -408,7 +408,7 @@ func TestRevisionDeleteConflictIsNotADelete(t *testing.T) {
 	f.expectKube(deleteConfigMap(testNamespace, stale.Name))
 	f.expectRolloutWrite(testNamespace, "classic")
 	f.runProfile(ctx, "arena/classic")
-	if !f.c.revisionAvailable(testNamespace, "classic", ProfileHash(olderProfile)) {
+	if !f.c.profiles.revisionAvailable(testNamespace, "classic", ProfileHash(olderProfile)) {
 		t.Error("a revision whose delete was refused with a Conflict is taken for deleted")
 	}
 }
@@ -456,7 +456,7 @@ func TestBlockedCanaryIsReportedByName(t *testing.T) {
 	f.expectRolloutWrite(testNamespace, "classic")
 	f.runProfile(ctx, "arena/classic")
 	f.expectEvents("Warning "+EventReasonRolloutBlocked, "Normal "+EventReasonRolloutStarted)
-	r, _ := f.c.rolloutLister.ProfileRollouts(testNamespace).Get("classic")
+	r, _ := f.c.caches.rolloutLister.ProfileRollouts(testNamespace).Get("classic")
 	if len(r.Status.Blocked) != 1 || r.Status.Blocked[0] != (gamesv1.BlockedSession{Name: "s0", Reason: gamesv1.ReasonDeploymentPaused}) {
 		t.Errorf("blocked %v, want s0 (%s)", r.Status.Blocked, gamesv1.ReasonDeploymentPaused)
 	}

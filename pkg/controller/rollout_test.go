@@ -63,7 +63,7 @@ func TestPacedRolloutMovesOnlyAdmittedSessions(t *testing.T) {
 	expectCondition(t, objectOf[*gamesv1.GameSession](t, game[0]).Status.Conditions,
 		gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonWaitingForTurn)
 	f.observe(game...)
-	if n := f.c.profileQueue.Len(); n != 1 {
+	if n := f.c.profiles.queue.Len(); n != 1 {
 		t.Fatalf("profile queue holds %d keys, want the profile", n)
 	}
 
@@ -114,7 +114,7 @@ func TestSessionWaitsForItsRevision(t *testing.T) {
 	_, game := f.run(ctx, "arena/s0")
 	expectCondition(t, objectOf[*gamesv1.GameSession](t, game[0]).Status.Conditions,
 		gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonRevisionPending)
-	if n := f.c.profileQueue.Len(); n != 1 {
+	if n := f.c.profiles.queue.Len(); n != 1 {
 		t.Fatalf("profile queue holds %d keys, want the profile", n)
 	}
 	// While the revision is on its way, the rollout is recorded with its
@@ -133,7 +133,7 @@ func TestSessionWaitsForItsRevision(t *testing.T) {
 func TestProfileSyncDeletesStaleRevisions(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f, profile, oldHash := rolloutFixture(ctx, t, 1, nil)
-	f.c.revisionHistoryLimit = 1
+	f.c.profiles.revisionHistoryLimit = 1
 	// Two older contents, unused: the older one goes, the newer one stays
 	// as the one revision of history besides the current and the used.
 	base := lastTransition.Time
@@ -150,12 +150,12 @@ func TestProfileSyncDeletesStaleRevisions(t *testing.T) {
 
 	// The used revision (s0 runs oldHash) is never deleted, even with no
 	// history kept.
-	f.c.revisionHistoryLimit = 0
+	f.c.profiles.revisionHistoryLimit = 0
 	f.deleteCached(newRevisionByName(older))
 	old := RevisionName("classic", ProfileHash(withData(profile, map[string]string{"game.cfg": "old"})))
 	f.expectKube(deleteConfigMap(testNamespace, old))
 	f.runProfile(ctx, "arena/classic")
-	if !f.c.revisionAvailable(testNamespace, "classic", oldHash) {
+	if !f.c.profiles.revisionAvailable(testNamespace, "classic", oldHash) {
 		t.Errorf("the revision in use, %s, left the cache", RevisionName("classic", oldHash))
 	}
 }
@@ -186,7 +186,7 @@ func TestNewSessionDuringHaltedRolloutStartsOnStableRevision(t *testing.T) {
 	f.expectRolloutWrite(testNamespace, "classic")
 	f.runProfile(ctx, "arena/classic")
 	f.expectEvents("Normal "+EventReasonRolloutStarted, "Warning "+EventReasonRolloutHalted)
-	pp := f.c.plans.latest("arena/classic")
+	pp := f.c.state.plans.latest("arena/classic")
 	if pp == nil || pp.hash != newHash || pp.plan.Phase != rollout.PhaseHalted || pp.plan.StableHash != oldHash {
 		t.Fatalf("plan: %+v, want halted with stable revision %s", pp, oldHash)
 	}
@@ -220,7 +220,7 @@ func TestNewSessionWaitingForThePlanIsQueuedByIt(t *testing.T) {
 	f.expectGame(updateSessionStatus(testNamespace, "first")) // profile found; nothing to create yet
 	_, game := f.run(ctx, sessionKey(session))
 	f.observe(game...)
-	drainQueue(f.c.queue)
+	drainQueue(f.c.sessions.queue)
 
 	f.expectRolloutWrite(testNamespace, "classic")
 	f.runProfile(ctx, "arena/classic")
@@ -239,8 +239,8 @@ func TestAnnounceNothingAfterCompletion(t *testing.T) {
 	plan := func(phase rollout.Phase, ready int) *profilePlan {
 		return &profilePlan{hash: ProfileHash(profile), plan: rollout.Plan{Phase: phase, Total: 10, Moved: 10, Ready: ready}}
 	}
-	f.c.announce(profile, nil, plan(rollout.PhaseRolling, 4), plan(rollout.PhaseComplete, 5))
-	f.c.announce(profile, nil, plan(rollout.PhaseComplete, 5), plan(rollout.PhaseComplete, 10))
+	f.c.profiles.announce(profile, nil, plan(rollout.PhaseRolling, 4), plan(rollout.PhaseComplete, 5))
+	f.c.profiles.announce(profile, nil, plan(rollout.PhaseComplete, 5), plan(rollout.PhaseComplete, 10))
 	f.expectEvents(fmt.Sprintf("Normal %s Rolled revision %s out to all 10 sessions (0 failed)",
 		EventReasonRolloutCompleted, RevisionName("classic", ProfileHash(profile))))
 }
@@ -256,7 +256,7 @@ func TestBusySessionMaxDeferCountsTheOpenWindow(t *testing.T) {
 	clk := clocktesting.NewFakeClock(sunday)
 	f, profile, oldHash := rolloutFixtureWithOptions(ctx, t, Options{Clock: clk}, 2, map[string]string{
 		rollout.AnnotationWindow: "Mon 03:00-04:00", rollout.AnnotationMaxDefer: "2h"})
-	s0, err := f.c.sessionLister.GameSessions(testNamespace).Get("s0")
+	s0, err := f.c.caches.sessionLister.GameSessions(testNamespace).Get("s0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +267,7 @@ func TestBusySessionMaxDeferCountsTheOpenWindow(t *testing.T) {
 	f.expectRolloutWrite(testNamespace, "classic")
 	f.runProfile(ctx, "arena/classic")
 	f.events()
-	stored, err := f.c.rolloutLister.ProfileRollouts(testNamespace).Get("classic")
+	stored, err := f.c.caches.rolloutLister.ProfileRollouts(testNamespace).Get("classic")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -199,7 +199,7 @@ func (w *inputWorld) sync(t *testing.T, key string) (kube, game []core.Action) {
 	w.f.kubeClient.ClearActions()
 	w.f.gameClient.ClearActions()
 	before := w.f.snapshotCaches()
-	if err := w.f.c.syncHandler(ctx, key); err != nil {
+	if err := w.f.c.sessions.syncHandler(ctx, key); err != nil {
 		t.Fatalf("sync %s: %v", key, err)
 	}
 	if after := w.f.snapshotCaches(); !reflect.DeepEqual(before, after) {
@@ -222,7 +222,7 @@ func (w *inputWorld) rotate(t *testing.T, name, token string) {
 	secret.ResourceVersion = bumpVersion(old.ResourceVersion)
 	cached := cachedSecret(t, testDigestKey, secret)
 	w.f.setCached(cached)
-	w.f.c.inputEventHandlers(w.f.c.inputs[0]).OnUpdate(old, cached)
+	w.f.c.sessions.inputEventHandlers(w.f.c.caches.inputs[0]).OnUpdate(old, cached)
 }
 
 // syncAll syncs every session and returns the Deployment writes, by session.
@@ -260,15 +260,15 @@ func TestSecretRotationRollsOnlyItsSessions(t *testing.T) {
 	}
 
 	// The rotation queues the sessions of that Secret only.
-	for w.f.c.queue.Len() > 0 {
-		key, _ := w.f.c.queue.Get()
-		w.f.c.queue.Done(key)
+	for w.f.c.sessions.queue.Len() > 0 {
+		key, _ := w.f.c.sessions.queue.Get()
+		w.f.c.sessions.queue.Done(key)
 	}
 	w.rotate(t, "blue", "two")
-	if n := w.f.c.queue.Len(); n != 1 {
+	if n := w.f.c.sessions.queue.Len(); n != 1 {
 		t.Errorf("the rotation queued %d sessions, want 1", n)
 	}
-	if key, _ := w.f.c.queue.Get(); key != sessionKey(w.blue) {
+	if key, _ := w.f.c.sessions.queue.Get(); key != sessionKey(w.blue) {
 		t.Errorf("the rotation queued %q, want %q", key, sessionKey(w.blue))
 	}
 
@@ -385,7 +385,7 @@ func TestSecretChangeMaxDeferCountsTheOpenWindow(t *testing.T) {
 func TestSecretGoneKeepsTheGameServers(t *testing.T) {
 	w := newSecretWorld(t)
 	secret := cachedSecretNamed(t, w.f.c, "blue")
-	handlers := w.f.c.inputEventHandlers(w.f.c.inputs[0])
+	handlers := w.f.c.sessions.inputEventHandlers(w.f.c.caches.inputs[0])
 	// Deleted, or its label removed: the cache cannot tell.
 	w.f.deleteCached(secret)
 	handlers.OnDelete(secret)
@@ -405,7 +405,7 @@ func TestSecretTrackingOffKeepsWhatRuns(t *testing.T) {
 	w := newSecretWorld(t)
 	before := observedSet(secretKind{}, w.f.storedDeployment(testNamespace, "blue-1"))
 	// The same Deployments, under a controller without a Secret informer.
-	w.f.c.inputs[0].cache = nil
+	w.f.c.caches.inputs[0].cache = nil
 	w.rotateUnseen(t)
 	if written := w.syncAll(t); len(written) != 0 {
 		t.Errorf("turning Secrets off rolled %v", slices.Sorted(maps.Keys(written)))
@@ -480,10 +480,10 @@ func TestSecretRotationPacedByMaxRolling(t *testing.T) {
 // controller's Secret cache.
 func cachedSecretNamed(t *testing.T, c *Controller, name string) *corev1.Secret {
 	t.Helper()
-	if c.inputs[0].kind() != "Secret" {
-		t.Fatalf("the first input is %s, want Secret", c.inputs[0].kind())
+	if c.caches.inputs[0].kind() != "Secret" {
+		t.Fatalf("the first input is %s, want Secret", c.caches.inputs[0].kind())
 	}
-	obj, found, err := c.inputs[0].cache.GetByKey(testNamespace + "/" + name)
+	obj, found, err := c.caches.inputs[0].cache.GetByKey(testNamespace + "/" + name)
 	if err != nil || !found {
 		t.Fatalf("Secret %s not cached: %v", name, err)
 	}

@@ -540,22 +540,22 @@ func (w *world) startController() {
 	if err != nil {
 		panic(fmt.Sprintf("NewController: %v", err))
 	}
-	c.queue.ShutDown() // stops the goroutines of the queues it made
-	c.profileQueue.ShutDown()
+	c.sessions.queue.ShutDown() // stops the goroutines of the queues it made
+	c.profiles.queue.ShutDown()
 	w.queue = newStepQueue(w.clock, w.rng.IntN)
 	w.queue.onGet = func(key string) {
 		w.syncKey = key
 		w.syncHeld = w.heldForRevision(key)
 		w.logf("sync %s", key)
 	}
-	c.queue, c.lanes = w.queue, w.queue
+	c.sessions.queue, c.sessions.lanes = w.queue, w.queue
 	w.profileQueue = newStepQueue(w.clock, w.rng.IntN)
 	w.profileQueue.onGet = func(key string) {
 		w.profileSyncKey = key
 		w.logf("sync profile %s", key)
 	}
-	c.profileQueue = w.profileQueue
-	c.recorder = &worldRecorder{w: w}
+	c.profiles.queue = w.profileQueue
+	c.setRecorder(&worldRecorder{w: w})
 	w.ctrl = c
 
 	// The same handlers NewController registers on the informers.
@@ -570,11 +570,11 @@ func (w *world) startController() {
 		grantsResource:      newInformerCache(grantsResource, informers.Grants.GetIndexer(), h.grants),
 	}
 	for i, in := range worldInputs {
-		names, hash := c.inputs[i].annotations()
-		if c.inputs[i].kind() != in.kind || names != in.namesAnnotation || hash != in.hashAnnotation {
-			panic(fmt.Sprintf("harness: the controller's input %d is %s (%s, %s), the world's %s", i, c.inputs[i].kind(), names, hash, in.kind))
+		names, hash := c.caches.inputs[i].annotations()
+		if c.caches.inputs[i].kind() != in.kind || names != in.namesAnnotation || hash != in.hashAnnotation {
+			panic(fmt.Sprintf("harness: the controller's input %d is %s (%s, %s), the world's %s", i, c.caches.inputs[i].kind(), names, hash, in.kind))
 		}
-		w.caches[in.resource] = newInformerCache(in.resource, c.inputs[i].cache, h.inputs[i])
+		w.caches[in.resource] = newInformerCache(in.resource, c.caches.inputs[i].cache, h.inputs[i])
 	}
 	for r, ic := range w.caches {
 		ic.onDeliver = func(ev watchEvent, prev object) {
@@ -592,7 +592,7 @@ func (w *world) startController() {
 	// As Run does once the caches have synced: the moves of the last
 	// minute are rebuilt from what the caches show.
 	w.forgetUnseenMoves()
-	c.seedLedger()
+	c.sessions.seedLedger()
 	w.call(func() {
 		for _, ic := range w.caches {
 			ic.announce()
@@ -633,7 +633,7 @@ func (w *world) sync() bool {
 				w.violate("panic", "the controller panicked: %v\n%s", r, debug.Stack())
 			}
 		}()
-		w.ctrl.processNextWorkItem(w.ctx)
+		w.ctrl.sessions.worker().processNext(w.ctx)
 	})
 	if panicked {
 		w.alive = false
@@ -674,7 +674,7 @@ func (w *world) syncProfile() bool {
 				w.violate("panic", "the controller panicked: %v\n%s", r, debug.Stack())
 			}
 		}()
-		w.ctrl.processNextProfile(w.ctx)
+		w.ctrl.profiles.worker().processNext(w.ctx)
 	})
 	if panicked {
 		w.alive = false

@@ -153,7 +153,7 @@ func newConfigWorld(t *testing.T) *inputWorld {
 // configInput is the controller's ConfigMap kind, with its cache.
 func configInput(t *testing.T, c *Controller) input {
 	t.Helper()
-	for _, in := range c.inputs {
+	for _, in := range c.caches.inputs {
 		if in.kind() == "ConfigMap" {
 			return in
 		}
@@ -175,7 +175,7 @@ func (w *inputWorld) editConfig(t *testing.T, name string, data map[string]strin
 	cm.ResourceVersion = bumpVersion(old.(*corev1.ConfigMap).ResourceVersion)
 	cached := cachedConfig(t, cm)
 	w.f.setCached(cached)
-	w.f.c.inputEventHandlers(in).OnUpdate(old, cached)
+	w.f.c.sessions.inputEventHandlers(in).OnUpdate(old, cached)
 }
 
 func TestSessionConfigChangeRollsOnlyItsReaders(t *testing.T) {
@@ -193,15 +193,15 @@ func TestSessionConfigChangeRollsOnlyItsReaders(t *testing.T) {
 	secretsBefore := observedSet(secretKind{}, w.f.storedDeployment(testNamespace, "both-1"))
 
 	// The edit queues the readers of that ConfigMap only.
-	for w.f.c.queue.Len() > 0 {
-		key, _ := w.f.c.queue.Get()
-		w.f.c.queue.Done(key)
+	for w.f.c.sessions.queue.Len() > 0 {
+		key, _ := w.f.c.sessions.queue.Get()
+		w.f.c.sessions.queue.Done(key)
 	}
 	w.editConfig(t, "tuning", map[string]string{"drop-rate": "0.5"})
 	var queued []string
-	for w.f.c.queue.Len() > 0 {
-		key, _ := w.f.c.queue.Get()
-		w.f.c.queue.Done(key)
+	for w.f.c.sessions.queue.Len() > 0 {
+		key, _ := w.f.c.sessions.queue.Get()
+		w.f.c.sessions.queue.Done(key)
 		queued = append(queued, key)
 	}
 	slices.Sort(queued)
@@ -273,9 +273,9 @@ func TestSessionConfigTrackingOffKeepsWhatRuns(t *testing.T) {
 	// The same Deployments, under a controller that tracks no ConfigMaps,
 	// while the ConfigMap changes: nothing restarts.
 	w.editConfig(t, "tuning", map[string]string{"drop-rate": "0.9"})
-	for i := range w.f.c.inputs {
-		if w.f.c.inputs[i].kind() == "ConfigMap" {
-			w.f.c.inputs[i].cache = nil
+	for i := range w.f.c.caches.inputs {
+		if w.f.c.caches.inputs[i].kind() == "ConfigMap" {
+			w.f.c.caches.inputs[i].cache = nil
 		}
 	}
 	if written := w.syncAll(t); len(written) != 0 {

@@ -139,7 +139,7 @@ func TestProgressDeadlineExceededNamesTheCurrentTemplate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c := &Controller{replicaSetIndexer: replicaSets}
+	c := &caches{replicaSetIndexer: replicaSets}
 	deployment := func(generation, observed int64, reason, message string) *appsv1.Deployment {
 		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", Generation: generation}}
 		d.Spec.Template = mounting("arena-2222")

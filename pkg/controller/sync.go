@@ -40,7 +40,7 @@ const (
 // computed from a stale copy is refused with a conflict (both carry the
 // resourceVersion they were computed from) and retried once the cache has
 // caught up.
-func (c *Controller) syncGameSession(ctx context.Context, key string) error {
+func (c *sessionController) syncGameSession(ctx context.Context, key string) error {
 	namespace, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
 		return fmt.Errorf("invalid queue key %q: %w", key, err)
@@ -111,7 +111,7 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 		c.queue.AddAfter(key, result.requeueAfter)
 	}
 	if result.planNeeded && profile != nil {
-		c.enqueueProfile(profileKey(profile.Namespace, profile.Name))
+		c.rollouts.enqueueProfile(profileKey(profile.Namespace, profile.Name))
 	}
 	if err != nil {
 		return err
@@ -136,33 +136,17 @@ func (c *Controller) syncGameSession(ctx context.Context, key string) error {
 
 // deferStatus queues the session in the status lane, unless another add of
 // it wants more (sessionLanes).
-func (c *Controller) deferStatus(key string) {
+func (c *sessionController) deferStatus(key string) {
 	c.lanes.addStatusOnly(key)
 }
 
-// requestPlan asks for a plan of the profile planInterval after its last
-// sync began (recordInterval if its last plan was unpaced), or now if that
-// is past: many requests within it make one plan. In a paced rollout whose
-// moves complete at once, each plan admits the next sessions as soon as the
-// interval allows, not an interval after the first completion it hears of.
-func (c *Controller) requestPlan(profile *corev1.ConfigMap) {
+// requestPlan asks the profile controller for a plan of the session's
+// profile soon (profileController.requestPlanFor).
+func (c *sessionController) requestPlan(profile *corev1.ConfigMap) {
 	if profile == nil {
 		return
 	}
-	c.requestPlanFor(profileKey(profile.Namespace, profile.Name))
-}
-
-// requestPlanFor is requestPlan by the profile's key.
-func (c *Controller) requestPlanFor(key string) {
-	interval := planInterval
-	if pp := c.plans.latest(key); pp != nil && pp.unpaced {
-		interval = recordInterval
-	}
-	delay := interval
-	if last, ok := c.plans.lastStarted(key); ok {
-		delay = max(interval-c.clock.Since(last), 0)
-	}
-	c.profileQueue.AddAfter(key, delay)
+	c.rollouts.requestPlanFor(profileKey(profile.Namespace, profile.Name))
 }
 
 // reconcileResult is what reconcileDeployment did and what it asks for.
@@ -184,7 +168,7 @@ type reconcileResult struct {
 // ConfigMaps, so a missing profile may exist without the label: the controller
 // cannot tell, and must not look (that would mean caching or reading the
 // cluster's other ConfigMaps).
-func (c *Controller) readInputs(session *gamesv1.GameSession) (*corev1.ConfigMap, *appsv1.Deployment, error) {
+func (c *sessionController) readInputs(session *gamesv1.GameSession) (*corev1.ConfigMap, *appsv1.Deployment, error) {
 	profile, err := c.cachedProfile(profileOf(session))
 	if err != nil {
 		return nil, nil, err
@@ -201,7 +185,7 @@ func (c *Controller) readInputs(session *gamesv1.GameSession) (*corev1.ConfigMap
 // (a foreign Deployment, a missing profile, a Deployment the API server
 // rejects) go into status, not into the error, which is for what a retry
 // can fix.
-func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.GameSession,
+func (c *sessionController) reconcileDeployment(ctx context.Context, session *gamesv1.GameSession,
 	profile *corev1.ConfigMap, observed *appsv1.Deployment, status *sessionStatus) (reconcileResult, error) {
 	var result reconcileResult
 	switch {
@@ -347,7 +331,7 @@ func (c *Controller) reconcileDeployment(ctx context.Context, session *gamesv1.G
 // Deployment's ReplicaSets, which the cache still shows, tell a restarted
 // one (they carry the pod template's managed-by label, not the
 // Deployment's). A new session has none of these, and costs no request.
-func (c *Controller) mayRunUncached(session *gamesv1.GameSession) bool {
+func (c *sessionController) mayRunUncached(session *gamesv1.GameSession) bool {
 	if session.Status.ProfileHash != "" || session.Status.Replicas > 0 {
 		return true
 	}
@@ -362,7 +346,7 @@ func (c *Controller) mayRunUncached(session *gamesv1.GameSession) bool {
 
 // uncachedDeployment reads the session's Deployment from the API server; nil
 // if there is none.
-func (c *Controller) uncachedDeployment(ctx context.Context, session *gamesv1.GameSession) (*appsv1.Deployment, error) {
+func (c *sessionController) uncachedDeployment(ctx context.Context, session *gamesv1.GameSession) (*appsv1.Deployment, error) {
 	live, err := c.kubeClient.AppsV1().Deployments(session.Namespace).Get(ctx, session.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		c.liveRead(session, nil)
@@ -377,7 +361,7 @@ func (c *Controller) uncachedDeployment(ctx context.Context, session *gamesv1.Ga
 // liveRead tells the revision expectations what a live read found of the
 // session's Deployment (nil: none), and looks again at the revisions the
 // writes it supersedes held.
-func (c *Controller) liveRead(session *gamesv1.GameSession, live *appsv1.Deployment) {
+func (c *sessionController) liveRead(session *gamesv1.GameSession, live *appsv1.Deployment) {
 	ours := live != nil && !blocks(live, session)
 	cached := func() string {
 		d, err := c.deploymentLister.Deployments(session.Namespace).Get(session.Name)
@@ -386,7 +370,7 @@ func (c *Controller) liveRead(session *gamesv1.GameSession, live *appsv1.Deploym
 		}
 		return d.ResourceVersion
 	}
-	c.enqueueProfilesOfRevisions(c.revisions.liveRead(cache.MetaObjectToName(session).String(), live, ours, cached))
+	c.rollouts.enqueueProfilesOfRevisions(c.revisions.liveRead(cache.MetaObjectToName(session).String(), live, ours, cached))
 }
 
 // nothingToMount reports a session that has no revision to mount yet, and
@@ -408,14 +392,14 @@ func (s *sessionStatus) nothingToMount(d *appsv1.Deployment, choice revisionChoi
 // its Deployment keeps the revision it runs. The session's own spec (a
 // scale, say) is still applied when that revision exists, since its pods can
 // then be recreated; otherwise the Deployment is left exactly as it is.
-func (c *Controller) reconcileWithoutProfile(ctx context.Context, session *gamesv1.GameSession,
+func (c *sessionController) reconcileWithoutProfile(ctx context.Context, session *gamesv1.GameSession,
 	observed *appsv1.Deployment, status *sessionStatus) (reconcileResult, error) {
 	var result reconcileResult
 	rolled := ""
 	if observed != nil {
 		rolled = rolledProfileHash(observed, refOf(session))
 	}
-	if rolled == "" || !c.revisionAvailable(session.Namespace, refOf(session), rolled) {
+	if rolled == "" || !c.rollouts.revisionAvailable(session.Namespace, refOf(session), rolled) {
 		status.profileMissing(observed)
 		return result, nil
 	}
@@ -467,7 +451,7 @@ type revisionChoice struct {
 //
 // In each case a change of the session's own spec is still applied, with the
 // revision it keeps.
-func (c *Controller) chooseRevision(session *gamesv1.GameSession, profile *corev1.ConfigMap, observed *appsv1.Deployment) revisionChoice {
+func (c *sessionController) chooseRevision(session *gamesv1.GameSession, profile *corev1.ConfigMap, observed *appsv1.Deployment) revisionChoice {
 	target := c.profileHashes.hash(profile)
 	ref := refOfProfile(session.Namespace, profile)
 	rolled := ""
@@ -478,18 +462,18 @@ func (c *Controller) chooseRevision(session *gamesv1.GameSession, profile *corev
 		return revisionChoice{hash: target}
 	}
 	targetRevision := RevisionName(ref, target)
-	if !c.revisionAvailable(session.Namespace, ref, target) {
+	if !c.rollouts.revisionAvailable(session.Namespace, ref, target) {
 		if rolled == "" && observed != nil {
 			// Its profile volume was edited away from the revision its
 			// annotation names: put that one back meanwhile.
 			if hash := observed.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]; hash != "" &&
-				c.revisionAvailable(session.Namespace, ref, hash) {
+				c.rollouts.revisionAvailable(session.Namespace, ref, hash) {
 				rolled = hash
 			}
 		}
 		choice := revisionChoice{hash: rolled, reason: gamesv1.ReasonRevisionPending, planNeeded: true,
 			message: fmt.Sprintf(MessageRevisionPending, targetRevision)}
-		if pp := c.plans.latest(profileKey(profile.Namespace, profile.Name)); pp != nil && pp.hash == target {
+		if pp := c.rollouts.latestPlan(profileKey(profile.Namespace, profile.Name)); pp != nil && pp.hash == target {
 			if st, ok := pp.unavailableIn[session.Namespace]; ok {
 				choice.reason, choice.message = gamesv1.ReasonRevisionUnavailable, st.message
 				return choice
@@ -499,7 +483,7 @@ func (c *Controller) chooseRevision(session *gamesv1.GameSession, profile *corev
 		// is on its way, when the session moves at once: one write takes
 		// both along, and the game servers restart once, not twice. The
 		// revision's arrival queues the session (profileFanOut.revisionCreated).
-		if policy, err := c.policyOf(profile); err == nil && policy.Unpaced() && rolled != "" &&
+		if policy, err := c.rollouts.policyOf(profile); err == nil && policy.Unpaced() && rolled != "" &&
 			deploymentNeedsUpdate(observed, c.desiredDeployment(session, profile, rolled, observed)) {
 			choice.hold = true
 		}
@@ -521,7 +505,7 @@ func (c *Controller) chooseRevision(session *gamesv1.GameSession, profile *corev
 // waits out the fan-out delay, and for how long. It does unless the
 // Deployment needs a write anyway (the session's spec changed): that write
 // takes the new profile along, so the game servers restart once, not twice.
-func (c *Controller) heldBack(session *gamesv1.GameSession, profile *corev1.ConfigMap,
+func (c *sessionController) heldBack(session *gamesv1.GameSession, profile *corev1.ConfigMap,
 	observed *appsv1.Deployment, rolled string) (time.Duration, bool) {
 	remaining, holding := c.fanOut.holdsBack(profileKey(profile.Namespace, profile.Name))
 	if !holding || deploymentNeedsUpdate(observed, c.desiredDeployment(session, profile, rolled, observed)) {
@@ -538,7 +522,7 @@ func (c *Controller) heldBack(session *gamesv1.GameSession, profile *corev1.Conf
 // Its pod template carries the labelled Secrets and ConfigMaps it is to run
 // with (inputsToRun): observed is the Deployment as the sync found it, nil if
 // none.
-func (c *Controller) desiredDeployment(session *gamesv1.GameSession, profile *corev1.ConfigMap, hash string,
+func (c *sessionController) desiredDeployment(session *gamesv1.GameSession, profile *corev1.ConfigMap, hash string,
 	observed *appsv1.Deployment) *appsv1.Deployment {
 	d, _ := c.desiredWithInputs(session, profile, hash, observed, false)
 	return d
@@ -547,7 +531,7 @@ func (c *Controller) desiredDeployment(session *gamesv1.GameSession, profile *co
 // desiredWithInputs is desiredDeployment, and why a change of the
 // session's referenced inputs waits (nil if none does). reserve takes the
 // place a paced change moves in: only for the write.
-func (c *Controller) desiredWithInputs(session *gamesv1.GameSession, profile *corev1.ConfigMap, hash string,
+func (c *sessionController) desiredWithInputs(session *gamesv1.GameSession, profile *corev1.ConfigMap, hash string,
 	observed *appsv1.Deployment, reserve bool) (*appsv1.Deployment, *inputHold) {
 	d := c.deploymentWithoutInputs(session, profile, hash)
 	sets, hold, err := c.inputsToRun(session, profile, observed, d, reserve)
@@ -562,7 +546,7 @@ func (c *Controller) desiredWithInputs(session *gamesv1.GameSession, profile *co
 
 // deploymentWithoutInputs is the desired Deployment before its referenced
 // inputs.
-func (c *Controller) deploymentWithoutInputs(session *gamesv1.GameSession, profile *corev1.ConfigMap, hash string) *appsv1.Deployment {
+func (c *sessionController) deploymentWithoutInputs(session *gamesv1.GameSession, profile *corev1.ConfigMap, hash string) *appsv1.Deployment {
 	d := NewDeployment(session, hash)
 	if session.Spec.ProgressDeadlineSeconds != nil {
 		return d
@@ -572,7 +556,7 @@ func (c *Controller) deploymentWithoutInputs(session *gamesv1.GameSession, profi
 		d.Spec.ProgressDeadlineSeconds = nil
 		return d
 	}
-	policy, err := c.policyOf(profile)
+	policy, err := c.rollouts.policyOf(profile)
 	if err != nil {
 		d.Spec.ProgressDeadlineSeconds = nil
 		return d
@@ -585,7 +569,7 @@ func (c *Controller) deploymentWithoutInputs(session *gamesv1.GameSession, profi
 // instead: the session's own, created moments ago or stripped of the
 // managed-by label that the cache filters on, or someone else's. Only a live
 // read can tell, and this is the one place the controller makes one.
-func (c *Controller) createDeployment(ctx context.Context, session *gamesv1.GameSession,
+func (c *sessionController) createDeployment(ctx context.Context, session *gamesv1.GameSession,
 	desired *appsv1.Deployment) (created, live *appsv1.Deployment, err error) {
 	client := c.kubeClient.AppsV1().Deployments(session.Namespace)
 	key := cache.MetaObjectToName(session).String()
@@ -593,7 +577,7 @@ func (c *Controller) createDeployment(ctx context.Context, session *gamesv1.Game
 	// been made all the same.
 	write := c.revisions.mounting(key, "", 1, false, desired)
 	created, err = client.Create(ctx, desired, metav1.CreateOptions{FieldManager: Name})
-	c.enqueueProfilesOfRevisions(c.revisions.wrote(key, write, created, err))
+	c.rollouts.enqueueProfilesOfRevisions(c.revisions.wrote(key, write, created, err))
 	if err == nil {
 		klog.FromContext(ctx).V(2).Info("Created Deployment", "deployment", klog.KObj(created))
 		c.recorder.Eventf(session, corev1.EventTypeNormal, EventReasonCreated, MessageDeploymentCreated, created.Name)
@@ -617,7 +601,7 @@ func (c *Controller) createDeployment(ctx context.Context, session *gamesv1.Game
 // patch of those fields alone (deploymentPatch). Both carry observed's
 // resourceVersion: a Deployment changed since the read is refused with a
 // Conflict, and the sync runs again on the newer copy.
-func (c *Controller) writeDeployment(ctx context.Context, session *gamesv1.GameSession,
+func (c *sessionController) writeDeployment(ctx context.Context, session *gamesv1.GameSession,
 	observed, desired *appsv1.Deployment) (*appsv1.Deployment, bool, error) {
 	diff := deploymentChanges(observed, desired)
 	if diff == (deploymentDiff{}) {
@@ -654,7 +638,7 @@ func (c *Controller) writeDeployment(ctx context.Context, session *gamesv1.GameS
 		c.expectations.expectGeneration(key, observed.UID, observed.Generation+1)
 	}
 	written, err := send()
-	c.enqueueProfilesOfRevisions(c.revisions.wrote(key, write, written, err))
+	c.rollouts.enqueueProfilesOfRevisions(c.revisions.wrote(key, write, written, err))
 	if specChange && (err != nil || written.Generation == observed.Generation) {
 		c.expectations.withdraw(key, observed.UID, observed.Generation+1)
 	}
@@ -679,7 +663,7 @@ func (c *Controller) writeDeployment(ctx context.Context, session *gamesv1.GameS
 // garbage collector will remove by itself, or a foreign one, which only a user
 // can remove. The controller never modifies either. It returns when to look
 // again: no event may announce the end of either.
-func (c *Controller) blockedBy(session *gamesv1.GameSession, d *appsv1.Deployment, status *sessionStatus) time.Duration {
+func (c *sessionController) blockedBy(session *gamesv1.GameSession, d *appsv1.Deployment, status *sessionStatus) time.Duration {
 	// d is not the session's: nothing of the session's runs.
 	status.noDeployment()
 	if d.DeletionTimestamp != nil || controlledByEarlierSession(d, session) {
@@ -703,7 +687,7 @@ func controlledByEarlierSession(d *appsv1.Deployment, session *gamesv1.GameSessi
 // announces its transitions as Events. The write carries the cached
 // resourceVersion, so a status computed from a stale copy is refused (a
 // conflict, retried quietly) instead of overwriting a newer one.
-func (c *Controller) writeStatus(ctx context.Context, session *gamesv1.GameSession, status *sessionStatus) (bool, error) {
+func (c *sessionController) writeStatus(ctx context.Context, session *gamesv1.GameSession, status *sessionStatus) (bool, error) {
 	if !status.changed() {
 		return false, nil
 	}
@@ -721,7 +705,7 @@ func (c *Controller) writeStatus(ctx context.Context, session *gamesv1.GameSessi
 
 // recordTransitions emits an Event for each change worth a user's attention,
 // once per change: a lasting problem warns once, not on every resync.
-func (c *Controller) recordTransitions(session *gamesv1.GameSession, prev, next *gamesv1.GameSessionStatus) {
+func (c *sessionController) recordTransitions(session *gamesv1.GameSession, prev, next *gamesv1.GameSessionStatus) {
 	if conditionChanged(prev.Conditions, next.Conditions, gamesv1.ConditionProfileResolved) {
 		switch cond := meta.FindStatusCondition(next.Conditions, gamesv1.ConditionProfileResolved); {
 		case cond.Status == metav1.ConditionFalse:

@@ -736,7 +736,7 @@ func orphanedBeforeCached(t *testing.T) (context.Context, *fixture, *gamesv1.Gam
 	session := newSession(testNamespace, "arena-1", "classic")
 	profile := newProfile(testNamespace, "classic", classicData)
 	f := newFixture(ctx, t, session, profile)
-	f.c.revisionHistoryLimit = 0
+	f.c.profiles.revisionHistoryLimit = 0
 
 	f.expectKube(createDeployment(testNamespace, "arena-1"))
 	f.expectGame(updateSessionStatus(testNamespace, "arena-1"))
@@ -779,9 +779,9 @@ func TestSyncOrphanedDeploymentKeepsItsRevisionUntilCached(t *testing.T) {
 	f.runProfile(ctx, "arena/classic") // no delete
 	f.events()
 
-	drainQueue(f.c.profileQueue)
+	drainQueue(f.c.profiles.queue)
 	f.setCached(orphaned)
-	f.c.addDeployment(orphaned)
+	f.c.sessions.addDeployment(orphaned)
 	if got := waitForProfileKeys(f.c); !slices.Equal(got, []string{"arena/classic"}) {
 		t.Errorf("profile queue %v once the cache shows the orphaned Deployment, want its revision's profile", got)
 	}
@@ -810,7 +810,7 @@ func TestSyncLostCreateAnswerHoldsItsRevisionUntilItExpires(t *testing.T) {
 	// The profile goes: only a revision a pod may mount stays.
 	f.deleteCached(profile)
 	f.runProfile(ctx, "arena/classic") // no delete
-	drainQueue(f.c.profileQueue)
+	drainQueue(f.c.profiles.queue)
 
 	clk.Step(expectationTimeout + time.Second)
 	if got := waitForProfileKeys(f.c); !slices.Equal(got, []string{"arena/classic"}) {

@@ -28,9 +28,9 @@ import (
 // move while it is busy (deferral), nor outside the maintenance window: the
 // session's own labels and the clock are checked here, at the moment of the
 // write, and not only by the plan, which may be older than either.
-func (c *Controller) turnOf(session *gamesv1.GameSession, profile *corev1.ConfigMap, target, rolled string,
+func (c *sessionController) turnOf(session *gamesv1.GameSession, profile *corev1.ConfigMap, target, rolled string,
 	hasDeployment bool) (revisionChoice, bool) {
-	policy, err := c.policyOf(profile)
+	policy, err := c.rollouts.policyOf(profile)
 	key := profileKey(profile.Namespace, profile.Name)
 	ref := refOfProfile(session.Namespace, profile)
 	now := c.clock.Now()
@@ -40,9 +40,9 @@ func (c *Controller) turnOf(session *gamesv1.GameSession, profile *corev1.Config
 		// removing the brake's annotations must not move every session onto
 		// the content that failed. Otherwise unpaced sessions need no plan;
 		// without one (a restart), the ProfileRollout says whether halted.
-		pp = c.plans.latest(key)
+		pp = c.rollouts.latestPlan(key)
 		haltedPlan := pp != nil && pp.hash == target && pp.plan.Phase == rollout.PhaseHalted
-		haltedRecord := pp == nil && memoryOf(c.storedRollout(profile), target).Halted
+		haltedRecord := pp == nil && memoryOf(c.rollouts.storedRollout(profile), target).Halted
 		if !haltedPlan && !haltedRecord {
 			if choice, busy := c.deferred(session, profile, policy, target, rolled, hasDeployment, now); busy {
 				return choice, false
@@ -50,7 +50,7 @@ func (c *Controller) turnOf(session *gamesv1.GameSession, profile *corev1.Config
 			return revisionChoice{}, true
 		}
 	} else {
-		pp = c.plans.get(key, target, policy.String())
+		pp = c.rollouts.planOf(key, target, policy.String())
 	}
 	if pp == nil {
 		return revisionChoice{hash: rolled, reason: gamesv1.ReasonWaitingForTurn, planNeeded: true,
@@ -59,7 +59,7 @@ func (c *Controller) turnOf(session *gamesv1.GameSession, profile *corev1.Config
 	if !hasDeployment || rolled == "" {
 		stable := pp.plan.StableHash
 		if pp.plan.NewSessionsOnTarget() || stable == "" || stable == target ||
-			!c.revisionAvailable(session.Namespace, ref, stable) {
+			!c.rollouts.revisionAvailable(session.Namespace, ref, stable) {
 			return revisionChoice{}, true
 		}
 		return waitingChoice(pp.plan, ref, stable, target, policy), false
@@ -98,7 +98,7 @@ func stopped(plan rollout.Plan) bool {
 // started: rollout.Policy.Defers), and whether it waits. A session without a
 // Deployment running a revision of the profile has no match to protect from
 // this rollout.
-func (c *Controller) deferred(session *gamesv1.GameSession, profile *corev1.ConfigMap, policy rollout.Policy,
+func (c *sessionController) deferred(session *gamesv1.GameSession, profile *corev1.ConfigMap, policy rollout.Policy,
 	target, rolled string, hasDeployment bool, now time.Time) (revisionChoice, bool) {
 	if !isBusy(session) || !hasDeployment || rolled == "" {
 		return revisionChoice{}, false
@@ -137,11 +137,11 @@ func isBusy(session *gamesv1.GameSession) bool {
 // rolloutStart returns when the rollout of profile towards target began, as
 // the latest plan or the ProfileRollout records it; the zero time if
 // neither knows of it yet.
-func (c *Controller) rolloutStart(profile *corev1.ConfigMap, target string) time.Time {
-	if pp := c.plans.latest(profileKey(profile.Namespace, profile.Name)); pp != nil && pp.hash == target && !pp.started.IsZero() {
+func (c *sessionController) rolloutStart(profile *corev1.ConfigMap, target string) time.Time {
+	if pp := c.rollouts.latestPlan(profileKey(profile.Namespace, profile.Name)); pp != nil && pp.hash == target && !pp.started.IsZero() {
 		return pp.started
 	}
-	if stored := c.storedRollout(profile); stored != nil && stored.Status.TargetHash == target && stored.Status.StartTime != nil {
+	if stored := c.rollouts.storedRollout(profile); stored != nil && stored.Status.TargetHash == target && stored.Status.StartTime != nil {
 		return stored.Status.StartTime.Time
 	}
 	return time.Time{}
@@ -173,7 +173,7 @@ func waitingChoice(plan rollout.Plan, profile, hash, target string, policy rollo
 
 // rolloutInProgress reports whether the profile's latest plan has not
 // settled: its sessions' syncs then ask for new plans.
-func (c *Controller) rolloutInProgress(profile *corev1.ConfigMap) bool {
-	pp := c.plans.latest(profileKey(profile.Namespace, profile.Name))
+func (c *sessionController) rolloutInProgress(profile *corev1.ConfigMap) bool {
+	pp := c.rollouts.latestPlan(profileKey(profile.Namespace, profile.Name))
 	return pp == nil || pp.hash != c.profileHashes.hash(profile) || !pp.plan.Settled
 }

@@ -33,16 +33,6 @@ type worker struct {
 	metrics    *metrics.ControllerMetrics
 }
 
-// sessionWorker and profileWorker are built at call time from the
-// controller's fields, which tests may replace (the queues, syncHandler).
-func (c *Controller) sessionWorker() worker {
-	return worker{kind: "gameSession", queueLabel: metrics.QueueSessions, queue: c.queue, sync: c.syncHandler, metrics: c.metrics}
-}
-
-func (c *Controller) profileWorker() worker {
-	return worker{kind: "profile", queueLabel: metrics.QueueProfiles, queue: c.profileQueue, sync: c.syncProfile, metrics: c.metrics}
-}
-
 func (w worker) run(ctx context.Context) {
 	for w.processNext(ctx) {
 	}

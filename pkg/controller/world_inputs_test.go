@@ -591,7 +591,7 @@ func (w *world) checkInputsAtRest() {
 			(ready.Reason == gamesv1.ReasonDeploymentInvalid || ready.Reason == gamesv1.ReasonContainerConflict) {
 			continue
 		}
-		policy, err := w.ctrl.policyOf(profile)
+		policy, err := w.ctrl.profiles.policyOf(profile)
 		if err != nil || policy.Paused || policy.Window != nil && !policy.Window.Open(w.clock.Now()) {
 			continue
 		}

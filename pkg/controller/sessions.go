@@ -1,0 +1,182 @@
+package controller
+
+import (
+	"context"
+	"sync/atomic"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/example/gamesession-controller/pkg/metrics"
+)
+
+// sessionController makes each GameSession's Deployment and status: its
+// sync (sync.go) reads the session, its profile and its Deployment from the
+// caches, decides which revision and which Secrets and ConfigMaps the
+// Deployment runs (turn.go, inputs.go), takes or frees the session's place
+// in the ledger of moves (ledger.go), and writes what differs.
+type sessionController struct {
+	*caches
+	kubeClient kubernetes.Interface
+	putStatus  putSessionStatus // from the game clientset, leaves the answer unread
+	recorder   record.EventRecorder
+	metrics    *metrics.ControllerMetrics
+	clock      clock.PassiveClock
+	logger     klog.Logger
+	// patchDeployments is Options.PatchDeployments.
+	patchDeployments bool
+
+	// queue holds GameSession keys, in two lanes: Deployment work before
+	// status writes (lanes.go). Tests that swap queue swap lanes with it.
+	queue workqueue.TypedRateLimitingInterface[string]
+	lanes sessionLanes
+	// rollouts is the profile controller, as a session sees it: the plans,
+	// read-only, and its queue.
+	rollouts rolloutView
+
+	// The state this controller keeps beside the informers (state.go).
+	expectations *writeExpectations
+	revisions    *revisionExpectations
+	moves        *moveLedger
+	fanOut       *profileFanOut
+	inputChanges *inputChanges
+
+	// workersRunning counts live session workers, for the health check.
+	workersRunning atomic.Int32
+	// syncHandler and enqueueSession are fields so tests can replace them.
+	syncHandler    func(ctx context.Context, key string) error
+	enqueueSession func(obj interface{})
+}
+
+// sessionQueue is the session controller as the profile controller sees
+// it: a queue of sessions.
+type sessionQueue interface {
+	enqueueKey(key string)
+	enqueueSessionsOf(profileKey string)
+	enqueueSessionsMounting(revision *corev1.ConfigMap)
+}
+
+// worker is built at call time from the controller's fields, which tests
+// may replace (the queue, syncHandler).
+func (c *sessionController) worker() worker {
+	return worker{kind: "gameSession", queueLabel: metrics.QueueSessions, queue: c.queue, sync: c.syncHandler, metrics: c.metrics}
+}
+
+// enqueueKey queues the session of key.
+func (c *sessionController) enqueueKey(key string) {
+	c.queue.Add(key)
+}
+
+func (c *sessionController) enqueue(obj interface{}) {
+	// DeletionHandlingMetaNamespaceKeyFunc also unwraps the tombstone the
+	// informer hands over when it missed the delete itself.
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		c.logger.Error(err, "Cannot enqueue GameSession")
+		return
+	}
+	c.queue.Add(key)
+}
+
+// enqueueSessionsMounting queues the sessions whose Deployment mounts the
+// revision: while their profile is missing, whether its revision exists
+// decides whether their spec can be applied. The index gives Deployment
+// keys, which are the sessions' keys; a stale revision has no users, so the
+// common case costs one lookup.
+func (c *sessionController) enqueueSessionsMounting(revision *corev1.ConfigMap) {
+	keys, _ := c.deploymentIndexer.IndexKeys(mountedRevisionIndex, revision.Namespace+"/"+revision.Name)
+	for _, key := range keys {
+		c.queue.Add(key)
+	}
+}
+
+func (c *sessionController) enqueueSessionsOf(profileKey string) {
+	for _, key := range c.sessionKeysOf(profileKey) {
+		c.queue.Add(key)
+	}
+}
+
+func (c *sessionController) addDeployment(obj interface{}) {
+	d := obj.(*appsv1.Deployment)
+	c.deploymentObserved(d)
+	c.enqueueOwner(d)
+	c.enqueueProfilesOfScaledDown(d)
+}
+
+// enqueueProfilesOfScaledDown queues the profiles of the revisions that the
+// Deployment's ReplicaSets scaled to zero mount, other than its template's:
+// while it was out of the cache, they kept them (revisionsOutOfSight), and
+// now that it is back, they may be stale. A Deployment the cache lists at
+// start-up comes this way too, when every profile is queued anyway.
+func (c *sessionController) enqueueProfilesOfScaledDown(d *appsv1.Deployment) {
+	scaledDown, _ := c.replicaSetIndexer.ByIndex(scaledDownIndex, cache.MetaObjectToName(d).String())
+	for _, obj := range scaledDown {
+		if revision := mountedRevision(&obj.(*appsv1.ReplicaSet).Spec.Template); revision != mountedRevision(&d.Spec.Template) {
+			c.rollouts.enqueueProfileOfRevision(d.Namespace, revision)
+		}
+	}
+}
+
+// deploymentObserved ends the revision expectations the cached Deployment
+// shows, and asks for another look at the revisions they no longer hold.
+func (c *sessionController) deploymentObserved(d *appsv1.Deployment) {
+	c.rollouts.enqueueProfilesOfRevisions(c.revisions.deploymentObserved(d))
+}
+
+func (c *sessionController) updateDeployment(oldObj, newObj interface{}) {
+	oldDeployment, newDeployment := oldObj.(*appsv1.Deployment), newObj.(*appsv1.Deployment)
+	if oldDeployment.ResourceVersion == newDeployment.ResourceVersion {
+		return // a resync; the session's own resync covers it
+	}
+	c.deploymentObserved(newDeployment)
+	if key := cache.MetaObjectToName(newDeployment).String(); c.expectations.awaits(key, newDeployment) {
+		// The event of the controller's own write, whose sync has done the
+		// Deployment's part: what is left is the status, which need not
+		// go before other sessions' Deployment writes (sessionLanes).
+		c.deferStatus(key)
+	} else {
+		c.enqueueOwner(newDeployment)
+	}
+	if old := mountedRevision(&oldDeployment.Spec.Template); old != mountedRevision(&newDeployment.Spec.Template) {
+		c.rollouts.enqueueProfileOfRevision(oldDeployment.Namespace, old)
+	}
+	// The profile's rollout counts its sessions Ready and blocked: a
+	// settled rollout, whose sessions ask for no plan, hears of a change too.
+	if deploymentComplete(oldDeployment) != deploymentComplete(newDeployment) ||
+		oldDeployment.Spec.Paused != newDeployment.Spec.Paused {
+		c.rollouts.enqueueProfileOfRevision(newDeployment.Namespace, mountedRevision(&newDeployment.Spec.Template))
+	}
+}
+
+// deleteDeployment also sees a Deployment that lost the managed-by label:
+// it left the label-filtered cache, which the informer reports as a delete.
+func (c *sessionController) deleteDeployment(obj interface{}) {
+	deployment, ok := unwrap[*appsv1.Deployment](c.logger, obj, "deployment")
+	if !ok {
+		return
+	}
+	// A Deployment of a session that still exists may only have lost its
+	// label: a sync that has nothing to mount looks for it.
+	if session, err := c.sessionLister.GameSessions(deployment.Namespace).Get(deployment.Name); err == nil &&
+		metav1.IsControlledBy(deployment, session) {
+		c.revisions.deploymentLeft(cache.MetaObjectToName(deployment).String())
+	}
+	c.enqueueOwner(deployment)
+	c.rollouts.enqueueProfileOfRevision(deployment.Namespace, mountedRevision(&deployment.Spec.Template))
+}
+
+// enqueueOwner enqueues the session of a Deployment's name. A Deployment in
+// this cache carries our label and is named after its session; whether that
+// session controls it or is blocked by it (a previous session's Deployment
+// awaiting the garbage collector, one orphaned by --cascade=orphan), the
+// session of that name must hear of the change, its deletion above all.
+func (c *sessionController) enqueueOwner(deployment *appsv1.Deployment) {
+	c.queue.Add(cache.MetaObjectToName(deployment).String())
+}
