@@ -203,10 +203,10 @@ func observedSet(k inputKind, d *appsv1.Deployment) inputSet {
 	return inputSet{names: a[names], hash: a[digest]}
 }
 
-// withInputs puts the sets into d's pod template.
-func (c *caches) withInputs(d *appsv1.Deployment, sets inputSets) {
+// withInputs puts the sets of the kinds inputs into d's pod template.
+func withInputs(d *appsv1.Deployment, inputs []input, sets inputSets) {
 	a := d.Spec.Template.Annotations
-	for i, in := range c.inputs {
+	for i, in := range inputs {
 		names, digest := in.annotations()
 		delete(a, names)
 		delete(a, digest)
@@ -265,9 +265,33 @@ type inputHold struct {
 	requeueAfter time.Duration
 }
 
-// inputsToRun returns the sets the session's Deployment is to run with: the
-// wanted ones, unless a change of an input's data waits. desired is the
-// Deployment the sync wants, without any set. A change waits
+// inputDecision is what a decision found of the session's referenced
+// inputs: the sets its Deployment is to run with, and what it asks for.
+type inputDecision struct {
+	sets inputSets
+	// hold says why a change waits; nil if none does.
+	hold *inputHold
+	// move is the input move the write makes, which the ledger must grant
+	// first, with the profile's limit on it; nil for none.
+	move         *move
+	profileLimit int
+	// noteSeen asks to remember that the change to the wanted sets was
+	// seen, for max-defer.
+	noteSeen bool
+	// waitForPlace names the profile whose places the session waits for
+	// (the brake); requestPlan asks for a plan of the profile, whose
+	// ProfileRollout says how many wait.
+	waitForPlace, requestPlan string
+}
+
+// withInputsToRun puts into desired (the Deployment the decision wants,
+// without inputs, which it may change) the sets it is to run with, and
+// says why a change waits. ask is the decision's final word: it asks the
+// ledger for the move, and waits for a place when braked; otherwise the
+// answer only says whether the ledger would grant it (a check whether the
+// Deployment needs a write anyway).
+//
+// The wanted sets, unless a change of an input's data waits. It waits
 //   - while an input the pods run with, and the template still reads, is
 //     gone from the cache (deleted, or its label removed): a restart would
 //     only fail, or lose the change's tracking;
@@ -275,11 +299,11 @@ type inputHold struct {
 //     it is unknown;
 //   - while the profile's rollout policy holds every move: paused, or
 //     outside the maintenance window;
+//   - while the profile's rollout is halted, or the session waits for its
+//     turn in it (the change then rides along with that move);
 //   - while the session is busy, until the policy's window has been open
 //     for max-defer since the controller saw the change (all the time
 //     since, without a window: rollout.Policy.Defers);
-//   - while the profile's rollout is halted, or the session waits for its
-//     turn in it (the change then rides along with that move);
 //   - while the ledger of moves has no place for it: the cluster-wide
 //     budget, and with a paced policy the profile's max-rolling (moveLedger).
 //
@@ -287,70 +311,72 @@ type inputHold struct {
 // session's own spec) takes the new sets along: its game servers restart
 // once, not twice. A kind without an informer keeps its annotations as they
 // are, so turning a kind off restarts nothing.
-//
-// reserve takes the place the ledger gives the move; without it, the answer
-// only says whether there is one.
-func (c *sessionController) inputsToRun(session *gamesv1.GameSession, profile *corev1.ConfigMap,
-	observed, desired *appsv1.Deployment, reserve bool) (inputSets, *inputHold, error) {
-	have := c.observedInputs(observed)
-	want, err := c.wantedInputs(session, have)
-	key := cache.MetaObjectToName(session).String()
-	if err != nil {
-		return have, nil, err
+func (v *sessionView) withInputsToRun(desired *appsv1.Deployment, ask bool) (*appsv1.Deployment, inputDecision) {
+	d := v.inputsToRun(desired, ask)
+	withInputs(desired, v.inputs, d.sets)
+	return desired, d
+}
+
+func (v *sessionView) inputsToRun(desired *appsv1.Deployment, ask bool) inputDecision {
+	have, want, observed := v.have, v.want, v.deployment
+	if v.inputsErr != nil {
+		// A cache answers nothing but found or not; whatever else comes,
+		// the pods keep what they run.
+		return inputDecision{sets: have}
 	}
 	if observed == nil || slices.Equal(want, have) {
-		if slices.Equal(want, have) {
-			c.inputChanges.settled(key)
-		}
-		return want, nil, nil
+		return inputDecision{sets: want}
 	}
-	for i, in := range c.inputs {
-		referenced := in.read(session.Spec.Template)
+	keep := func(reason string, requeueAfter time.Duration) inputDecision {
+		return inputDecision{sets: have, hold: &inputHold{reason: reason, requeueAfter: requeueAfter}}
+	}
+	for i, in := range v.inputs {
+		referenced := in.read(v.session.Spec.Template)
 		for _, name := range strings.Split(have[i].names, ",") {
 			if name != "" && slices.Contains(referenced, name) && !strings.Contains(","+want[i].names+",", ","+name+",") {
-				return have, &inputHold{reason: fmt.Sprintf("%s %s is gone or lost the label %s", in.kind(), name, in.label())}, nil
+				return keep(fmt.Sprintf("%s %s is gone or lost the label %s", in.kind(), name, in.label()), 0)
 			}
 		}
 	}
-	unchanged := desired.DeepCopy()
-	c.withInputs(unchanged, have)
-	if deploymentChanges(observed, unchanged).templateChange() {
-		return want, nil, nil
+	withInputs(desired, v.inputs, have)
+	if deploymentChanges(observed, desired).templateChange() {
+		return inputDecision{sets: want}
 	}
-	if profile == nil {
-		return have, &inputHold{reason: "the profile is missing"}, nil
+	if v.profile == nil {
+		return keep("the profile is missing", 0)
 	}
-	policy, err := c.rollouts.policyOf(profile)
-	if err != nil {
-		return have, &inputHold{reason: "the profile's rollout policy does not parse"}, nil
+	if v.policyErr != nil {
+		return keep("the profile's rollout policy does not parse", 0)
 	}
-	now := c.clock.Now()
+	policy, now := v.policy, v.now
 	switch {
 	case policy.Paused:
-		return have, &inputHold{reason: "the profile's rollout is paused"}, nil
+		return keep("the profile's rollout is paused", 0)
 	case policy.Window != nil && !policy.Window.Open(now):
-		return have, &inputHold{reason: "outside the profile's maintenance window",
-			requeueAfter: policy.Window.NextOpen(now).Sub(now)}, nil
-	case c.profileHalted(profile) && !c.progressDeadlineExceeded(observed):
+		return keep("outside the profile's maintenance window", policy.Window.NextOpen(now).Sub(now))
+	case v.profileHalted() && !v.deadlineExceeded:
 		// A halt holds every kind of move of the profile until its content
 		// changes, as for a bad edit of it; only sessions whose game servers
 		// failed move, to new data that may fix them.
-		return have, &inputHold{reason: "the profile's rollout is halted"}, nil
-	case !policy.Unpaced() && c.profileMovePending(session, profile, observed):
+		return keep("the profile's rollout is halted", 0)
+	case !policy.Unpaced() && v.profileMovePending():
 		// Its turn in the profile's rollout comes: the change rides along
 		// with that move, and the game servers restart once, not twice.
-		return have, &inputHold{reason: "it moves with its turn in the profile's rollout"}, nil
+		return keep("it moves with its turn in the profile's rollout", 0)
 	}
-	wantKey := want.key()
-	seen := c.inputChanges.seen(key, wantKey, now)
-	if isBusy(session) {
+	seen := v.inputChangeSeen
+	if seen.IsZero() {
+		seen = now
+	}
+	if isBusy(v.session) {
 		// max-defer counts as for a profile's rollout, from the change.
 		if waits, ends := policy.Defers(seen, now); waits {
-			hold := &inputHold{reason: "the session is busy"}
+			d := keep("the session is busy", 0)
 			if !ends.IsZero() {
-				hold.requeueAfter = ends.Sub(now)
+				d.hold.requeueAfter = ends.Sub(now)
 			}
-			return have, hold, nil
+			d.noteSeen = true
+			return d
 		}
 	}
 	// A move: a place in the ledger, among the cluster's moves and, under a
@@ -360,65 +386,65 @@ func (c *sessionController) inputsToRun(session *gamesv1.GameSession, profile *c
 	// The session's own sync frees it (settleMove).
 	// An unpaced policy has neither, and costs no count of the sessions.
 	limit, maxFailed, brake := unlimited, 0, false
-	profileKey := profileKey(profile.Namespace, profile.Name)
+	profileKey := profileKey(v.profile.Namespace, v.profile.Name)
 	if !policy.Unpaced() {
-		sessions := len(c.permittedSessionKeysOf(profile.Namespace, profile.Name))
-		limit = policy.MaxRollingOf(sessions)
-		maxFailed, brake = policy.MaxFailedOf(sessions)
+		limit = policy.MaxRollingOf(v.permitted)
+		maxFailed, brake = policy.MaxFailedOf(v.permitted)
 	}
-	m := move{kind: inputMove, to: wantKey, profile: profileKey}
-	if brake && c.moves.stalledIn(profileKey) > maxFailed &&
-		!c.moves.holdsProfilePlace(key, profileKey) && !c.progressDeadlineExceeded(observed) {
+	if brake && v.stalledInProfile > maxFailed && !v.holdsProfilePlace && !v.deadlineExceeded {
 		// The brake, as for a profile's rollout: more of the profile's input
 		// moves failed than max-failed allows (a percentage of the sessions
 		// that may use it); only those that failed move again, to new data
 		// (a fix), in the places they hold. The others wait for the places
 		// to free.
-		if reserve {
-			c.moves.waitForPlace(key, profileKey)
-			c.rollouts.requestPlanFor(profileKey)
+		d := keep(fmt.Sprintf("more of the profile's moves for their Secrets or ConfigMaps failed than its max-failed %s", policy.MaxFailed), 0)
+		d.noteSeen = true
+		if ask {
+			d.waitForPlace, d.requestPlan = profileKey, profileKey
 		}
-		return have, &inputHold{reason: fmt.Sprintf("more of the profile's moves for their Secrets or ConfigMaps failed than its max-failed %s", policy.MaxFailed)}, nil
+		return d
 	}
-	if reserve && c.admitMove(key, m, limit) || !reserve && c.moves.wouldAdmit(key, m, limit) {
-		return want, nil, nil
+	switch {
+	case ask && !v.refused[inputMove]:
+		return inputDecision{sets: want, noteSeen: true, profileLimit: limit,
+			move: &move{kind: inputMove, to: want.key(), profile: profileKey}}
+	case !ask && v.inputMoveWouldFit:
+		return inputDecision{sets: want, noteSeen: true}
 	}
-	if reserve && limit != unlimited {
-		c.rollouts.requestPlanFor(profileKey) // it waits, as its ProfileRollout says
-	}
-	hold := &inputHold{reason: fmt.Sprintf("no place among the moves: the cluster-wide budget (%s) or the max-rolling of profile %s (%d) is full", c.moves, profileKey, limit)}
+	d := keep(fmt.Sprintf("no place among the moves: the cluster-wide budget (%s) or the max-rolling of profile %s (%d) is full", v.budget, profileKey, limit), 0)
 	if limit == unlimited {
-		hold.reason = fmt.Sprintf("the cluster-wide budget (%s) is full", c.moves)
+		d.hold.reason = fmt.Sprintf("the cluster-wide budget (%s) is full", v.budget)
 	}
-	return have, hold, nil
+	d.noteSeen = true
+	if ask && limit != unlimited {
+		d.requestPlan = profileKey // it waits, as its ProfileRollout says
+	}
+	return d
 }
 
 // profileHalted reports whether the profile's rollout towards its current
 // content is halted, as its latest plan or its ProfileRollout says (after a
 // restart, before the first plan).
-func (c *sessionController) profileHalted(profile *corev1.ConfigMap) bool {
-	hash := c.profileHashes.hash(profile)
-	if pp := c.rollouts.latestPlan(profileKey(profile.Namespace, profile.Name)); pp != nil && pp.hash == hash && pp.plan.Phase == rollout.PhaseHalted {
+func (v *sessionView) profileHalted() bool {
+	if pp := v.latest; pp != nil && pp.hash == v.target && pp.plan.Phase == rollout.PhaseHalted {
 		return true
 	}
-	r, err := c.rolloutLister.ProfileRollouts(profile.Namespace).Get(profile.Name)
-	return err == nil && metav1.IsControlledBy(r, profile) && r.Status.HaltedHash == hash
+	return v.haltRecorded
 }
 
 // profileMovePending reports whether the session of a paced profile waits
 // for its turn in the profile's rollout: it runs another revision than the
 // profile's current one, and the rollout is yet to be planned, or moves
 // sessions with its revision available or on its way.
-func (c *sessionController) profileMovePending(session *gamesv1.GameSession, profile *corev1.ConfigMap, observed *appsv1.Deployment) bool {
-	hash := c.profileHashes.hash(profile)
-	if rolledProfileHash(observed, refOfProfile(session.Namespace, profile)) == hash {
+func (v *sessionView) profileMovePending() bool {
+	if v.rolled == v.target {
 		return false
 	}
-	pp := c.rollouts.latestPlan(profileKey(profile.Namespace, profile.Name))
+	pp := v.latest
 	// A revision on its way (reason "") comes; one that cannot be had would
 	// keep the change waiting for good.
 	coming := pp != nil && (pp.revision.available || pp.revision.reason == "")
-	return pp == nil || pp.hash != hash ||
+	return pp == nil || pp.hash != v.target ||
 		coming && (pp.plan.Phase == rollout.PhaseCanary || pp.plan.Phase == rollout.PhaseRolling)
 }
 
@@ -448,6 +474,17 @@ func (s *inputChanges) seen(key, sets string, now time.Time) time.Time {
 	}
 	s.since[key] = inputChange{sets: sets, at: now}
 	return now
+}
+
+// seenAt returns when the session's change to sets was first seen; the zero
+// time if it was not.
+func (s *inputChanges) seenAt(key, sets string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if change, ok := s.since[key]; ok && change.sets == sets {
+		return change.at
+	}
+	return time.Time{}
 }
 
 // settled ends the session's pending change: its Deployment runs what it

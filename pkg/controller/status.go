@@ -114,9 +114,6 @@ type sessionStatus struct {
 	// template timed out (Controller.progressDeadlineExceeded); without
 	// it, the Progressing condition of the current generation decides.
 	deadlineExceeded func(*appsv1.Deployment) bool
-	// refusal says why the session may not use its profile of another
-	// namespace; "" if it may.
-	refusal string
 }
 
 func newSessionStatus(session *gamesv1.GameSession) *sessionStatus {
@@ -159,9 +156,9 @@ func (s *sessionStatus) profileNotFound(selector string) {
 }
 
 // referenceRefused reports a profile of another namespace that the session
-// may not use: no grant permits it.
-func (s *sessionStatus) referenceRefused() {
-	s.setCondition(gamesv1.ConditionProfileResolved, metav1.ConditionFalse, gamesv1.ReasonReferenceNotPermitted, s.refusal)
+// may not use, and why: no grant permits it.
+func (s *sessionStatus) referenceRefused(message string) {
+	s.setCondition(gamesv1.ConditionProfileResolved, metav1.ConditionFalse, gamesv1.ReasonReferenceNotPermitted, message)
 }
 
 // profileMissing reports on the Deployment, d (nil if none), that the

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -12,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 )
@@ -28,9 +28,12 @@ const (
 )
 
 // syncGameSession drives one session's Deployment and status towards the
-// desired state: read the inputs from the caches, reconcile the Deployment,
-// write the status. Each step writes only what differs, so a session that is
-// already in order costs no request at all.
+// desired state. It reads, decides and acts (decide.go): it reads the
+// session, its profile and its Deployment from the caches, and what the
+// profile's rollout and the ledger of moves say of them (view); a pure
+// function decides what the Deployment is to be (decideSession); act writes
+// what differs, then the status. A session that is already in order costs
+// no request at all.
 //
 // The write path keeps no copies of objects between syncs. A cache that lags
 // behind the controller's own writes is handled where it shows: a create
@@ -102,21 +105,21 @@ func (c *sessionController) syncGameSession(ctx context.Context, key string) err
 	} else if err := c.settleUncachedMove(ctx, key, session); err != nil {
 		return err
 	}
-	status := newSessionStatus(session)
-	status.deadlineExceeded = c.progressDeadlineExceeded
-	status.refusal = refusal
-	result, err := c.reconcileDeployment(ctx, session, profile, deployment, status)
-	// Requeues are decided here, from what the steps returned.
-	if result.requeueAfter > 0 {
-		c.queue.AddAfter(key, result.requeueAfter)
+
+	view := c.view(session, profile, refusal, deployment)
+	done, err := c.act(ctx, view)
+	// Requeues are decided here, from what the decision asked for.
+	if done.requeueAfter > 0 {
+		c.queue.AddAfter(key, done.requeueAfter)
 	}
-	if result.planNeeded && profile != nil {
+	if done.planNeeded && profile != nil {
 		c.rollouts.enqueueProfile(profileKey(profile.Namespace, profile.Name))
 	}
 	if err != nil {
 		return err
 	}
-	if (rolling && result.wrote) || (from == firstLane && c.lanes.firstLaneWaiting() && status.changed()) {
+	status := done.status
+	if (rolling && done.wrote) || (from == firstLane && c.lanes.firstLaneWaiting() && status.changed()) {
 		// A fan-out's first pass, or a status write while Deployment work
 		// waits: the status goes to the status lane, behind the other
 		// sessions' Deployments (see sessionLanes). It changes, so a plan
@@ -126,7 +129,7 @@ func (c *sessionController) syncGameSession(ctx context.Context, key string) err
 		return nil
 	}
 	wroteStatus, err := c.writeStatus(ctx, session, status)
-	if profile != nil && (result.wrote || wroteStatus || result.choice.hash != c.profileHashes.hash(profile) || c.rolloutInProgress(profile)) {
+	if profile != nil && (done.wrote || wroteStatus || done.decision.choice.hash != done.view.target || done.view.rolloutInProgress()) {
 		// The session moved, became Ready or not, or is not on its target,
 		// or the rollout is in progress: a plan counts it again.
 		c.requestPlan(profile)
@@ -149,20 +152,6 @@ func (c *sessionController) requestPlan(profile *corev1.ConfigMap) {
 	c.rollouts.requestPlanFor(profileKey(profile.Namespace, profile.Name))
 }
 
-// reconcileResult is what reconcileDeployment did and what it asks for.
-type reconcileResult struct {
-	// wrote reports whether the Deployment was written.
-	wrote bool
-	// choice is the revision the Deployment was to run, and why.
-	choice revisionChoice
-	// requeueAfter asks for the session to be synced again after that long:
-	// a Deployment no event may announce the end of, or a change held back.
-	requeueAfter time.Duration
-	// planNeeded asks for a profile sync: the session waits for a plan or a
-	// revision that only the profile sync makes.
-	planNeeded bool
-}
-
 // readInputs returns the session's profile and Deployment from the caches; nil
 // for one the cache does not hold. The profile cache holds only labelled
 // ConfigMaps, so a missing profile may exist without the label: the controller
@@ -180,148 +169,202 @@ func (c *sessionController) readInputs(session *gamesv1.GameSession) (*corev1.Co
 	return profile, deployment, err
 }
 
-// reconcileDeployment makes the session's Deployment match its spec and
-// profile, and records the outcome in status. Problems the user has to solve
-// (a foreign Deployment, a missing profile, a Deployment the API server
-// rejects) go into status, not into the error, which is for what a retry
-// can fix.
-func (c *sessionController) reconcileDeployment(ctx context.Context, session *gamesv1.GameSession,
-	profile *corev1.ConfigMap, observed *appsv1.Deployment, status *sessionStatus) (reconcileResult, error) {
-	var result reconcileResult
-	switch {
-	case status.refusal != "":
-		status.referenceRefused()
-	case profile == nil:
-		status.profileNotFound(c.profileSelector)
-	default:
-		// Until the Deployment carries it, the profile is only found.
-		status.profileFound(c.profileHashes.hash(profile))
+// view reads what the session's decision needs (sessionView): once per
+// sync, and again only for a Deployment a live read or a create found.
+func (c *sessionController) view(session *gamesv1.GameSession, profile *corev1.ConfigMap, refusal string,
+	deployment *appsv1.Deployment) *sessionView {
+	v := &sessionView{
+		key:             cache.MetaObjectToName(session).String(),
+		session:         session,
+		now:             c.clock.Now(),
+		profile:         profile,
+		refusal:         refusal,
+		profileSelector: c.profileSelector,
+		ref:             refOf(session),
+		deployment:      deployment,
+		inputs:          c.inputs,
+		available:       map[string]bool{},
+		refused:         map[moveKind]bool{},
 	}
-	if observed != nil && blocks(observed, session) {
-		result.requeueAfter = c.blockedBy(session, observed, status)
-		return result, nil
+	if deployment != nil {
+		v.rolled = rolledProfileHash(deployment, v.ref)
+		v.deadlineExceeded = c.progressDeadlineExceeded(deployment)
+	} else {
+		v.mayRunUncached = c.mayRunUncached(session)
 	}
+	v.have = c.observedInputs(deployment)
+	v.want, v.inputsErr = c.wantedInputs(session, v.have)
+	mayMount := func(hash string) {
+		if _, known := v.available[hash]; hash != "" && !known {
+			v.available[hash] = c.rollouts.revisionAvailable(session.Namespace, v.ref, hash)
+		}
+	}
+	mayMount(v.rolled)
 	if profile == nil {
-		return c.reconcileWithoutProfile(ctx, session, observed, status)
+		return v
 	}
+	key := profileKey(profile.Namespace, profile.Name)
+	v.target = c.profileHashes.hash(profile)
+	v.policy, v.policyErr = c.rollouts.policyOf(profile)
+	v.latest = c.rollouts.latestPlan(key)
+	v.plan = c.rollouts.planOf(key, v.target, v.policy.String())
+	stored := c.rollouts.storedRollout(profile)
+	v.stored = memoryOf(stored, v.target)
+	switch pp := v.latest; {
+	case pp != nil && pp.hash == v.target && !pp.started.IsZero():
+		v.stored.Started = pp.started
+	case stored != nil && stored.Status.TargetHash == v.target && stored.Status.StartTime != nil:
+		v.stored.Started = stored.Status.StartTime.Time
+	}
+	if r, err := c.rolloutLister.ProfileRollouts(profile.Namespace).Get(profile.Name); err == nil {
+		v.haltRecorded = metav1.IsControlledBy(r, profile) && r.Status.HaltedHash == v.target
+	}
+	mayMount(v.target)
+	if deployment != nil {
+		mayMount(deployment.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation])
+	}
+	for _, pp := range []*profilePlan{v.latest, v.plan} {
+		if pp != nil {
+			mayMount(pp.plan.StableHash)
+		}
+	}
+	v.fanOutWait, v.fanOutHolds = c.fanOut.holdsBack(key)
+	if deployment != nil && v.inputsErr == nil && !slices.Equal(v.want, v.have) {
+		// A change of the session's Secrets or ConfigMaps: where it stands.
+		m := move{kind: inputMove, to: v.want.key(), profile: key}
+		v.inputChangeSeen = c.inputChanges.seenAt(v.key, m.to)
+		v.holdsProfilePlace = c.moves.holdsProfilePlace(v.key, key)
+		v.stalledInProfile = c.moves.stalledIn(key)
+		v.budget = c.moves.String()
+		limit := unlimited
+		if v.policyErr == nil && !v.policy.Unpaced() {
+			v.permitted = len(c.permittedSessionKeysOf(profile.Namespace, profile.Name))
+			limit = v.policy.MaxRollingOf(v.permitted)
+		}
+		v.inputMoveWouldFit = c.moves.wouldAdmit(v.key, m, limit)
+	}
+	return v
+}
 
-	target := c.profileHashes.hash(profile)
-	result.choice = c.chooseRevision(session, profile, observed)
-	result.planNeeded = result.choice.planNeeded
-	result.requeueAfter = result.choice.requeueAfter
-	if result.choice.hash == "" && observed == nil && c.mayRunUncached(session) {
-		// With nothing to mount, no create would find the Deployment the
-		// session ran before it left the cache (its label removed): look.
-		live, err := c.uncachedDeployment(ctx, session)
-		if err != nil {
-			return result, err
-		}
-		if live != nil && blocks(live, session) {
-			result.requeueAfter = c.blockedBy(session, live, status)
-			return result, nil
-		}
-		if live != nil {
-			observed = live
-			result.choice = c.chooseRevision(session, profile, observed)
-			result.planNeeded = result.planNeeded || result.choice.planNeeded
-			result.requeueAfter = uncachedRecheckInterval
-		}
+// actResult is what act did: the last decision and the view it was made
+// on, whether the Deployment was written, the status to write, and the
+// requeue and plan it asks for.
+type actResult struct {
+	decision     sessionDecision
+	view         *sessionView
+	wrote        bool
+	status       *sessionStatus
+	requeueAfter time.Duration
+	planNeeded   bool
+}
+
+// act carries out the session's decision. When the world answers what the
+// decision could not know, it reads the answer into the view and decides
+// again: a live read or a create that finds the Deployment, a ledger that
+// refuses the move. Each answer adds what the next decision needs, so a
+// sync decides at most a few times (a look, a create, two refusals).
+func (c *sessionController) act(ctx context.Context, v *sessionView) (actResult, error) {
+	var r actResult
+	if v.inputsErr == nil && slices.Equal(v.want, v.have) {
+		c.inputChanges.settled(v.key)
 	}
-	if result.choice.hash == "" {
-		// Nothing to mount yet: the profile sync is creating the revision,
-		// or planning the rollout, and either queues the session again.
-		status.nothingToMount(observed, result.choice)
-		return result, nil
-	}
-	if result.choice.hold {
-		status.profileResolved(result.choice.hash, target)
-		status.deployment(observed)
-		status.waiting(result.choice.reason, result.choice.message)
-		return result, nil
-	}
-	if observed == nil {
-		created, live, err := c.createDeployment(ctx, session, c.desiredDeployment(session, profile, result.choice.hash, nil))
-		switch {
-		case apierrors.IsInvalid(err):
-			status.deploymentInvalid(err)
-			return result, nil
-		case err != nil:
-			return result, err
-		case created != nil:
-			observed, result.wrote = created, true
-		case blocks(live, session):
-			result.requeueAfter = c.blockedBy(session, live, status)
-			return result, nil
-		default:
-			// Ours, hidden from the cache. What a live read shows, only the
-			// cache can follow: left unpatched (a conflict) it stays without
-			// the managed-by label, outside the cache; and one deleted before
-			// the cache received it may never be announced at all (a relist
-			// after both shows nothing). Until the cache holds it, no event
-			// is sure to come: look again.
-			observed = live
-			// The revision was chosen without it: choose again, as if the
-			// cache had shown it (its rollout turn, the fan-out delay).
-			result.choice = c.chooseRevision(session, profile, observed)
-			result.planNeeded = result.planNeeded || result.choice.planNeeded
-			result.requeueAfter = uncachedRecheckInterval
-			if result.choice.hash == "" {
-				status.nothingToMount(observed, result.choice)
-				return result, nil
+	for {
+		d := decideSession(v)
+		r.decision, r.view = d, v
+		r.requeueAfter, r.planNeeded = d.requeueAfter, r.planNeeded || d.planNeeded
+		current := v.deployment
+		var invalid error
+		switch d.action {
+		case actLookLive:
+			live, err := c.uncachedDeployment(ctx, v.session)
+			if err != nil {
+				return r, err
+			}
+			if live == nil {
+				v.looked = true
+				continue
+			}
+			v = c.view(v.session, v.profile, v.refusal, live)
+			v.live = true
+			continue
+		case actCreate:
+			created, live, err := c.createDeployment(ctx, v.session, d.desired)
+			switch {
+			case apierrors.IsInvalid(err):
+				invalid = err
+			case err != nil:
+				return r, err
+			case created != nil:
+				current, r.wrote = created, true
+				c.inputChanges.settled(v.key)
+				c.settleMove(v.key, v.session, created)
+			default:
+				// Ours or not, hidden from the cache: decide again on it. What
+				// a live read shows, only the cache can follow: left unpatched
+				// (a conflict) it stays without the managed-by label, outside
+				// the cache; and one deleted before the cache received it may
+				// never be announced at all. Until the cache holds it, no
+				// event is sure to come: the decision looks again.
+				v = c.view(v.session, v.profile, v.refusal, live)
+				v.live = true
+				continue
+			}
+		case actWrite:
+			if d.move != nil && !c.admitMove(v.key, *d.move, d.profileLimit) {
+				// No room in the ledger: decide again without the move.
+				v.refused[d.move.kind] = true
+				v.budget = c.moves.String()
+				inBudget, waiting := c.moves.counts()
+				klog.FromContext(ctx).V(4).Info("Move waits for the ledger of moves", "kind", d.move.kind, "moving", inBudget, "waiting", waiting)
+				continue
+			}
+			written, wrote, err := c.writeSession(ctx, v, d)
+			switch {
+			case apierrors.IsInvalid(err):
+				if v.profile != nil {
+					// Refused: no move is under way, and none holds a place.
+					c.wake(c.moves.release(v.key))
+				}
+				invalid = err
+			case err != nil:
+				return r, err
+			default:
+				current, r.wrote = written, wrote
+				c.settleMove(v.key, v.session, written)
 			}
 		}
+		r.status = sessionStatusOf(v, &d, current, invalid, c.progressDeadlineExceeded)
+		return r, nil
 	}
+}
 
-	key := cache.MetaObjectToName(session).String()
-	ref := refOfProfile(session.Namespace, profile)
-	rolled := rolledProfileHash(observed, ref)
-	moving := result.choice.hash == target && rolled != "" && rolled != target
-	if moving && !c.admitMove(key, move{kind: profileMove, to: target}, unlimited) {
-		// A move of a running session: the cluster-wide budget has no room.
-		// Its own spec is still applied, with the revision it runs.
-		moving = false
-		inBudget, waiting := c.moves.counts()
-		klog.FromContext(ctx).V(4).Info("Move waits for the cluster-wide budget", "moving", inBudget, "waiting", waiting)
-		result.choice = revisionChoice{hash: rolled, reason: gamesv1.ReasonWaitingForClusterBudget,
-			message: fmt.Sprintf(MessageWaitingForClusterBudget, RevisionName(ref, rolled),
-				RevisionName(ref, target), c.moves)}
+// writeSession writes the decision's Deployment, granted its move, after
+// noting what it decided of the session's inputs.
+func (c *sessionController) writeSession(ctx context.Context, v *sessionView, d sessionDecision) (*appsv1.Deployment, bool, error) {
+	in := d.inputs
+	if in.noteSeen {
+		c.inputChanges.seen(v.key, v.want.key(), v.now)
 	}
-	desired, hold := c.desiredWithInputs(session, profile, result.choice.hash, observed, true)
-	if (moving || c.startsInputMove(key, observed, desired)) && c.moves.perMinute > 0 {
+	if in.waitForPlace != "" {
+		c.moves.waitForPlace(v.key, in.waitForPlace)
+	}
+	if in.requestPlan != "" {
+		c.rollouts.requestPlanFor(in.requestPlan)
+	}
+	if in.hold != nil {
+		// Neither a condition nor an Event: a rotation of a Secret shared by
+		// thousands of sessions would write thousands of either.
+		klog.FromContext(ctx).V(2).Info("A change of the session's Secrets or ConfigMaps waits", "why", in.hold.reason)
+	}
+	desired := d.desired
+	profileMoves := d.move != nil && d.move.kind == profileMove
+	if (profileMoves || c.startsInputMove(v.key, v.deployment, desired)) && c.moves.perMinute > 0 {
 		// The write that starts a move records when, for a new leader's
 		// budget per minute (seedLedger).
 		desired.Annotations = map[string]string{gamesv1.MoveStartsAnnotation: c.moves.moveStarts(
-			observed.Annotations[gamesv1.MoveStartsAnnotation], c.clock.Now())}
+			v.deployment.Annotations[gamesv1.MoveStartsAnnotation], c.clock.Now())}
 	}
-	if hold != nil {
-		// Neither a condition nor an Event: a rotation of a Secret shared by
-		// thousands of sessions would write thousands of either.
-		klog.FromContext(ctx).V(2).Info("A change of the session's Secrets or ConfigMaps waits", "why", hold.reason)
-		if after := hold.requeueAfter; after > 0 && (result.requeueAfter == 0 || after < result.requeueAfter) {
-			result.requeueAfter = after
-		}
-	}
-	current, patched, err := c.writeDeployment(ctx, session, observed, desired)
-	switch {
-	case apierrors.IsInvalid(err):
-		// Refused: no move is under way, and none holds a place.
-		c.wake(c.moves.release(key))
-		status.leftAsIs(observed, target)
-		status.deploymentInvalid(err)
-		return result, nil
-	case err != nil:
-		return result, err
-	}
-	c.settleMove(key, session, current)
-	result.wrote = result.wrote || patched
-	status.profileResolved(result.choice.hash, target)
-	status.deployment(current)
-	if result.choice.hash == target {
-		status.upToDate(target)
-	} else {
-		status.waiting(result.choice.reason, result.choice.message)
-	}
-	return result, nil
+	return c.writeDeployment(ctx, v.session, v.deployment, desired)
 }
 
 // mayRunUncached reports whether a session whose Deployment the cache does
@@ -387,37 +430,6 @@ func (s *sessionStatus) nothingToMount(d *appsv1.Deployment, choice revisionChoi
 	s.replicas(d)
 }
 
-// reconcileWithoutProfile handles a session whose profile is missing. A
-// running game server is never torn down or changed for a missing profile:
-// its Deployment keeps the revision it runs. The session's own spec (a
-// scale, say) is still applied when that revision exists, since its pods can
-// then be recreated; otherwise the Deployment is left exactly as it is.
-func (c *sessionController) reconcileWithoutProfile(ctx context.Context, session *gamesv1.GameSession,
-	observed *appsv1.Deployment, status *sessionStatus) (reconcileResult, error) {
-	var result reconcileResult
-	rolled := ""
-	if observed != nil {
-		rolled = rolledProfileHash(observed, refOf(session))
-	}
-	if rolled == "" || !c.rollouts.revisionAvailable(session.Namespace, refOf(session), rolled) {
-		status.profileMissing(observed)
-		return result, nil
-	}
-	result.choice = revisionChoice{hash: rolled}
-	current, patched, err := c.writeDeployment(ctx, session, observed, c.desiredDeployment(session, nil, rolled, observed))
-	switch {
-	case apierrors.IsInvalid(err):
-		status.profileMissing(observed)
-		return result, nil
-	case err != nil:
-		return result, err
-	}
-	result.wrote = patched
-	status.deployment(current)
-	status.profileGone()
-	return result, nil
-}
-
 // blocks reports whether d, the Deployment of the session's name, is one the
 // session may not write: being deleted, or not controlled by the session.
 func blocks(d *appsv1.Deployment, session *gamesv1.GameSession) bool {
@@ -440,128 +452,6 @@ type revisionChoice struct {
 	// hold leaves the Deployment as it is for now, though its spec differs:
 	// the write waits for the revision to come.
 	hold bool
-}
-
-// chooseRevision returns the revision the session's Deployment is to mount:
-// the profile's current one, unless
-//   - its revision is not available yet, or cannot be created: the session
-//     keeps the revision it runs, or, with none, waits;
-//   - the profile's rollout has not given the session its turn (see turnOf);
-//   - the change waits out the fan-out delay (see heldBack).
-//
-// In each case a change of the session's own spec is still applied, with the
-// revision it keeps.
-func (c *sessionController) chooseRevision(session *gamesv1.GameSession, profile *corev1.ConfigMap, observed *appsv1.Deployment) revisionChoice {
-	target := c.profileHashes.hash(profile)
-	ref := refOfProfile(session.Namespace, profile)
-	rolled := ""
-	if observed != nil {
-		rolled = rolledProfileHash(observed, ref)
-	}
-	if rolled == target {
-		return revisionChoice{hash: target}
-	}
-	targetRevision := RevisionName(ref, target)
-	if !c.rollouts.revisionAvailable(session.Namespace, ref, target) {
-		if rolled == "" && observed != nil {
-			// Its profile volume was edited away from the revision its
-			// annotation names: put that one back meanwhile.
-			if hash := observed.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]; hash != "" &&
-				c.rollouts.revisionAvailable(session.Namespace, ref, hash) {
-				rolled = hash
-			}
-		}
-		choice := revisionChoice{hash: rolled, reason: gamesv1.ReasonRevisionPending, planNeeded: true,
-			message: fmt.Sprintf(MessageRevisionPending, targetRevision)}
-		if pp := c.rollouts.latestPlan(profileKey(profile.Namespace, profile.Name)); pp != nil && pp.hash == target {
-			if st, ok := pp.unavailableIn[session.Namespace]; ok {
-				choice.reason, choice.message = gamesv1.ReasonRevisionUnavailable, st.message
-				return choice
-			}
-		}
-		// A change of the session's own spec waits for the revision, which
-		// is on its way, when the session moves at once: one write takes
-		// both along, and the game servers restart once, not twice. The
-		// revision's arrival queues the session (profileFanOut.revisionCreated).
-		if policy, err := c.rollouts.policyOf(profile); err == nil && policy.Unpaced() && rolled != "" &&
-			deploymentNeedsUpdate(observed, c.desiredDeployment(session, profile, rolled, observed)) {
-			choice.hold = true
-		}
-		return choice
-	}
-	if choice, move := c.turnOf(session, profile, target, rolled, observed != nil); !move {
-		return choice
-	}
-	if rolled != "" {
-		if remaining, held := c.heldBack(session, profile, observed, rolled); held {
-			return revisionChoice{hash: rolled, reason: gamesv1.ReasonWaitingForTurn, requeueAfter: remaining,
-				message: fmt.Sprintf(MessageChangeDelayed, RevisionName(ref, rolled), targetRevision)}
-		}
-	}
-	return revisionChoice{hash: target}
-}
-
-// heldBack reports whether a session's move to its profile's new content
-// waits out the fan-out delay, and for how long. It does unless the
-// Deployment needs a write anyway (the session's spec changed): that write
-// takes the new profile along, so the game servers restart once, not twice.
-func (c *sessionController) heldBack(session *gamesv1.GameSession, profile *corev1.ConfigMap,
-	observed *appsv1.Deployment, rolled string) (time.Duration, bool) {
-	remaining, holding := c.fanOut.holdsBack(profileKey(profile.Namespace, profile.Name))
-	if !holding || deploymentNeedsUpdate(observed, c.desiredDeployment(session, profile, rolled, observed)) {
-		return 0, false
-	}
-	return remaining, true
-}
-
-// desiredDeployment is NewDeployment with the progress deadline of the
-// profile's rollout policy. Without the profile (nil), or with a policy that
-// does not parse, the controller cannot know the deadline: the session's own,
-// if it sets one, or else whatever the Deployment has, stays.
-//
-// Its pod template carries the labelled Secrets and ConfigMaps it is to run
-// with (inputsToRun): observed is the Deployment as the sync found it, nil if
-// none.
-func (c *sessionController) desiredDeployment(session *gamesv1.GameSession, profile *corev1.ConfigMap, hash string,
-	observed *appsv1.Deployment) *appsv1.Deployment {
-	d, _ := c.desiredWithInputs(session, profile, hash, observed, false)
-	return d
-}
-
-// desiredWithInputs is desiredDeployment, and why a change of the
-// session's referenced inputs waits (nil if none does). reserve takes the
-// place a paced change moves in: only for the write.
-func (c *sessionController) desiredWithInputs(session *gamesv1.GameSession, profile *corev1.ConfigMap, hash string,
-	observed *appsv1.Deployment, reserve bool) (*appsv1.Deployment, *inputHold) {
-	d := c.deploymentWithoutInputs(session, profile, hash)
-	sets, hold, err := c.inputsToRun(session, profile, observed, d, reserve)
-	if err != nil {
-		// A cache answers nothing but found or not; whatever else comes,
-		// the pods keep what they run.
-		sets, hold = c.observedInputs(observed), nil
-	}
-	c.withInputs(d, sets)
-	return d, hold
-}
-
-// deploymentWithoutInputs is the desired Deployment before its referenced
-// inputs.
-func (c *sessionController) deploymentWithoutInputs(session *gamesv1.GameSession, profile *corev1.ConfigMap, hash string) *appsv1.Deployment {
-	d := NewDeployment(session, hash)
-	if session.Spec.ProgressDeadlineSeconds != nil {
-		return d
-	}
-	d.Spec.ProgressDeadlineSeconds = ptr.To[int32](defaultProgressDeadlineSeconds)
-	if profile == nil {
-		d.Spec.ProgressDeadlineSeconds = nil
-		return d
-	}
-	policy, err := c.rollouts.policyOf(profile)
-	if err != nil {
-		d.Spec.ProgressDeadlineSeconds = nil
-		return d
-	}
-	return withProgressDeadline(d, session, policy.ProgressDeadlineSeconds)
 }
 
 // createDeployment creates the session's Deployment. If the name is taken by
@@ -658,20 +548,19 @@ func (c *sessionController) writeDeployment(ctx context.Context, session *gamesv
 	return written, wrote, nil
 }
 
-// blockedBy reports a Deployment of the session's name that the session cannot
-// use: one being deleted or left by an earlier session of that name, which the
-// garbage collector will remove by itself, or a foreign one, which only a user
-// can remove. The controller never modifies either. It returns when to look
-// again: no event may announce the end of either.
-func (c *sessionController) blockedBy(session *gamesv1.GameSession, d *appsv1.Deployment, status *sessionStatus) time.Duration {
+// blockedBy reports a Deployment of the session's name that the session
+// cannot use: one being deleted or left by an earlier session of that name,
+// which the garbage collector will remove by itself, or a foreign one, which
+// only a user can remove. The controller never modifies either
+// (blockedRecheck says when it looks again).
+func (s *sessionStatus) blockedBy(d *appsv1.Deployment) {
 	// d is not the session's: nothing of the session's runs.
-	status.noDeployment()
-	if d.DeletionTimestamp != nil || controlledByEarlierSession(d, session) {
-		status.notReady(gamesv1.ReasonDeploymentDeleting, fmt.Sprintf(MessageDeploymentDeleting, d.Name))
-		return deletionRecheckInterval
+	s.noDeployment()
+	if d.DeletionTimestamp != nil || controlledByEarlierSession(d, s.session) {
+		s.notReady(gamesv1.ReasonDeploymentDeleting, fmt.Sprintf(MessageDeploymentDeleting, d.Name))
+		return
 	}
-	status.notReady(gamesv1.ReasonDeploymentNotControlled, fmt.Sprintf(MessageNotControlled, d.Name))
-	return uncachedRecheckInterval
+	s.notReady(gamesv1.ReasonDeploymentNotControlled, fmt.Sprintf(MessageNotControlled, d.Name))
 }
 
 // controlledByEarlierSession reports whether d is controlled by a GameSession

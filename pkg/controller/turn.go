@@ -4,9 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/tools/cache"
-
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 	"github.com/example/gamesession-controller/pkg/rollout"
 )
@@ -28,29 +25,26 @@ import (
 // move while it is busy (deferral), nor outside the maintenance window: the
 // session's own labels and the clock are checked here, at the moment of the
 // write, and not only by the plan, which may be older than either.
-func (c *sessionController) turnOf(session *gamesv1.GameSession, profile *corev1.ConfigMap, target, rolled string,
-	hasDeployment bool) (revisionChoice, bool) {
-	policy, err := c.rollouts.policyOf(profile)
-	key := profileKey(profile.Namespace, profile.Name)
-	ref := refOfProfile(session.Namespace, profile)
-	now := c.clock.Now()
+func (v *sessionView) turnOf() (revisionChoice, bool) {
+	policy, target, rolled, ref := v.policy, v.target, v.rolled, v.ref
+	hasDeployment := v.deployment != nil
 	var pp *profilePlan
-	if err == nil && policy.Unpaced() {
+	if v.policyErr == nil && policy.Unpaced() {
 		// Even without a policy, a halt holds until the content changes:
 		// removing the brake's annotations must not move every session onto
 		// the content that failed. Otherwise unpaced sessions need no plan;
 		// without one (a restart), the ProfileRollout says whether halted.
-		pp = c.rollouts.latestPlan(key)
+		pp = v.latest
 		haltedPlan := pp != nil && pp.hash == target && pp.plan.Phase == rollout.PhaseHalted
-		haltedRecord := pp == nil && memoryOf(c.rollouts.storedRollout(profile), target).Halted
+		haltedRecord := pp == nil && v.stored.Halted
 		if !haltedPlan && !haltedRecord {
-			if choice, busy := c.deferred(session, profile, policy, target, rolled, hasDeployment, now); busy {
+			if choice, busy := v.deferred(); busy {
 				return choice, false
 			}
 			return revisionChoice{}, true
 		}
 	} else {
-		pp = c.rollouts.planOf(key, target, policy.String())
+		pp = v.plan
 	}
 	if pp == nil {
 		return revisionChoice{hash: rolled, reason: gamesv1.ReasonWaitingForTurn, planNeeded: true,
@@ -58,8 +52,7 @@ func (c *sessionController) turnOf(session *gamesv1.GameSession, profile *corev1
 	}
 	if !hasDeployment || rolled == "" {
 		stable := pp.plan.StableHash
-		if pp.plan.NewSessionsOnTarget() || stable == "" || stable == target ||
-			!c.rollouts.revisionAvailable(session.Namespace, ref, stable) {
+		if pp.plan.NewSessionsOnTarget() || stable == "" || stable == target || !v.available[stable] {
 			return revisionChoice{}, true
 		}
 		return waitingChoice(pp.plan, ref, stable, target, policy), false
@@ -67,6 +60,7 @@ func (c *sessionController) turnOf(session *gamesv1.GameSession, profile *corev1
 	if stopped(pp.plan) {
 		return waitingChoice(pp.plan, ref, rolled, target, policy), false
 	}
+	now := v.now
 	if policy.Window != nil && !policy.Window.Open(now) {
 		// The window closed since the plan: a new one says so to all.
 		choice := waitingChoice(rollout.Plan{Phase: rollout.PhaseWaiting, Resumes: policy.Window.NextOpen(now)},
@@ -74,10 +68,10 @@ func (c *sessionController) turnOf(session *gamesv1.GameSession, profile *corev1
 		choice.planNeeded = true
 		return choice, false
 	}
-	if choice, busy := c.deferred(session, profile, policy, target, rolled, hasDeployment, now); busy {
+	if choice, busy := v.deferred(); busy {
 		return choice, false
 	}
-	if pp.plan.Admits(memberName(profile.Namespace, cache.MetaObjectToName(session).String())) {
+	if pp.plan.Admits(memberName(v.profile.Namespace, v.key)) {
 		return revisionChoice{}, true
 	}
 	return waitingChoice(pp.plan, ref, rolled, target, policy), false
@@ -98,15 +92,14 @@ func stopped(plan rollout.Plan) bool {
 // started: rollout.Policy.Defers), and whether it waits. A session without a
 // Deployment running a revision of the profile has no match to protect from
 // this rollout.
-func (c *sessionController) deferred(session *gamesv1.GameSession, profile *corev1.ConfigMap, policy rollout.Policy,
-	target, rolled string, hasDeployment bool, now time.Time) (revisionChoice, bool) {
-	if !isBusy(session) || !hasDeployment || rolled == "" {
+func (v *sessionView) deferred() (revisionChoice, bool) {
+	rolled, now, policy := v.rolled, v.now, v.policy
+	if !isBusy(v.session) || v.deployment == nil || rolled == "" {
 		return revisionChoice{}, false
 	}
-	ref := refOfProfile(session.Namespace, profile)
-	running, targetRevision := RevisionName(ref, rolled), RevisionName(ref, target)
+	running, targetRevision := RevisionName(v.ref, rolled), RevisionName(v.ref, v.target)
 	choice := revisionChoice{hash: rolled, reason: gamesv1.ReasonSessionBusy}
-	started := c.rolloutStart(profile, target)
+	started := v.stored.Started
 	if started.IsZero() {
 		started = recordedStart(now) // the rollout begins: its plan records it
 	}
@@ -115,7 +108,7 @@ func (c *sessionController) deferred(session *gamesv1.GameSession, profile *core
 	case !waits:
 		return revisionChoice{}, false
 	case ends.IsZero():
-		choice.message = fmt.Sprintf(MessageSessionBusy, running, targetRevision, ref, "")
+		choice.message = fmt.Sprintf(MessageSessionBusy, running, targetRevision, v.ref, "")
 		return choice, true
 	}
 	choice.requeueAfter = ends.Sub(now)
@@ -125,26 +118,13 @@ func (c *sessionController) deferred(session *gamesv1.GameSession, profile *core
 		// start looks like a bug.
 		until = fmt.Sprintf(MessageBusyUntilInWindow, ends.UTC().Format(time.RFC3339), policy.MaxDefer, policy.Window)
 	}
-	choice.message = fmt.Sprintf(MessageSessionBusy, running, targetRevision, ref, until)
+	choice.message = fmt.Sprintf(MessageSessionBusy, running, targetRevision, v.ref, until)
 	return choice, true
 }
 
 // isBusy reports whether the session carries the busy label.
 func isBusy(session *gamesv1.GameSession) bool {
 	return session.Labels[gamesv1.BusyLabel] == gamesv1.BusyLabelValue
-}
-
-// rolloutStart returns when the rollout of profile towards target began, as
-// the latest plan or the ProfileRollout records it; the zero time if
-// neither knows of it yet.
-func (c *sessionController) rolloutStart(profile *corev1.ConfigMap, target string) time.Time {
-	if pp := c.rollouts.latestPlan(profileKey(profile.Namespace, profile.Name)); pp != nil && pp.hash == target && !pp.started.IsZero() {
-		return pp.started
-	}
-	if stored := c.rollouts.storedRollout(profile); stored != nil && stored.Status.TargetHash == target && stored.Status.StartTime != nil {
-		return stored.Status.StartTime.Time
-	}
-	return time.Time{}
 }
 
 // waitingChoice is the choice of a session that runs hash while the rollout
@@ -169,11 +149,4 @@ func waitingChoice(plan rollout.Plan, profile, hash, target string, policy rollo
 		choice.reason, choice.message = gamesv1.ReasonWaitingForTurn, fmt.Sprintf(MessageWaitingForTurn, running, profile, targetRevision)
 	}
 	return choice
-}
-
-// rolloutInProgress reports whether the profile's latest plan has not
-// settled: its sessions' syncs then ask for new plans.
-func (c *sessionController) rolloutInProgress(profile *corev1.ConfigMap) bool {
-	pp := c.rollouts.latestPlan(profileKey(profile.Namespace, profile.Name))
-	return pp == nil || pp.hash != c.profileHashes.hash(profile) || !pp.plan.Settled
 }
