@@ -62,6 +62,27 @@ func newCaches(informers Informers, opts Options, logger klog.Logger) *caches {
 	return c
 }
 
+// synced are the HasSynced of every informer given.
+func (i Informers) synced() []cache.InformerSynced {
+	synced := []cache.InformerSynced{
+		i.Sessions.Informer().HasSynced,
+		i.Rollouts.Informer().HasSynced,
+		i.Profiles.Informer().HasSynced,
+		i.Revisions.Informer().HasSynced,
+		i.Deployments.Informer().HasSynced,
+		i.ReplicaSets.Informer().HasSynced,
+	}
+	for _, t := range i.trackedInputs() {
+		if t.informer != nil {
+			synced = append(synced, t.informer.HasSynced)
+		}
+	}
+	if i.Grants != nil {
+		synced = append(synced, i.Grants.HasSynced)
+	}
+	return synced
+}
+
 // sessionKeysOf returns the keys of the GameSessions that reference the
 // profile ("namespace/name"), and no other. It reads only the index: the keys
 // are what the queue needs, so no object is even fetched.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,7 +18,6 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -159,7 +159,8 @@ type Controller struct {
 	kubeClient       kubernetes.Interface // for the Event sink
 	eventBroadcaster record.EventBroadcaster
 	cachesSynced     []cache.InformerSynced
-	logger           klog.Logger
+	// workersRunning counts live session workers, for the health check.
+	workersRunning atomic.Int32
 }
 
 // NewController returns a Controller fed by the given informers (see
@@ -189,49 +190,13 @@ func NewController(
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Name})
 	caches := newCaches(informers, opts, logger)
 	state := newState(opts)
-	queue, lanes := newSessionQueue(Name, opts.Clock)
-	sessions := &sessionController{
-		caches:           caches,
-		kubeClient:       kubeClient,
-		putStatus:        newPutSessionStatus(gameClient),
-		recorder:         recorder,
-		metrics:          opts.Metrics,
-		clock:            opts.Clock,
-		logger:           logger,
-		patchDeployments: opts.PatchDeployments,
-		queue:            queue,
-		lanes:            lanes,
-		expectations:     state.expectations,
-		revisions:        state.revisions,
-		moves:            state.moves,
-		inputChanges:     state.inputChanges,
-	}
-	profiles := &profileController{
-		caches:     caches,
-		kubeClient: kubeClient,
-		gameClient: gameClient,
-		recorder:   recorder,
-		metrics:    opts.Metrics,
-		clock:      opts.Clock,
-		logger:     logger,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name + "-profiles", Clock: opts.Clock},
-		),
-		rolloutDefaults:      *opts.RolloutDefaults,
-		revisionHistoryLimit: opts.RevisionHistoryLimit,
-		plans:                state.plans,
-		revisions:            state.revisions,
-		moves:                state.moves,
-		sessions:             sessions,
-	}
-	sessions.rollouts = profiles
+	sessions := newSessionController(caches, state, kubeClient, gameClient, recorder, opts)
+	profiles := newProfileController(caches, state, kubeClient, gameClient, recorder, opts)
+	sessions.rollouts, profiles.sessions = profiles, sessions
 	// The fan-out reads the session queue at call time, so tests may swap it.
 	state.fanOut = newProfileFanOut(opts.Clock, opts.ProfileChangeDelay, caches.sessionKeysOf,
 		func(key string, delay time.Duration) { sessions.queue.AddAfter(key, delay) })
 	sessions.fanOut, profiles.fanOut = state.fanOut, state.fanOut
-	sessions.syncHandler = sessions.syncGameSession
-	sessions.enqueueSession = sessions.enqueue
 
 	c := &Controller{
 		sessions:         sessions,
@@ -240,26 +205,18 @@ func NewController(
 		state:            state,
 		kubeClient:       kubeClient,
 		eventBroadcaster: broadcaster,
-		logger:           logger,
-		cachesSynced: []cache.InformerSynced{
-			informers.Sessions.Informer().HasSynced,
-			informers.Rollouts.Informer().HasSynced,
-			informers.Profiles.Informer().HasSynced,
-			informers.Revisions.Informer().HasSynced,
-			informers.Deployments.Informer().HasSynced,
-			informers.ReplicaSets.Informer().HasSynced,
-		},
+		cachesSynced:     informers.synced(),
 	}
-	tracked := informers.trackedInputs()
-	for _, t := range tracked {
-		if t.informer != nil {
-			c.cachesSynced = append(c.cachesSynced, t.informer.HasSynced)
-		}
+	logger.Info("Setting up event handlers")
+	if err := c.register(informers); err != nil {
+		return nil, err
 	}
-	if informers.Grants != nil {
-		c.cachesSynced = append(c.cachesSynced, informers.Grants.HasSynced)
-	}
+	return c, nil
+}
 
+// register adds the controllers' indexes and event handlers to the
+// informers.
+func (c *Controller) register(informers Informers) error {
 	// The indexes must exist before the informers run: events can arrive as
 	// soon as they start, and a lookup on a missing index would lose them.
 	type index struct {
@@ -276,7 +233,6 @@ func NewController(
 		{informers.ReplicaSets.Informer(), scaledDownIndex, scaledDownIndexFunc},
 		{informers.ReplicaSets.Informer(), replicaSetsOfIndex, replicaSetsOfIndexFunc},
 	}
-	logger.Info("Setting up event handlers")
 	h := c.eventHandlers()
 	type registration struct {
 		informer cache.SharedIndexInformer
@@ -293,23 +249,24 @@ func NewController(
 	if informers.Grants != nil {
 		registrations = append(registrations, registration{informers.Grants, h.grants})
 	}
-	for i, in := range caches.inputs {
-		if informer := tracked[i].informer; informer != nil {
+	for i, t := range informers.trackedInputs() {
+		if informer := t.informer; informer != nil {
+			in := c.caches.inputs[i]
 			indexes = append(indexes, index{informers.Sessions.Informer(), in.index, in.indexFunc})
 			registrations = append(registrations, registration{informer, h.inputs[i]})
 		}
 	}
 	for _, ix := range indexes {
 		if err := ix.informer.AddIndexers(cache.Indexers{ix.name: ix.index}); err != nil {
-			return nil, fmt.Errorf("adding the %s index: %w", ix.name, err)
+			return fmt.Errorf("adding the %s index: %w", ix.name, err)
 		}
 	}
 	for _, reg := range registrations {
 		if _, err := reg.informer.AddEventHandler(reg.handlers); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return c, nil
+	return nil
 }
 
 // eventHandlers are the controller's informer event handlers, one set per
@@ -329,18 +286,18 @@ func (c *Controller) eventHandlers() eventHandlers {
 	s, p := c.sessions, c.profiles
 	h := eventHandlers{
 		sessions: cache.ResourceEventHandlerFuncs{
-			AddFunc: func(obj interface{}) { s.enqueueSession(obj) },
+			AddFunc: s.enqueue,
 			// Resyncs land here too (same object twice); a resync is the
 			// safety net that re-checks every session, so it is not filtered.
 			UpdateFunc: func(oldObj, newObj interface{}) {
-				s.enqueueSession(newObj)
+				s.enqueue(newObj)
 				p.replanProfileOf(oldObj, newObj)
 			},
 			// Nothing to clean up (the garbage collector removes the
 			// Deployment), but the sync of a deleted key ends any
 			// per-session state.
 			DeleteFunc: func(obj interface{}) {
-				s.enqueueSession(obj)
+				s.enqueue(obj)
 				p.replanProfileOf(obj, nil)
 			},
 		},
@@ -418,8 +375,8 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	sessions := c.sessions.worker()
 	for range workers {
 		wg.Go(func() {
-			c.sessions.workersRunning.Add(1)
-			defer c.sessions.workersRunning.Add(-1)
+			c.workersRunning.Add(1)
+			defer c.workersRunning.Add(-1)
 			wait.UntilWithContext(ctx, sessions.run, time.Second)
 		})
 	}
@@ -436,7 +393,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 // WorkersRunning is the number of session workers currently running, for
 // health checks.
 func (c *Controller) WorkersRunning() int {
-	return int(c.sessions.workersRunning.Load())
+	return int(c.workersRunning.Load())
 }
 
 // HasSynced reports whether every informer the controller reads has synced.

@@ -1031,7 +1031,7 @@ func TestSessionTombstoneIsEnqueued(t *testing.T) {
 	session := newSession(testNamespace, "arena-1", "classic")
 	f := newFixture(ctx, t)
 
-	f.c.sessions.enqueueSession(cache.DeletedFinalStateUnknown{Key: sessionKey(session), Obj: session})
+	f.c.sessions.enqueue(cache.DeletedFinalStateUnknown{Key: sessionKey(session), Obj: session})
 	expectQueue(t, f.c, sessionKey(session))
 
 	// The deleted session's sync finds nothing to do: the garbage collector

@@ -63,10 +63,10 @@ type sessionView struct {
 	// exists and is not being deleted: target's, the Deployment's, the
 	// plan's stable one.
 	available map[string]bool
-	// fanOutWait is how long the profile-change delay still holds the
-	// change back, fanOutHolds whether it does.
-	fanOutWait  time.Duration
-	fanOutHolds bool
+	// changeDelay is how long the profile-change delay still holds the
+	// change back, changeDelayed whether it does.
+	changeDelay   time.Duration
+	changeDelayed bool
 
 	// deployment is the session's Deployment as the cache or a live read
 	// (live) shows it; nil for none.
@@ -96,7 +96,7 @@ type sessionView struct {
 	// The session in the ledger of moves: whether it holds a place of its
 	// profile, how many of the profile's input moves failed, whether an
 	// input move to want would be granted now, the budget as text.
-	holdsProfilePlace bool
+	hasProfilePlace   bool
 	stalledInProfile  int
 	inputMoveWouldFit bool
 	budget            string
@@ -187,7 +187,7 @@ func decideSession(v *sessionView) sessionDecision {
 		// or planning the rollout, and either queues the session again.
 		d.action, d.why = actLeave, leaveNothingToMount
 		return d
-	case d.choice.hold:
+	case d.choice.waitForRevision:
 		d.action, d.why = actLeave, leaveForRevision
 		return d
 	case observed == nil:
@@ -212,8 +212,8 @@ func decideSession(v *sessionView) sessionDecision {
 	if d.move == nil && d.inputs.move != nil {
 		d.move, d.profileLimit = d.inputs.move, d.inputs.profileLimit
 	}
-	if hold := d.inputs.hold; hold != nil && hold.requeueAfter > 0 && (d.requeueAfter == 0 || hold.requeueAfter < d.requeueAfter) {
-		d.requeueAfter = hold.requeueAfter
+	if wait := d.inputs.wait; wait != nil && wait.requeueAfter > 0 && (d.requeueAfter == 0 || wait.requeueAfter < d.requeueAfter) {
+		d.requeueAfter = wait.requeueAfter
 	}
 	return d
 }
@@ -280,7 +280,7 @@ func (v *sessionView) chooseRevision(base *appsv1.Deployment) revisionChoice {
 		// both along, and the game servers restart once, not twice. The
 		// revision's arrival queues the session (profileFanOut.revisionCreated).
 		if v.policyErr == nil && v.policy.Unpaced() && rolled != "" && v.needsWriteAt(base, rolled) {
-			choice.hold = true
+			choice.waitForRevision = true
 		}
 		return choice
 	}
@@ -290,8 +290,8 @@ func (v *sessionView) chooseRevision(base *appsv1.Deployment) revisionChoice {
 	// The fan-out delay holds the move back, unless the Deployment needs a
 	// write anyway (the session's spec changed): that write takes the new
 	// profile along, so the game servers restart once, not twice.
-	if rolled != "" && v.fanOutHolds && !v.needsWriteAt(base, rolled) {
-		return revisionChoice{hash: rolled, reason: gamesv1.ReasonWaitingForTurn, requeueAfter: v.fanOutWait,
+	if rolled != "" && v.changeDelayed && !v.needsWriteAt(base, rolled) {
+		return revisionChoice{hash: rolled, reason: gamesv1.ReasonWaitingForTurn, requeueAfter: v.changeDelay,
 			message: fmt.Sprintf(MessageChangeDelayed, RevisionName(v.ref, rolled), targetRevision)}
 	}
 	return revisionChoice{hash: target}

@@ -38,8 +38,8 @@ type profileFanOut struct {
 	enqueueAfter func(sessionKey string, delay time.Duration)
 
 	mu sync.Mutex
-	// holding maps a profile ("namespace/name") to the end of its delay.
-	holding map[string]time.Time
+	// delaying maps a profile ("namespace/name") to the end of its delay.
+	delaying map[string]time.Time
 	// rolling holds the sessions queued by a fan-out that have not synced since.
 	rolling map[string]struct{}
 }
@@ -51,7 +51,7 @@ func newProfileFanOut(clk clock.PassiveClock, delay time.Duration,
 		delay:        delay,
 		sessionsOf:   sessionsOf,
 		enqueueAfter: enqueueAfter,
-		holding:      make(map[string]time.Time),
+		delaying:     make(map[string]time.Time),
 		rolling:      make(map[string]struct{}),
 	}
 }
@@ -77,10 +77,10 @@ func (f *profileFanOut) profileChanged(profileKey string, revisionReady bool) (s
 	defer f.mu.Unlock()
 	now := f.clock.Now()
 	delay, started := f.delay, true
-	if f.holdingLocked(profileKey, now) {
-		delay, started = f.holding[profileKey].Sub(now), false
+	if f.delayingLocked(profileKey, now) {
+		delay, started = f.delaying[profileKey].Sub(now), false
 	} else if f.delay > 0 {
-		f.holding[profileKey] = now.Add(f.delay)
+		f.delaying[profileKey] = now.Add(f.delay)
 	}
 	if !revisionReady {
 		return len(f.sessionsOf(profileKey)), started
@@ -95,8 +95,8 @@ func (f *profileFanOut) revisionCreated(profileKey string) {
 	defer f.mu.Unlock()
 	now := f.clock.Now()
 	var delay time.Duration
-	if f.holdingLocked(profileKey, now) {
-		delay = f.holding[profileKey].Sub(now)
+	if f.delayingLocked(profileKey, now) {
+		delay = f.delaying[profileKey].Sub(now)
 	}
 	f.queueLocked(profileKey, delay)
 }
@@ -113,25 +113,25 @@ func (f *profileFanOut) queueLocked(profileKey string, delay time.Duration) int 
 	return len(keys)
 }
 
-// holdsBack reports whether a change of the profile is waiting out its delay.
+// delays reports whether a change of the profile is waiting out its delay.
 // Until it is over, a session of the profile that syncs for another reason (a
 // Deployment status change, a resync) must not roll the new data ahead of the
 // fan-out, or a burst of edits would roll every busy session once per edit.
 // It returns how long the delay has still to run.
-func (f *profileFanOut) holdsBack(profileKey string) (time.Duration, bool) {
+func (f *profileFanOut) delays(profileKey string) (time.Duration, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := f.clock.Now()
-	if !f.holdingLocked(profileKey, now) {
+	if !f.delayingLocked(profileKey, now) {
 		return 0, false
 	}
-	return f.holding[profileKey].Sub(now), true
+	return f.delaying[profileKey].Sub(now), true
 }
 
-func (f *profileFanOut) holdingLocked(profileKey string, now time.Time) bool {
-	until, ok := f.holding[profileKey]
+func (f *profileFanOut) delayingLocked(profileKey string, now time.Time) bool {
+	until, ok := f.delaying[profileKey]
 	if ok && !now.Before(until) {
-		delete(f.holding, profileKey)
+		delete(f.delaying, profileKey)
 		ok = false
 	}
 	return ok
@@ -153,5 +153,5 @@ func (f *profileFanOut) takeRolling(sessionKey string) bool {
 func (f *profileFanOut) forgetProfile(profileKey string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	delete(f.holding, profileKey)
+	delete(f.delaying, profileKey)
 }

@@ -194,7 +194,7 @@ func (c *Controller) EnableGrants(ctx context.Context, informer cache.SharedInde
 			c.sessions.enqueueKey(key)
 		}
 	}
-	c.logger.Info("Reading ReferenceGrants: GameSessions may now use profiles of other namespaces by grant")
+	c.caches.logger.Info("Reading ReferenceGrants: GameSessions may now use profiles of other namespaces by grant")
 	return true, nil
 }
 

@@ -259,8 +259,8 @@ func (c *caches) wantedInputs(session *gamesv1.GameSession, have inputSets) (inp
 	return sets, nil
 }
 
-// inputHold is why a session keeps the inputs it runs with for now.
-type inputHold struct {
+// inputWait is why a session keeps the inputs it runs with for now.
+type inputWait struct {
 	reason       string
 	requeueAfter time.Duration
 }
@@ -270,7 +270,7 @@ type inputHold struct {
 type inputDecision struct {
 	sets inputSets
 	// hold says why a change waits; nil if none does.
-	hold *inputHold
+	wait *inputWait
 	// move is the input move the write makes, which the ledger must grant
 	// first, with the profile's limit on it; nil for none.
 	move         *move
@@ -328,7 +328,7 @@ func (v *sessionView) inputsToRun(desired *appsv1.Deployment, ask bool) inputDec
 		return inputDecision{sets: want}
 	}
 	keep := func(reason string, requeueAfter time.Duration) inputDecision {
-		return inputDecision{sets: have, hold: &inputHold{reason: reason, requeueAfter: requeueAfter}}
+		return inputDecision{sets: have, wait: &inputWait{reason: reason, requeueAfter: requeueAfter}}
 	}
 	for i, in := range v.inputs {
 		referenced := in.read(v.session.Spec.Template)
@@ -373,7 +373,7 @@ func (v *sessionView) inputsToRun(desired *appsv1.Deployment, ask bool) inputDec
 		if waits, ends := policy.Defers(seen, now); waits {
 			d := keep("the session is busy", 0)
 			if !ends.IsZero() {
-				d.hold.requeueAfter = ends.Sub(now)
+				d.wait.requeueAfter = ends.Sub(now)
 			}
 			d.noteSeen = true
 			return d
@@ -391,7 +391,7 @@ func (v *sessionView) inputsToRun(desired *appsv1.Deployment, ask bool) inputDec
 		limit = policy.MaxRollingOf(v.permitted)
 		maxFailed, brake = policy.MaxFailedOf(v.permitted)
 	}
-	if brake && v.stalledInProfile > maxFailed && !v.holdsProfilePlace && !v.deadlineExceeded {
+	if brake && v.stalledInProfile > maxFailed && !v.hasProfilePlace && !v.deadlineExceeded {
 		// The brake, as for a profile's rollout: more of the profile's input
 		// moves failed than max-failed allows (a percentage of the sessions
 		// that may use it); only those that failed move again, to new data
@@ -413,7 +413,7 @@ func (v *sessionView) inputsToRun(desired *appsv1.Deployment, ask bool) inputDec
 	}
 	d := keep(fmt.Sprintf("no place among the moves: the cluster-wide budget (%s) or the max-rolling of profile %s (%d) is full", v.budget, profileKey, limit), 0)
 	if limit == unlimited {
-		d.hold.reason = fmt.Sprintf("the cluster-wide budget (%s) is full", v.budget)
+		d.wait.reason = fmt.Sprintf("the cluster-wide budget (%s) is full", v.budget)
 	}
 	d.noteSeen = true
 	if ask && limit != unlimited {

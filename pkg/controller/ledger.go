@@ -115,9 +115,9 @@ type move struct {
 	stalled bool
 }
 
-// holdsProfilePlace reports whether the move takes one of its profile's
+// hasProfilePlace reports whether the move takes one of its profile's
 // max-rolling places.
-func (m move) holdsProfilePlace() bool {
+func (m move) hasProfilePlace() bool {
 	return m.profile != "" && (m.kind == inputMove || m.kind == seededMove)
 }
 
@@ -166,7 +166,7 @@ func (l *moveLedger) admit(key string, m move, profileLimit int) (bool, ledgerWa
 		return true, l.wakeLocked(now)
 	}
 	if m.kind == inputMove {
-		holds := moving && previous.holdsProfilePlace() && previous.profile == m.profile
+		holds := moving && previous.hasProfilePlace() && previous.profile == m.profile
 		if !holds && l.profileMoving[m.profile] >= profileLimit {
 			if !slices.Contains(l.profileWaiting[m.profile], key) {
 				l.profileWaiting[m.profile] = append(l.profileWaiting[m.profile], key)
@@ -220,7 +220,7 @@ func (l *moveLedger) wouldAdmit(key string, m move, profileLimit int) bool {
 	if moving && previous.kind == m.kind && previous.to == m.to && !previous.stalled {
 		return true
 	}
-	if !(moving && previous.holdsProfilePlace() && previous.profile == m.profile) && l.profileMoving[m.profile] >= profileLimit {
+	if !(moving && previous.hasProfilePlace() && previous.profile == m.profile) && l.profileMoving[m.profile] >= profileLimit {
 		return false
 	}
 	if !l.limited() {
@@ -242,7 +242,7 @@ func (l *moveLedger) putLocked(key string, m move) {
 	} else {
 		l.profileStalled[m.profile]++
 	}
-	if m.holdsProfilePlace() {
+	if m.hasProfilePlace() {
 		l.profileMoving[m.profile]++
 	}
 }
@@ -260,7 +260,7 @@ func (l *moveLedger) dropLocked(key string) ledgerWake {
 	} else if l.profileStalled[m.profile]--; l.profileStalled[m.profile] <= 0 {
 		delete(l.profileStalled, m.profile)
 	}
-	if !m.holdsProfilePlace() {
+	if !m.hasProfilePlace() {
 		return ledgerWake{}
 	}
 	if l.profileMoving[m.profile]--; l.profileMoving[m.profile] <= 0 {
@@ -372,13 +372,13 @@ func (l *moveLedger) stalledIn(profile string) int {
 	return l.profileStalled[profile]
 }
 
-// holdsProfilePlace reports whether the session holds one of the profile's
+// hasProfilePlace reports whether the session holds one of the profile's
 // places.
-func (l *moveLedger) holdsProfilePlace(key, profile string) bool {
+func (l *moveLedger) hasProfilePlace(key, profile string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	m, ok := l.moves[key]
-	return ok && m.holdsProfilePlace() && m.profile == profile
+	return ok && m.hasProfilePlace() && m.profile == profile
 }
 
 // counts returns how many sessions hold a cluster place and how many wait
@@ -621,7 +621,7 @@ func (c *sessionController) startsInputMove(key string, observed, desired *appsv
 func (c *sessionController) endMove(key string, m move) {
 	c.logger.V(4).Info("Move ends", "gameSession", key, "kind", m.kind, "to", m.to)
 	c.wake(c.moves.release(key))
-	if m.holdsProfilePlace() {
+	if m.hasProfilePlace() {
 		c.rollouts.requestPlanFor(m.profile)
 	}
 }

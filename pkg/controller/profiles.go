@@ -7,7 +7,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
@@ -28,7 +27,6 @@ type profileController struct {
 	recorder   record.EventRecorder
 	metrics    *metrics.ControllerMetrics
 	clock      clock.PassiveClock
-	logger     klog.Logger
 
 	// queue holds profile keys ("namespace/name").
 	queue workqueue.TypedRateLimitingInterface[string]
@@ -43,6 +41,27 @@ type profileController struct {
 	revisions *revisionExpectations
 	moves     *moveLedger
 	fanOut    *profileFanOut
+}
+
+func newProfileController(caches *caches, state *state, kubeClient kubernetes.Interface, gameClient clientset.Interface,
+	recorder record.EventRecorder, opts Options) *profileController {
+	return &profileController{
+		caches:     caches,
+		kubeClient: kubeClient,
+		gameClient: gameClient,
+		recorder:   recorder,
+		metrics:    opts.Metrics,
+		clock:      opts.Clock,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name + "-profiles", Clock: opts.Clock},
+		),
+		rolloutDefaults:      *opts.RolloutDefaults,
+		revisionHistoryLimit: opts.RevisionHistoryLimit,
+		plans:                state.plans,
+		revisions:            state.revisions,
+		moves:                state.moves,
+	}
 }
 
 // rolloutView is the profile controller as the session controller sees it:

@@ -481,20 +481,20 @@ func (m pendingMount) shownBy(d *appsv1.Deployment) bool {
 // detached), and keeps byRevision.
 func (e *revisionExpectations) setMounts(writes map[string][]pendingMount, key string, pending []pendingMount) {
 	for _, m := range writes[key] {
-		hold := e.byRevision[m.revision]
-		if hold.writes--; hold.writes <= 0 {
+		mounts := e.byRevision[m.revision]
+		if mounts.writes--; mounts.writes <= 0 {
 			delete(e.byRevision, m.revision)
 			continue
 		}
-		e.byRevision[m.revision] = hold
+		e.byRevision[m.revision] = mounts
 	}
 	for _, m := range pending {
-		hold := e.byRevision[m.revision]
-		hold.writes++
-		if m.at.After(hold.latest) {
-			hold.latest = m.at
+		mounts := e.byRevision[m.revision]
+		mounts.writes++
+		if m.at.After(mounts.latest) {
+			mounts.latest = m.at
 		}
-		e.byRevision[m.revision] = hold
+		e.byRevision[m.revision] = mounts
 	}
 	if len(pending) == 0 {
 		delete(writes, key)
@@ -516,11 +516,11 @@ func (e *revisionExpectations) mountPending(namespace, name string) (until time.
 	if now.Sub(e.pruned) >= expectationTimeout/10 {
 		e.pruneLocked(now)
 	}
-	hold, ok := e.byRevision[namespace+"/"+name]
+	mounts, ok := e.byRevision[namespace+"/"+name]
 	if !ok {
 		return time.Time{}, false
 	}
-	if until = hold.latest.Add(expectationTimeout); now.Before(until) {
+	if until = mounts.latest.Add(expectationTimeout); now.Before(until) {
 		return until, true
 	}
 	// The latest write that holds it has expired, and so has every other.
@@ -972,7 +972,7 @@ func (c *profileController) revisionsOutOfSight(profileKey string) map[string]bo
 // revisionInUse reports whether a pod of a managed Deployment may mount the
 // revision: see above. An index error counts as in use. pendingUntil is set
 // when nothing but Deployment writes the cache does not show yet hold it:
-// when they stop holding it, unless shown before.
+// when they stop delaying it, unless shown before.
 func (c *profileController) revisionInUse(r *corev1.ConfigMap) (inUse bool, pendingUntil time.Time) {
 	key := r.Namespace + "/" + r.Name
 	for _, indexer := range []cache.Indexer{c.deploymentIndexer, c.replicaSetIndexer} {

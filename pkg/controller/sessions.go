@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"sync/atomic"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -11,9 +10,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	clientset "github.com/example/gamesession-controller/pkg/generated/clientset/versioned"
 	"github.com/example/gamesession-controller/pkg/metrics"
 )
 
@@ -29,7 +28,6 @@ type sessionController struct {
 	recorder   record.EventRecorder
 	metrics    *metrics.ControllerMetrics
 	clock      clock.PassiveClock
-	logger     klog.Logger
 	// patchDeployments is Options.PatchDeployments.
 	patchDeployments bool
 
@@ -48,11 +46,30 @@ type sessionController struct {
 	fanOut       *profileFanOut
 	inputChanges *inputChanges
 
-	// workersRunning counts live session workers, for the health check.
-	workersRunning atomic.Int32
-	// syncHandler and enqueueSession are fields so tests can replace them.
-	syncHandler    func(ctx context.Context, key string) error
-	enqueueSession func(obj interface{})
+	// syncHandler is syncGameSession; a field, so tests can replace it.
+	syncHandler func(ctx context.Context, key string) error
+}
+
+func newSessionController(caches *caches, state *state, kubeClient kubernetes.Interface, gameClient clientset.Interface,
+	recorder record.EventRecorder, opts Options) *sessionController {
+	queue, lanes := newSessionQueue(Name, opts.Clock)
+	c := &sessionController{
+		caches:           caches,
+		kubeClient:       kubeClient,
+		putStatus:        newPutSessionStatus(gameClient),
+		recorder:         recorder,
+		metrics:          opts.Metrics,
+		clock:            opts.Clock,
+		patchDeployments: opts.PatchDeployments,
+		queue:            queue,
+		lanes:            lanes,
+		expectations:     state.expectations,
+		revisions:        state.revisions,
+		moves:            state.moves,
+		inputChanges:     state.inputChanges,
+	}
+	c.syncHandler = c.syncGameSession
+	return c
 }
 
 // sessionQueue is the session controller as the profile controller sees

@@ -59,15 +59,8 @@ func (c *sessionController) syncGameSession(ctx context.Context, key string) err
 
 	session, err := c.sessionLister.GameSessions(namespace).Get(name)
 	if apierrors.IsNotFound(err) {
-		// No finalizer: the garbage collector deletes the Deployment through
-		// its ownerReference, and deleting a session never waits on us.
 		logger.V(4).Info("GameSession deleted")
-		c.expectations.forget(key)
-		c.inputChanges.settled(key)
-		c.wake(c.moves.forget(key))
-		// Its Deployment may run on (orphan propagation): the writes of it
-		// the cache does not show yet keep their revisions until it does.
-		c.revisions.forgetSession(key)
+		c.forgetSession(key)
 		return nil
 	}
 	if err != nil {
@@ -82,15 +75,9 @@ func (c *sessionController) syncGameSession(ctx context.Context, key string) err
 	}
 	logger.V(4).Info("Syncing GameSession", "resourceVersion", session.ResourceVersion)
 
-	profile, deployment, err := c.readInputs(session)
+	profile, refusal, deployment, err := c.readInputs(session)
 	if err != nil {
 		return err
-	}
-	refusal := ""
-	if permitted, message := c.referencePermitted(session); !permitted {
-		// Another namespace's profile, not granted: as good as missing.
-		// The Deployment keeps the revision it runs.
-		profile, refusal = nil, message
 	}
 	if !c.expectations.satisfied(key, deployment) {
 		// The cache has not caught up with our last write to the Deployment.
@@ -118,18 +105,37 @@ func (c *sessionController) syncGameSession(ctx context.Context, key string) err
 	if err != nil {
 		return err
 	}
-	status := done.status
-	if (rolling && done.wrote) || (from == firstLane && c.lanes.firstLaneWaiting() && status.changed()) {
-		// A fan-out's first pass, or a status write while Deployment work
-		// waits: the status goes to the status lane, behind the other
-		// sessions' Deployments (see sessionLanes). It changes, so a plan
-		// counts the session again, as below.
+	// A fan-out's first pass, or a status write while Deployment work waits:
+	// the status goes to the status lane, behind the other sessions'
+	// Deployments (see sessionLanes).
+	deferStatus := rolling && done.wrote || from == firstLane && c.lanes.firstLaneWaiting() && done.status.changed()
+	return c.report(ctx, done, deferStatus)
+}
+
+// forgetSession ends what the controller keeps of a deleted session. No
+// finalizer: the garbage collector deletes the Deployment through its
+// ownerReference, and deleting a session never waits on us.
+func (c *sessionController) forgetSession(key string) {
+	c.expectations.forget(key)
+	c.inputChanges.settled(key)
+	c.wake(c.moves.forget(key))
+	// Its Deployment may run on (orphan propagation): the writes of it the
+	// cache does not show yet keep their revisions until it does.
+	c.revisions.forgetSession(key)
+}
+
+// report writes the session's new status, or leaves it to the status lane
+// (deferStatus). Either way a status that changes asks the profile's rollout
+// to count the session again.
+func (c *sessionController) report(ctx context.Context, done actResult, deferStatus bool) error {
+	v, profile := done.view, done.view.profile
+	if deferStatus {
 		c.requestPlan(profile)
-		c.deferStatus(key)
+		c.deferStatus(v.key)
 		return nil
 	}
-	wroteStatus, err := c.writeStatus(ctx, session, status)
-	if profile != nil && (done.wrote || wroteStatus || done.decision.choice.hash != done.view.target || done.view.rolloutInProgress()) {
+	wroteStatus, err := c.writeStatus(ctx, v.session, done.status)
+	if profile != nil && (done.wrote || wroteStatus || done.decision.choice.hash != v.target || v.rolloutInProgress()) {
 		// The session moved, became Ready or not, or is not on its target,
 		// or the rollout is in progress: a plan counts it again.
 		c.requestPlan(profile)
@@ -156,17 +162,23 @@ func (c *sessionController) requestPlan(profile *corev1.ConfigMap) {
 // for one the cache does not hold. The profile cache holds only labelled
 // ConfigMaps, so a missing profile may exist without the label: the controller
 // cannot tell, and must not look (that would mean caching or reading the
-// cluster's other ConfigMaps).
-func (c *sessionController) readInputs(session *gamesv1.GameSession) (*corev1.ConfigMap, *appsv1.Deployment, error) {
-	profile, err := c.cachedProfile(profileOf(session))
+// cluster's other ConfigMaps). A profile of another namespace that the
+// session may not use is as good as missing, and refusal says why: the
+// Deployment keeps the revision it runs.
+func (c *sessionController) readInputs(session *gamesv1.GameSession) (profile *corev1.ConfigMap, refusal string,
+	deployment *appsv1.Deployment, err error) {
+	profile, err = c.cachedProfile(profileOf(session))
 	if err != nil {
-		return nil, nil, err
+		return nil, "", nil, err
 	}
-	deployment, err := c.deploymentLister.Deployments(session.Namespace).Get(session.Name)
+	if permitted, message := c.referencePermitted(session); !permitted {
+		profile, refusal = nil, message
+	}
+	deployment, err = c.deploymentLister.Deployments(session.Namespace).Get(session.Name)
 	if apierrors.IsNotFound(err) {
 		deployment, err = nil, nil
 	}
-	return profile, deployment, err
+	return profile, refusal, deployment, err
 }
 
 // view reads what the session's decision needs (sessionView): once per
@@ -228,12 +240,12 @@ func (c *sessionController) view(session *gamesv1.GameSession, profile *corev1.C
 			mayMount(pp.plan.StableHash)
 		}
 	}
-	v.fanOutWait, v.fanOutHolds = c.fanOut.holdsBack(key)
+	v.changeDelay, v.changeDelayed = c.fanOut.delays(key)
 	if deployment != nil && v.inputsErr == nil && !slices.Equal(v.want, v.have) {
 		// A change of the session's Secrets or ConfigMaps: where it stands.
 		m := move{kind: inputMove, to: v.want.key(), profile: key}
 		v.inputChangeSeen = c.inputChanges.seenAt(v.key, m.to)
-		v.holdsProfilePlace = c.moves.holdsProfilePlace(v.key, key)
+		v.hasProfilePlace = c.moves.hasProfilePlace(v.key, key)
 		v.stalledInProfile = c.moves.stalledIn(key)
 		v.budget = c.moves.String()
 		limit := unlimited
@@ -351,10 +363,10 @@ func (c *sessionController) writeSession(ctx context.Context, v *sessionView, d 
 	if in.requestPlan != "" {
 		c.rollouts.requestPlanFor(in.requestPlan)
 	}
-	if in.hold != nil {
+	if in.wait != nil {
 		// Neither a condition nor an Event: a rotation of a Secret shared by
 		// thousands of sessions would write thousands of either.
-		klog.FromContext(ctx).V(2).Info("A change of the session's Secrets or ConfigMaps waits", "why", in.hold.reason)
+		klog.FromContext(ctx).V(2).Info("A change of the session's Secrets or ConfigMaps waits", "why", in.wait.reason)
 	}
 	desired := d.desired
 	profileMoves := d.move != nil && d.move.kind == profileMove
@@ -451,7 +463,7 @@ type revisionChoice struct {
 	planNeeded bool
 	// hold leaves the Deployment as it is for now, though its spec differs:
 	// the write waits for the revision to come.
-	hold bool
+	waitForRevision bool
 }
 
 // createDeployment creates the session's Deployment. If the name is taken by

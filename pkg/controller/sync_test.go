@@ -789,7 +789,7 @@ func TestSyncOrphanedDeploymentKeepsItsRevisionUntilCached(t *testing.T) {
 
 // A create answered 500 may have been made, so the revision it mounts is
 // kept for it. Made or not, the cache may never show it: when it stops
-// holding the revision (expectationTimeout), the profile sync that kept the
+// delaying the revision (expectationTimeout), the profile sync that kept the
 // revision for it looks again, rather than leave it to the next resync.
 func TestSyncLostCreateAnswerHoldsItsRevisionUntilItExpires(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)

@@ -80,7 +80,7 @@ type matchSafeWorld struct {
 	// firstSeen is when the controller's cache first held each content of
 	// each profile ("profile/hash"): max-defer counts from no earlier.
 	firstSeen map[string]time.Time
-	// clusterMoving are the moves holding a place in the budget, by session.
+	// clusterMoving are the moves delaying a place in the budget, by session.
 	clusterMoving map[string]clusterMove
 	// moveStarts are the moves started, by any controller process.
 	moveStarts []moveStart
@@ -169,7 +169,7 @@ func (w *world) noteContentSeen(name string, p *corev1.ConfigMap) {
 	}
 }
 
-// noteBudgetChange is told of every server change: a move stops holding its
+// noteBudgetChange is told of every server change: a move stops delaying its
 // place once its Deployment is complete, failed, paused, moved elsewhere,
 // gone, orphaned or no longer labelled as the controller's, or its session
 // is deleted. The controller can only learn of it
