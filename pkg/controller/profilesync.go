@@ -381,15 +381,27 @@ func recordedStart(now time.Time) time.Time {
 	return start
 }
 
-// planRollout plans the rollout of a profile's current revision, stores the
-// plan, queues the sessions whose turn came, and reports progress.
-func (c *profileController) planRollout(ctx context.Context, profile *corev1.ConfigMap, hash string, revision revisionState,
-	unavailableIn map[string]revisionState) *profilePlan {
-	key := profileKey(profile.Namespace, profile.Name)
-	policy, policyErr := c.policyOf(profile)
-	stored := c.storedRollout(profile)
+// rolloutInputs is what a profile's plan reads: its content and policy,
+// what its ProfileRollout and the previous plan remember, its members.
+type rolloutInputs struct {
+	hash          string
+	policy        rollout.Policy
+	stored        *gamesv1.ProfileRollout
+	prev          *profilePlan
+	members       []rollout.Member
+	revision      revisionState
+	unavailableIn map[string]revisionState
+	inputs        gamesv1.InputRolloutStatus
+	now           time.Time
+}
+
+// decideRollout is the profile's plan towards in.hash: what the rollout
+// remembers (a halt, the stable content, its start), from the ProfileRollout
+// and this process's previous plan, then rollout.Decide. It reads nothing
+// but in.
+func decideRollout(in rolloutInputs) *profilePlan {
+	hash, prev, stored := in.hash, in.prev, in.stored
 	memory := memoryOf(stored, hash)
-	prev := c.plans.latest(key)
 	// This process's own plan is never older than the cache: a halt it found
 	// holds, and a stable content it recorded counts, before its write shows.
 	if prev != nil && prev.memory.StableHash != "" {
@@ -398,38 +410,54 @@ func (c *profileController) planRollout(ctx context.Context, profile *corev1.Con
 	if prev != nil && prev.hash == hash {
 		memory.Halted = memory.Halted || prev.memory.Halted
 	}
-	members := c.rolloutMembers(profile, hash)
 	previousTarget := ""
 	if prev != nil {
 		previousTarget = prev.hash
 	} else if stored != nil {
 		previousTarget = stored.Status.TargetHash
 	}
-	if previousTarget != hash && allReadyOn(members, previousTarget) {
+	if previousTarget != hash && allReadyOn(in.members, previousTarget) {
 		// The rollout before this one completed, though no plan saw it
 		// settle before the profile changed again: its content is stable.
 		memory.StableHash = previousTarget
 	}
-	now := c.clock.Now()
-	memory.Started = recordedStart(now)
+	memory.Started = recordedStart(in.now)
 	switch {
 	case prev != nil && prev.hash == hash:
 		memory.Started = prev.started
 	case stored != nil && stored.Status.TargetHash == hash && stored.Status.StartTime != nil:
 		memory.Started = stored.Status.StartTime.Time
 	}
-	plan := rollout.Decide(policy, members, memory, now)
-	next := &profilePlan{hash: hash, policy: policy.String(), plan: plan, revision: revision, unavailableIn: unavailableIn, started: memory.Started,
-		window: windowString(policy), unpaced: policy.Unpaced(),
+	plan := rollout.Decide(in.policy, in.members, memory, in.now)
+	next := &profilePlan{hash: hash, policy: in.policy.String(), plan: plan, revision: in.revision,
+		unavailableIn: in.unavailableIn, started: memory.Started, window: windowString(in.policy), unpaced: in.policy.Unpaced(),
 		memory: rollout.Memory{Halted: plan.Phase == rollout.PhaseHalted, StableHash: memory.StableHash, Started: memory.Started},
-		inputs: c.inputRollout(profile, policy)}
+		inputs: in.inputs}
 	if plan.Settled && plan.Failed == 0 {
 		next.memory.StableHash = hash
 	}
+	return next
+}
+
+// planRollout plans the rollout of a profile's current revision: it reads
+// what the plan needs, decides it (decideRollout), stores the plan, queues
+// the sessions whose turn came, and reports progress.
+func (c *profileController) planRollout(ctx context.Context, profile *corev1.ConfigMap, hash string, revision revisionState,
+	unavailableIn map[string]revisionState) *profilePlan {
+	key := profileKey(profile.Namespace, profile.Name)
+	policy, policyErr := c.policyOf(profile)
+	in := rolloutInputs{
+		hash: hash, policy: policy, stored: c.storedRollout(profile), prev: c.plans.latest(key),
+		members: c.rolloutMembers(profile, hash), revision: revision, unavailableIn: unavailableIn,
+		inputs: c.inputRollout(profile, policy), now: c.clock.Now(),
+	}
+	next := decideRollout(in)
 	c.plans.set(key, next)
+	prev, members := in.prev, in.members
 	if prev != nil && prev.hash != hash {
 		prev = nil // another rollout
 	}
+	plan := next.plan
 
 	// Wake the sessions the plan changed for: those it admits now, and, when
 	// the rollout pauses, halts, gets stuck or goes on, those waiting, whose
