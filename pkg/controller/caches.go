@@ -13,10 +13,10 @@ import (
 
 // caches are the informers' listers and indexes, what both controllers read:
 // the session controller to make a session's Deployment, the profile
-// controller to plan a profile's rollout. Nothing here is written by a sync;
-// the informers fill it, and the read helpers on it (cachedProfile,
-// revisionAvailable, sessionKeysOf, referencePermitted, wantedInputs...) are
-// queries of it.
+// controller to plan a profile's rollout. Nothing here is written by a sync
+// but the memo of profile hashes; the informers fill it, and the read helpers
+// on it (cachedProfile, sessionKeysOf, referencePermitted, wantedInputs...)
+// are queries of it.
 type caches struct {
 	sessionLister     gameslisters.GameSessionLister
 	sessionIndexer    cache.Indexer

@@ -97,7 +97,7 @@ type Options struct {
 // Informers are the informers a Controller reads. Each must come from a
 // factory with the filter its field names: the controller relies on the
 // filters, not on checks of its own, to keep the cluster's other objects out
-// of its caches. Named fields, because two of them have the same type.
+// of its caches. Named fields, because three of them have the same type.
 type Informers struct {
 	// Sessions: every GameSession.
 	Sessions gamesinformers.GameSessionInformer

@@ -75,7 +75,8 @@ type sessionView struct {
 	// rolled is the revision of the profile the Deployment runs, "" if none.
 	rolled string
 	// deadlineExceeded: the Deployment controller gave up on the
-	// Deployment's current template (profileController's definition).
+	// Deployment's current template (caches.progressDeadlineExceeded, as
+	// the profile sync counts it).
 	deadlineExceeded bool
 	// mayRunUncached: the cache shows no Deployment, but the session may
 	// have one (mayRunUncached); looked: a live read found none.

@@ -166,7 +166,7 @@ type inputSet struct {
 	hash  string
 }
 
-// inputSets are the sets of every kind, in the order of Controller.inputs.
+// inputSets are the sets of every kind, in the order of caches.inputs.
 // Its string form is comparable, and what a paced move is recorded by.
 type inputSets []inputSet
 
@@ -269,7 +269,7 @@ type inputWait struct {
 // inputs: the sets its Deployment is to run with, and what it asks for.
 type inputDecision struct {
 	sets inputSets
-	// hold says why a change waits; nil if none does.
+	// wait says why a change waits; nil if none does.
 	wait *inputWait
 	// move is the input move the write makes, which the ledger must grant
 	// first, with the profile's limit on it; nil for none.

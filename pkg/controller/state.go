@@ -23,7 +23,7 @@ package controller
 //	fanOut        a profile change's delay, and     a delay is a time we chose   profile events,     loses the delay and the Deployments-first
 //	(fanout.go)   which sessions it queued                                       session sync        order of a fan-out in flight, never a write
 //	inputChanges  since when each session's change  the change is a difference   session sync        counts max-defer from the start: a busy
-//	(inputs.go)   of its Secrets or ConfigMaps      between two caches, with no  (inputsToRun)       session waits longer, never less
+//	(inputs.go)   of its Secrets or ConfigMaps      between two caches, with no  (writeSession, act) session waits longer, never less
 //	              has waited, for max-defer         time of its own
 //	profileHashes the hash of each profile          a memo, by profile UID and   both syncs          loses nothing
 //	(profile.go)  version                           resourceVersion

@@ -111,7 +111,7 @@ type sessionStatus struct {
 	session *gamesv1.GameSession
 	status  *gamesv1.GameSessionStatus
 	// deadlineExceeded tells a Deployment whose rollout of its current
-	// template timed out (Controller.progressDeadlineExceeded); without
+	// template timed out (caches.progressDeadlineExceeded); without
 	// it, the Progressing condition of the current generation decides.
 	deadlineExceeded func(*appsv1.Deployment) bool
 }

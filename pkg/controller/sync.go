@@ -461,8 +461,8 @@ type revisionChoice struct {
 	requeueAfter time.Duration
 	// planNeeded asks for a profile sync.
 	planNeeded bool
-	// hold leaves the Deployment as it is for now, though its spec differs:
-	// the write waits for the revision to come.
+	// waitForRevision leaves the Deployment as it is for now, though its
+	// spec differs: the write waits for the revision to come.
 	waitForRevision bool
 }
 
