@@ -880,19 +880,29 @@ func (c *profileController) deleteStaleRevisions(ctx context.Context, profileKey
 		r := obj.(*corev1.ConfigMap)
 		byNamespace[r.Namespace] = append(byNamespace[r.Namespace], r)
 	}
-	var outOfSight map[string]bool
+	var outOfSight *outOfSightRevisions
+	later := func(at time.Time) {
+		if !at.IsZero() && (recheck.IsZero() || at.Before(recheck)) {
+			recheck = at
+		}
+	}
 	inUse := func(r *corev1.ConfigMap) bool {
 		inUse, pendingUntil := c.revisionInUse(r)
-		if !pendingUntil.IsZero() && (recheck.IsZero() || pendingUntil.Before(recheck)) {
-			recheck = pendingUntil
-		}
+		later(pendingUntil)
 		if inUse {
 			return true
 		}
 		if outOfSight == nil {
 			outOfSight = c.revisionsOutOfSight(profileKey)
 		}
-		return outOfSight[r.Namespace+"/"+r.Name]
+		if outOfSight.unaccounted[r.Namespace] {
+			// No event may tell when the session is accounted for: its
+			// status write, which queues no profile, or its Deployment's
+			// return to the cache, which does.
+			later(c.clock.Now().Add(replanInterval))
+			return true
+		}
+		return outOfSight.revisions[r.Namespace+"/"+r.Name]
 	}
 	var stale []*corev1.ConfigMap
 	for _, namespace := range slices.Sorted(maps.Keys(byNamespace)) {
@@ -938,17 +948,39 @@ func (c *profileController) deleteStaleRevisions(ctx context.Context, profileKey
 	return recheck, errors.Join(errs...)
 }
 
-// revisionsOutOfSight returns the revisions ("namespace/name") that the
-// Deployments of the profile's sessions may mount while the Deployment cache
-// does not show them: the one the session's status says it last ran, and
-// those of the Deployment's ReplicaSets scaled to zero, which the
-// ReplicaSet cache still shows (a ReplicaSet carries the pod template's
-// managed-by label, not the Deployment's). Such a Deployment (its
-// managed-by label removed by a user) may mount one still, its status
-// written by no controller yet or its replicas zero, and the controller,
-// which puts the label back, would find its revision gone.
-func (c *profileController) revisionsOutOfSight(profileKey string) map[string]bool {
-	names := map[string]bool{}
+// outOfSightRevisions are the revisions the Deployments of a profile's
+// sessions may mount while the Deployment cache does not show them.
+type outOfSightRevisions struct {
+	// revisions ("namespace/name") are those the sessions' status or the
+	// Deployments' ReplicaSets name.
+	revisions map[string]bool
+	// unaccounted are the namespaces of sessions that may run a Deployment
+	// nothing readable names: every revision of the profile there may be
+	// mounted.
+	unaccounted map[string]bool
+}
+
+// revisionsOutOfSight returns the revisions that the Deployments of the
+// profile's sessions may mount while the Deployment cache does not show
+// them: the one the session's status says it last ran, and those of the
+// Deployment's ReplicaSets scaled to zero, which the ReplicaSet cache still
+// shows (a ReplicaSet carries the pod template's managed-by label, not the
+// Deployment's). Such a Deployment (its managed-by label removed by a user)
+// may mount one still, its status written by no controller yet or its
+// replicas zero, and the controller, which puts the label back, would find
+// its revision gone.
+//
+// A session whose Deployment the cache does not show, and whose status no
+// sync has written for its current spec (no condition, or an older
+// generation), cannot be accounted for: it may be new, or its Deployment
+// may have been created, then stripped of its label, and the status write
+// and any ReplicaSet that would say so never made (a paused Deployment makes
+// none), across a restart. Every revision of the profile in its namespace
+// is kept until its sync has written a status. A new or edited session is
+// accounted for by its next sync, within moments. What stays out of reach:
+// a status written for the current spec before the create, and none after.
+func (c *profileController) revisionsOutOfSight(profileKey string) *outOfSightRevisions {
+	out := &outOfSightRevisions{revisions: map[string]bool{}, unaccounted: map[string]bool{}}
 	for _, key := range c.sessionKeysOf(profileKey) {
 		namespace, name, _ := cache.SplitMetaNamespaceKey(key)
 		session, err := c.sessionLister.GameSessions(namespace).Get(name)
@@ -958,15 +990,18 @@ func (c *profileController) revisionsOutOfSight(profileKey string) map[string]bo
 		if _, err := c.deploymentLister.Deployments(namespace).Get(name); !apierrors.IsNotFound(err) {
 			continue
 		}
+		if len(session.Status.Conditions) == 0 || session.Status.ObservedGeneration < session.Generation {
+			out.unaccounted[namespace] = true
+		}
 		if session.Status.ProfileRevision != "" {
-			names[namespace+"/"+session.Status.ProfileRevision] = true
+			out.revisions[namespace+"/"+session.Status.ProfileRevision] = true
 		}
 		scaledDown, _ := c.replicaSetIndexer.ByIndex(scaledDownIndex, key)
 		for _, obj := range scaledDown {
-			names[namespace+"/"+mountedRevision(&obj.(*appsv1.ReplicaSet).Spec.Template)] = true
+			out.revisions[namespace+"/"+mountedRevision(&obj.(*appsv1.ReplicaSet).Spec.Template)] = true
 		}
 	}
-	return names
+	return out
 }
 
 // revisionInUse reports whether a pod of a managed Deployment may mount the

@@ -124,6 +124,36 @@ func TestRevisionStaysForAScaledDownDeploymentOutOfTheCache(t *testing.T) {
 	f.runProfile(ctx, "arena/classic")
 }
 
+// A Deployment created paused (so without a ReplicaSet) and then stripped
+// of its managed-by label, whose session's status no sync has written for
+// its current spec, is out of every cache: nothing readable names the
+// revision it mounts. Until the session's sync has written a status, every
+// revision of its profile in its namespace stays (seeds 20000011, 91011707).
+func TestRevisionStaysForAnUnaccountedSession(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f, _, oldHash := rolloutFixture(ctx, t, 1, nil)
+	f.c.profiles.revisionHistoryLimit = 0
+	oldRevision := RevisionName("classic", oldHash)
+	f.deleteCached(f.storedDeployment(testNamespace, "s0"))
+	session := newSession(testNamespace, "s0", "classic")
+	session.Generation = 2
+	session.Status.ObservedGeneration = 1 // written for the spec before
+	session.Status.Conditions = []metav1.Condition{{Type: gamesv1.ConditionReady, Status: metav1.ConditionFalse, Reason: gamesv1.ReasonRevisionPending}}
+	f.setCached(session)
+
+	f.expectRolloutWrite(testNamespace, "classic")
+	f.runProfile(ctx, "arena/classic") // no delete
+	f.events()
+
+	// The session's sync wrote a status for its spec, naming no revision:
+	// it runs none.
+	session = session.DeepCopy()
+	session.Status.ObservedGeneration = 2
+	f.setCached(session)
+	f.expectKube(deleteConfigMap(testNamespace, oldRevision))
+	f.runProfile(ctx, "arena/classic")
+}
+
 // The same Deployment, running, seen by a restarted controller while its
 // profile's current revision is missing: the session has nothing to mount
 // and no status that names its Deployment, and the controller has not seen

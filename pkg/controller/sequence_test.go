@@ -152,6 +152,8 @@ var foundByLongRuns = []struct {
 	seed uint64
 	what string
 }{
+	{20000011, "revision: a Deployment paused at birth, then stripped of its label, its session's status older than its spec, keeps every revision of the profile in its namespace"},
+	{91011707, "revision: the same, its session's status never written"},
 	{326611, "harness: a profileRef the cache hands over (pf-y, pf-x, pf-y, all edited before) lets the session move again"},
 	{42931, "budget: a session moved through a live read, its Deployment outside the cache, holds its slot"},
 	{52997, "budget: a live read that shows the controller's own write keeps the move counted"},

@@ -811,6 +811,13 @@ func TestSyncLostCreateAnswerHoldsItsRevisionUntilItExpires(t *testing.T) {
 	f.deleteCached(profile)
 	f.runProfile(ctx, "arena/classic") // no delete
 	drainQueue(f.c.profiles.queue)
+	// The session's retry wrote its status (its profile is missing): it is
+	// accounted for, and only the create's expectation keeps the revision
+	// (revisionsOutOfSight).
+	session = session.DeepCopy()
+	session.Status.ObservedGeneration = session.Generation
+	session.Status.Conditions = []metav1.Condition{{Type: gamesv1.ConditionReady, Status: metav1.ConditionFalse, Reason: gamesv1.ReasonWaitingForProfile}}
+	f.setCached(session)
 
 	clk.Step(expectationTimeout + time.Second)
 	if got := waitForProfileKeys(f.c); !slices.Equal(got, []string{"arena/classic"}) {
