@@ -52,7 +52,7 @@ type Options struct {
 	// label their profile is missing.
 	ProfileSelector string
 
-	// ProfileChangeDelay holds the sessions of a changed profile in the queue
+	// ProfileChangeDelay keeps the sessions of a changed profile in the queue
 	// this long before they sync, so that a burst of edits rolls each session
 	// once (see profileFanOut). Zero syncs at once.
 	ProfileChangeDelay time.Duration

@@ -63,8 +63,8 @@ type sessionView struct {
 	// exists and is not being deleted: target's, the Deployment's, the
 	// plan's stable one.
 	available map[string]bool
-	// changeDelay is how long the profile-change delay still holds the
-	// change back, changeDelayed whether it does.
+	// changeDelay is how much longer the profile-change delay delays the
+	// change, changeDelayed whether it does.
 	changeDelay   time.Duration
 	changeDelayed bool
 
@@ -94,7 +94,7 @@ type sessionView struct {
 	// a paced policy's percentages. Read only when the decision needs it.
 	permitted int
 
-	// The session in the ledger of moves: whether it holds a place of its
+	// The session in the ledger of moves: whether it has a place of its
 	// profile, how many of the profile's input moves failed, whether an
 	// input move to want would be granted now, the budget as text.
 	hasProfilePlace   bool
@@ -288,7 +288,7 @@ func (v *sessionView) chooseRevision(base *appsv1.Deployment) revisionChoice {
 	if choice, move := v.turnOf(); !move {
 		return choice
 	}
-	// The fan-out delay holds the move back, unless the Deployment needs a
+	// The fan-out delay delays the move, unless the Deployment needs a
 	// write anyway (the session's spec changed): that write takes the new
 	// profile along, so the game servers restart once, not twice.
 	if rolled != "" && v.changeDelayed && !v.needsWriteAt(base, rolled) {

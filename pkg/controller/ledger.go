@@ -57,7 +57,7 @@ type moveLedger struct {
 	mu sync.Mutex
 	// moves maps a session key to its move.
 	moves map[string]move
-	// clusterMoving counts the moves that hold a cluster place (not stalled);
+	// clusterMoving counts the moves that have a cluster place (not stalled);
 	// profileMoving counts each profile's input moves, stalled or not, and the
 	// moves found at the start.
 	clusterMoving int
@@ -176,7 +176,7 @@ func (l *moveLedger) admit(key string, m move, profileLimit int) (bool, ledgerWa
 	}
 	if l.limited() {
 		// The places kept for the other woken sessions are not this one's.
-		// A session this process let move holds its place among those
+		// A session this process let move has its place among those
 		// moving: a new move of it takes no other. One found rolling at
 		// the start may have rolled for another reason (its own spec), so
 		// its first move here needs a place like any other.
@@ -346,7 +346,7 @@ func (l *moveLedger) moveOf(key string) (move, bool) {
 	return m, ok
 }
 
-// inputsOf returns how many of the profile's sessions hold a place among its
+// inputsOf returns how many of the profile's sessions have a place among its
 // max-rolling (moving, failed ones included), how many of those failed, and
 // how many wait for a place.
 func (l *moveLedger) inputsOf(profile string) (moving, failed, waiting int) {
@@ -372,7 +372,7 @@ func (l *moveLedger) stalledIn(profile string) int {
 	return l.profileStalled[profile]
 }
 
-// hasProfilePlace reports whether the session holds one of the profile's
+// hasProfilePlace reports whether the session has one of the profile's
 // places.
 func (l *moveLedger) hasProfilePlace(key, profile string) bool {
 	l.mu.Lock()
@@ -381,7 +381,7 @@ func (l *moveLedger) hasProfilePlace(key, profile string) bool {
 	return ok && m.hasProfilePlace() && m.profile == profile
 }
 
-// counts returns how many sessions hold a cluster place and how many wait
+// counts returns how many sessions have a cluster place and how many wait
 // for one.
 func (l *moveLedger) counts() (moving, waiting int) {
 	l.mu.Lock()
@@ -587,7 +587,7 @@ func (c *caches) runsMove(d *appsv1.Deployment, m move) bool {
 // come (the label removed by someone). A live read decides: no Deployment
 // at all ends the move; one still rolling keeps the place, and the session
 // looks again after uncachedRecheckInterval, as no event may announce the
-// end of its rollout. A session that holds no place costs no request.
+// end of its rollout. A session that has no place costs no request.
 func (c *sessionController) settleUncachedMove(ctx context.Context, key string, session *gamesv1.GameSession) error {
 	m, ok := c.moves.moveOf(key)
 	if !ok {

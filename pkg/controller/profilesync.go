@@ -587,7 +587,7 @@ func (c *profileController) rolloutMembers(profile *corev1.ConfigMap, hash strin
 		if err != nil {
 			// A Deployment the cache does not show may still have been
 			// moved by this controller: one that lost its label is written
-			// through a live read. Such a move holds a slot until the cache
+			// through a live read. Such a move keeps its place until the cache
 			// shows it, or the budget would let another session move too.
 			if m, _, ok := c.movedOutOfSight(profile, key, hash); ok {
 				members = append(members, m)
@@ -600,7 +600,7 @@ func (c *profileController) rolloutMembers(profile *corev1.ConfigMap, hash strin
 		rolled := rolledProfileHash(d, refOfProfile(namespace, profile))
 		if rolled != hash {
 			// A move the API server made and the cache does not show yet
-			// holds its slot.
+			// keeps its place.
 			if m, answered, ok := c.movedOutOfSight(profile, key, hash); ok && answered {
 				m.Blocked, m.Busy = memberBlocked(session, d), isBusy(session)
 				members = append(members, m)
@@ -645,7 +645,7 @@ func memberKey(namespace, member string) string {
 // movedOutOfSight returns the member a session is while the cache does not
 // show the controller's latest write to its Deployment (or the Deployment at
 // all) and that write mounts the revision of target: moving, not Ready. It
-// holds its slot in the budget until the cache shows the write. answered
+// keeps its place in the budget until the cache shows the write. answered
 // says whether the API server answered the write: a Deployment the cache
 // shows at an older version counts as moved only then, since a write whose
 // answer was lost may not have been made, and its session must move again.

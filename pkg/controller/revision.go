@@ -442,7 +442,7 @@ func (e *revisionExpectations) liveRead(sessionKey string, live *appsv1.Deployme
 				hash: live.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation], at: e.clock.Now(), live: true}
 			if last, ok := e.lastWrite(sessionKey); ok && ours && last.shownBy(live) {
 				// What it shows is the controller's write, still on its way
-				// to the cache: a move that holds its slot in the budget.
+				// to the cache: a move that keeps its place in the budget.
 				m.live, m.at = false, last.at
 			}
 			pending = append(pending, m)

@@ -334,7 +334,7 @@ func (c *sessionController) act(ctx context.Context, v *sessionView) (actResult,
 			switch {
 			case apierrors.IsInvalid(err):
 				if v.profile != nil {
-					// Refused: no move is under way, and none holds a place.
+					// Refused: no move is under way, and none has a place.
 					c.wake(c.moves.release(v.key))
 				}
 				invalid = err
