@@ -9,8 +9,10 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
@@ -595,6 +597,13 @@ func (c *sessionController) settleUncachedMove(ctx context.Context, key string, 
 	}
 	live, err := c.uncachedDeployment(ctx, session)
 	switch {
+	case apierrors.IsForbidden(err):
+		// Refused (no get on Deployments): the end of the move cannot be
+		// told, so it keeps its place, and the sync goes on without it; a
+		// Deployment deleted meanwhile is created again. The cache settles
+		// the move once it shows the session's Deployment.
+		klog.FromContext(ctx).V(2).Info("Cannot read the Deployment of a moving session; its move keeps its place", "err", err)
+		return nil
 	case err != nil:
 		return err
 	case live == nil:

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"errors"
 	"maps"
 	"slices"
 	"strings"
@@ -9,8 +10,10 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	core "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -444,5 +447,40 @@ func TestSecretRotationRidesWithTheProfilesMove(t *testing.T) {
 	w.rotate(t, "blue", "two")
 	if moved := slices.Sorted(maps.Keys(w.syncAll(t))); len(moved) != 0 {
 		t.Errorf("before the profile's plan gave anyone a turn, the rotation restarted %v", moved)
+	}
+}
+
+// A moving session whose Deployment is deleted, by a controller that may not
+// get Deployments: the read that would tell whether the move ended is
+// refused, so the move keeps its place, and the sync goes on to create the
+// Deployment again instead of failing on the refused read for good (seen in
+// the RBAC test without get on Deployments).
+func TestMoveOfADeletedDeploymentWithoutGetKeepsItsPlaceAndRecreates(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f, profile, _ := rolloutFixture(ctx, t, 1, nil)
+	f.c.setMoves(newMoveLedger(f.c.sessions.clock, 1, 0))
+	newHash := ProfileHash(profile)
+
+	f.expectKube(writeDeployment(testNamespace, "s0"))
+	f.expectGame(updateSessionStatus(testNamespace, "s0"))
+	_, game := f.run(ctx, "arena/s0")
+	f.observe(game...)
+	moved := f.storedDeployment(testNamespace, "s0")
+	f.deleteCached(moved)
+	if err := f.kubeClient.Tracker().Delete(appsv1.SchemeGroupVersion.WithResource("deployments"), testNamespace, "s0"); err != nil {
+		t.Fatal(err)
+	}
+	f.kubeClient.PrependReactor("get", "deployments", func(core.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(appsv1.Resource("deployments"), "s0", errors.New("no get"))
+	})
+	drainQueue(f.c.sessions.queue)
+
+	f.expectKube(getDeployment(testNamespace, "s0"), createDeployment(testNamespace, "s0"))
+	f.expectGame(updateSessionStatus(testNamespace, "s0"))
+	if _, _, err := f.runWithError(ctx, "arena/s0"); err != nil {
+		t.Fatalf("sync failed on the refused read: %v", err)
+	}
+	if got := f.c.state.moves.movingTo("arena/s0"); got != newHash {
+		t.Errorf("the move's place went with the refused read (moving to %q)", got)
 	}
 }

@@ -299,6 +299,12 @@ func TestSecretRotationThatBreaksHaltsAndHolds(t *testing.T) {
 	// A new content of the profile releases the halt: every reader runs it,
 	// and the fixed Secret, in one restart: a Secret change waiting for the
 	// session's turn in the profile's rollout rides along with that move.
+	// The move to the new content is no test of deadlines: on a loaded
+	// machine (CI runs the unit tests beside these) a reader's pods took
+	// 15 s to get Ready, which a 5 s deadline counted as a failure.
+	for _, name := range names {
+		e.setProgressDeadline(name, "60")
+	}
 	generations := map[string]int64{}
 	for _, name := range names {
 		d, err := e.deployment(name)
