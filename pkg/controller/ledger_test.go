@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"errors"
 	"maps"
 	"slices"
@@ -114,16 +115,10 @@ func TestClusterBudgetSeedCountsAsStarted(t *testing.T) {
 func TestBudgetMoveOutsideTheCacheHoldsItsPlace(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f, profile, _ := rolloutFixture(ctx, t, 2, nil)
-	f.c.setMoves(newMoveLedger(f.c.sessions.clock, 1, 0))
 	newHash := ProfileHash(profile)
-
-	f.expectKube(writeDeployment(testNamespace, "s0"))
-	f.expectGame(updateSessionStatus(testNamespace, "s0"))
-	_, game := f.run(ctx, "arena/s0")
-	f.observe(game...)
+	moved := moveUnderABudgetOfOne(ctx, f)
 	// The move rolls on the server; the cache never shows it (its label
 	// was removed, say).
-	moved := f.storedDeployment(testNamespace, "s0")
 	if rolledProfileHash(moved, "classic") != newHash || f.c.state.moves.movingTo("arena/s0") != newHash {
 		t.Fatalf("s0 runs %q and is moving to %q in the budget, want the move to %q granted",
 			rolledProfileHash(moved, "classic"), f.c.state.moves.movingTo("arena/s0"), newHash)
@@ -139,7 +134,7 @@ func TestBudgetMoveOutsideTheCacheHoldsItsPlace(t *testing.T) {
 		t.Fatalf("a move whose Deployment the cache does not show lost its place (moving to %q)", got)
 	}
 	f.expectGame(updateSessionStatus(testNamespace, "s1"))
-	_, game = f.run(ctx, "arena/s1")
+	_, game := f.run(ctx, "arena/s1")
 	expectCondition(t, objectOf[*gamesv1.GameSession](t, game[0]).Status.Conditions,
 		gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonWaitingForClusterBudget)
 	f.observe(game...)
@@ -458,15 +453,8 @@ func TestSecretRotationRidesWithTheProfilesMove(t *testing.T) {
 func TestMoveOfADeletedDeploymentWithoutGetKeepsItsPlaceAndRecreates(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f, profile, _ := rolloutFixture(ctx, t, 1, nil)
-	f.c.setMoves(newMoveLedger(f.c.sessions.clock, 1, 0))
 	newHash := ProfileHash(profile)
-
-	f.expectKube(writeDeployment(testNamespace, "s0"))
-	f.expectGame(updateSessionStatus(testNamespace, "s0"))
-	_, game := f.run(ctx, "arena/s0")
-	f.observe(game...)
-	moved := f.storedDeployment(testNamespace, "s0")
-	f.deleteCached(moved)
+	f.deleteCached(moveUnderABudgetOfOne(ctx, f))
 	if err := f.kubeClient.Tracker().Delete(appsv1.SchemeGroupVersion.WithResource("deployments"), testNamespace, "s0"); err != nil {
 		t.Fatal(err)
 	}
@@ -483,4 +471,16 @@ func TestMoveOfADeletedDeploymentWithoutGetKeepsItsPlaceAndRecreates(t *testing.
 	if got := f.c.state.moves.movingTo("arena/s0"); got != newHash {
 		t.Errorf("the move's place went with the refused read (moving to %q)", got)
 	}
+}
+
+// moveUnderABudgetOfOne gives the fixture's ledger a budget of one moving
+// session, syncs s0, which moves to the profile's new content, and returns
+// its Deployment as the server has it.
+func moveUnderABudgetOfOne(ctx context.Context, f *fixture) *appsv1.Deployment {
+	f.c.setMoves(newMoveLedger(f.c.sessions.clock, 1, 0))
+	f.expectKube(writeDeployment(testNamespace, "s0"))
+	f.expectGame(updateSessionStatus(testNamespace, "s0"))
+	_, game := f.run(ctx, "arena/s0")
+	f.observe(game...)
+	return f.storedDeployment(testNamespace, "s0")
 }
