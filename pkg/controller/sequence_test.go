@@ -152,6 +152,7 @@ var foundByLongRuns = []struct {
 	seed uint64
 	what string
 }{
+	{92080932, "harness: a Deployment being deleted (foreground) is no move: the controller lets its place go"},
 	{20000011, "revision: a Deployment paused at birth, then stripped of its label, its session's status older than its spec, keeps every revision of the profile in its namespace"},
 	{91011707, "revision: the same, its session's status never written"},
 	{326611, "harness: a profileRef the cache hands over (pf-y, pf-x, pf-y, all edited before) lets the session move again"},

@@ -33,8 +33,8 @@ import (
 //   - window-moved: no move while the cached policy's window is closed;
 //   - cluster-budget-exceeded: the sessions of all profiles that the
 //     controller moved and whose Deployments have not since been complete,
-//     failed, paused, moved elsewhere or deleted (nor their session) never
-//     number more than the budget's moving sessions;
+//     failed, paused, moved elsewhere, deleted or set to be deleted (nor
+//     their session) never number more than the budget's moving sessions;
 //   - cluster-rate-exceeded: no more moves start within a minute than the
 //     budget allows, across restarts and failovers: a restarted controller
 //     rebuilds the starts of the last minute from its Deployments. Only
@@ -171,8 +171,8 @@ func (w *world) noteContentSeen(name string, p *corev1.ConfigMap) {
 
 // noteBudgetChange is told of every server change: a move stops delaying its
 // place once its Deployment is complete, failed, paused, moved elsewhere,
-// gone, orphaned or no longer labelled as the controller's, or its session
-// is deleted. The controller can only learn of it
+// being deleted, gone, orphaned or no longer labelled as the controller's,
+// or its session is deleted. The controller can only learn of it
 // later, through its cache.
 func (w *world) noteBudgetChange(ch change) {
 	name := nameOf(ch)
@@ -190,10 +190,11 @@ func (w *world) noteBudgetChange(ch change) {
 		if ch.new != nil {
 			d = ch.new.(*appsv1.Deployment)
 		}
-		// Orphaned (its session deleted with propagation Orphan), the
+		// Orphaned (its session deleted with propagation Orphan), or being
+		// deleted (foreground propagation keeps it while its pods go), the
 		// Deployment is no longer the session's move: the controller may not
-		// write it, and lets its place go.
-		if d == nil || d.UID != m.uid || metav1.GetControllerOf(d) == nil || d.Spec.Paused || d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation] != m.hash ||
+		// write it, and lets its place go (settleMove).
+		if d == nil || d.UID != m.uid || metav1.GetControllerOf(d) == nil || d.DeletionTimestamp != nil || d.Spec.Paused || d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation] != m.hash ||
 			(m.inputs != "" && worldInputsRun(d) != m.inputs) ||
 			deploymentComplete(d) || w.failedOnTarget(d) || d.Labels[worldManagedByLabel] != worldManagedByValue {
 			delete(w.matchSafe.clusterMoving, name)
