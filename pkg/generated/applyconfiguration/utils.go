@@ -44,6 +44,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &gamesv1.GameSessionSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("GameSessionStatus"):
 		return &gamesv1.GameSessionStatusApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("InputCanary"):
+		return &gamesv1.InputCanaryApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("InputRolloutStatus"):
 		return &gamesv1.InputRolloutStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("ProfileRollout"):

@@ -214,6 +214,41 @@ type InputRolloutStatus struct {
 	// Ready, or the policy changes.
 	// +optional
 	Halted bool `json:"halted,omitempty"`
+	// canaries are the rotations whose canary has not passed yet, at most
+	// 10, by kind, namespace and name: the object whose data changed, and
+	// the sessions that move for it before the others. Unset when every
+	// canary passed, or the policy has none.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=10
+	Canaries []InputCanary `json:"canaries,omitempty"`
+}
+
+// InputCanary is the canary of a rotation: with a canary in its policy, a
+// profile's sessions move for new data of a Secret or ConfigMap only after
+// the first of them, in name order, that read it run the new data and are
+// Ready.
+type InputCanary struct {
+	// kind of the object: Secret or ConfigMap.
+	Kind string `json:"kind"`
+	// namespace and name of the object.
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// sessions are the canaries (at most 10 of them named), as members of
+	// the rollout are named.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=10
+	Sessions []string `json:"sessions,omitempty"`
+	// canarySessions is how many canaries the rotation has, movingSessions
+	// how many of them do not run the new data Ready yet.
+	CanarySessions int32 `json:"canarySessions"`
+	MovingSessions int32 `json:"movingSessions"`
+	// failed names a canary whose Deployment exceeded its progress deadline
+	// on the new data: no other session moves for the object until new data
+	// moves the canaries again and they are Ready.
+	// +optional
+	Failed string `json:"failed,omitempty"`
 }
 
 // BlockedSession is a session that holds up a rollout.

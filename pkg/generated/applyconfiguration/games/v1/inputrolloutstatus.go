@@ -41,6 +41,11 @@ type InputRolloutStatusApplyConfiguration struct {
 	// ConfigMaps until new data moves the failed ones again and they are
 	// Ready, or the policy changes.
 	Halted *bool `json:"halted,omitempty"`
+	// canaries are the rotations whose canary has not passed yet, at most
+	// 10, by kind, namespace and name: the object whose data changed, and
+	// the sessions that move for it before the others. Unset when every
+	// canary passed, or the policy has none.
+	Canaries []InputCanaryApplyConfiguration `json:"canaries,omitempty"`
 }
 
 // InputRolloutStatusApplyConfiguration constructs a declarative configuration of the InputRolloutStatus type for use with
@@ -78,5 +83,18 @@ func (b *InputRolloutStatusApplyConfiguration) WithWaitingSessions(value int32) 
 // If called multiple times, the Halted field is set to the value of the last call.
 func (b *InputRolloutStatusApplyConfiguration) WithHalted(value bool) *InputRolloutStatusApplyConfiguration {
 	b.Halted = &value
+	return b
+}
+
+// WithCanaries adds the given value to the Canaries field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Canaries field.
+func (b *InputRolloutStatusApplyConfiguration) WithCanaries(values ...*InputCanaryApplyConfiguration) *InputRolloutStatusApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithCanaries")
+		}
+		b.Canaries = append(b.Canaries, *values[i])
+	}
 	return b
 }
