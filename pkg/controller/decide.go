@@ -90,6 +90,11 @@ type sessionView struct {
 	// inputChangeSeen is when the change to want was first seen; zero if
 	// it was not.
 	inputChangeSeen time.Time
+	// member is the session's name in its profile's rollout, and reads the
+	// objects it wants to run with and their digests: what the canaries
+	// of rotations are picked by (inputcanary.go).
+	member string
+	reads  []inputRead
 	// permitted counts the sessions that may use the profile: the base of
 	// a paced policy's percentages. Read only when the decision needs it.
 	permitted int

@@ -301,6 +301,8 @@ type inputDecision struct {
 //     outside the maintenance window;
 //   - while the profile's rollout is halted, or the session waits for its
 //     turn in it (the change then rides along with that move);
+//   - with a canary in the policy, until the canaries of the objects it
+//     reads run their new data and are Ready (inputcanary.go);
 //   - while the session is busy, until the policy's window has been open
 //     for max-defer since the controller saw the change (all the time
 //     since, without a window: rollout.Policy.Defers);
@@ -363,6 +365,14 @@ func (v *sessionView) inputsToRun(desired *appsv1.Deployment, ask bool) inputDec
 		// Its turn in the profile's rollout comes: the change rides along
 		// with that move, and the game servers restart once, not twice.
 		return keep("it moves with its turn in the profile's rollout", 0)
+	}
+	if reason := v.canaryWait(); reason != "" {
+		d := keep(reason, 0)
+		d.noteSeen = true
+		if ask {
+			d.requestPlan = profileKey(v.profile.Namespace, v.profile.Name)
+		}
+		return d
 	}
 	seen := v.inputChangeSeen
 	if seen.IsZero() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -411,7 +412,7 @@ func TestSecretRotationBrakesOnFailedMoves(t *testing.T) {
 	w.f.events()
 	pp := w.f.c.profiles.planRollout(ctx, w.profile, ProfileHash(w.profile), revisionState{available: true}, nil)
 	status := rolloutStatus(w.profile, pp, nil, metav1.Now())
-	if want := (gamesv1.InputRolloutStatus{MovingSessions: 1, FailedSessions: 1, WaitingSessions: 2, Halted: true}); status.Inputs == nil || *status.Inputs != want {
+	if want := (gamesv1.InputRolloutStatus{MovingSessions: 1, FailedSessions: 1, WaitingSessions: 2, Halted: true}); status.Inputs == nil || !reflect.DeepEqual(*status.Inputs, want) {
 		t.Errorf("ProfileRollout status.inputs %+v, want %+v", status.Inputs, want)
 	}
 	if events := w.f.events(); !slices.ContainsFunc(events, func(e string) bool {

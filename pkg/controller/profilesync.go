@@ -96,8 +96,12 @@ type profilePlan struct {
 	// unpaced tells a plan that gates no session (rollout.Policy.Unpaced).
 	unpaced bool
 	// inputs is where the profile's input moves stood in the ledger when
-	// the plan was made.
+	// the plan was made, with the canaries of its rotations.
 	inputs gamesv1.InputRolloutStatus
+	// inputCanaries are the canaries of the rotations of the objects its
+	// sessions read, by object (inputcanary.go); nil when the policy has no
+	// canary.
+	inputCanaries map[inputObject]inputCanary
 }
 
 func newProfilePlans() *profilePlans {
@@ -392,6 +396,9 @@ type rolloutInputs struct {
 	revision      revisionState
 	unavailableIn map[string]revisionState
 	inputs        gamesv1.InputRolloutStatus
+	// canaryMembers are the members as the canaries of rotations see them,
+	// read only when the policy has a canary.
+	canaryMembers []canaryMember
 	now           time.Time
 }
 
@@ -433,6 +440,10 @@ func decideRollout(in rolloutInputs) *profilePlan {
 		unavailableIn: in.unavailableIn, started: memory.Started, window: windowString(in.policy), unpaced: in.policy.Unpaced(),
 		memory: rollout.Memory{Halted: plan.Phase == rollout.PhaseHalted, StableHash: memory.StableHash, Started: memory.Started},
 		inputs: in.inputs}
+	if in.policy.AsksForCanary() {
+		next.inputCanaries = decideInputCanaries(plan.Canary, in.canaryMembers)
+		next.inputs.Canaries = inputCanaryStatus(next.inputCanaries)
+	}
 	if plan.Settled && plan.Failed == 0 {
 		next.memory.StableHash = hash
 	}
@@ -451,6 +462,9 @@ func (c *profileController) planRollout(ctx context.Context, profile *corev1.Con
 		members: c.rolloutMembers(profile, hash), revision: revision, unavailableIn: unavailableIn,
 		inputs: c.inputRollout(profile, policy), now: c.clock.Now(),
 	}
+	if policy.AsksForCanary() {
+		in.canaryMembers = c.canaryMembers(profile)
+	}
 	next := decideRollout(in)
 	c.plans.set(key, next)
 	prev, members := in.prev, in.members
@@ -468,6 +482,11 @@ func (c *profileController) planRollout(ctx context.Context, profile *corev1.Con
 		c.wakeSessions(key, members, prev, next)
 	} else if revisionNews(prev, next) {
 		// Sessions waiting for the revision say why: it cannot be created.
+		c.sessions.enqueueSessionsOf(key)
+	}
+	if in.prev != nil && in.prev.policy == next.policy && !sameInputCanaries(in.prev.inputCanaries, next.inputCanaries) {
+		// A rotation's canary was picked, passed or failed: the sessions
+		// that wait for it hear of it.
 		c.sessions.enqueueSessionsOf(key)
 	}
 	c.announce(profile, policyErr, prev, next)
@@ -832,7 +851,7 @@ func rolloutStatus(profile *corev1.ConfigMap, pp *profilePlan, prev *gamesv1.Pro
 	if pp.memory.Halted {
 		s.HaltedHash = pp.hash
 	}
-	if pp.inputs != (gamesv1.InputRolloutStatus{}) {
+	if !equality.Semantic.DeepEqual(pp.inputs, gamesv1.InputRolloutStatus{}) {
 		s.Inputs = ptr.To(pp.inputs)
 	}
 	for _, b := range p.Blocked[:min(len(p.Blocked), 10)] {
@@ -997,7 +1016,7 @@ func rolloutStepped(prev, next *gamesv1.ProfileRolloutStatus) bool {
 	if next.Inputs != nil {
 		b = *next.Inputs
 	}
-	inputs := a.FailedSessions != b.FailedSessions || a.Halted != b.Halted ||
+	inputs := a.FailedSessions != b.FailedSessions || a.Halted != b.Halted || !equality.Semantic.DeepEqual(a.Canaries, b.Canaries) ||
 		(a.MovingSessions == 0) != (b.MovingSessions == 0) || (a.WaitingSessions == 0) != (b.WaitingSessions == 0) ||
 		tenth(a.MovingSessions, next.TotalSessions) != tenth(b.MovingSessions, next.TotalSessions) ||
 		tenth(a.WaitingSessions, next.TotalSessions) != tenth(b.WaitingSessions, next.TotalSessions)
@@ -1056,6 +1075,12 @@ func (c *profileController) announce(profile *corev1.ConfigMap, policyErr error,
 	if next.inputs.Halted && (prev == nil || !prev.inputs.Halted) {
 		c.recorder.Eventf(profile, corev1.EventTypeWarning, EventReasonInputsHalted, MessageInputsHalted,
 			next.inputs.FailedSessions, next.policy)
+	}
+	for object, canary := range next.inputCanaries {
+		if canary.failed != "" && (prev == nil || prev.inputCanaries[object].failed != canary.failed) {
+			c.recorder.Eventf(profile, corev1.EventTypeWarning, EventReasonInputCanaryFailed, MessageInputCanaryFailed,
+				canary.failed, object.kind, object.key)
+		}
 	}
 	switch {
 	case p.Phase == prevPhase && p.Phase == rollout.PhaseComplete:

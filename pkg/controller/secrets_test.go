@@ -433,6 +433,12 @@ func (w *inputWorld) complete(t *testing.T, name string, failed bool) {
 	d.Status.Replicas, d.Status.UpdatedReplicas, d.Status.ReadyReplicas, d.Status.AvailableReplicas = replicas, replicas, replicas, replicas
 	if failed {
 		d.Status.ReadyReplicas, d.Status.AvailableReplicas = 0, 0
+	} else {
+		// The Deployment controller ends a progress deadline it reported
+		// once the new pods are available.
+		d.Status.Conditions = slices.DeleteFunc(d.Status.Conditions, func(c appsv1.DeploymentCondition) bool {
+			return c.Reason == "ProgressDeadlineExceeded"
+		})
 	}
 	w.f.setCached(d)
 }

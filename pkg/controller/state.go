@@ -15,8 +15,9 @@ package controller
 //	              does not show yet, by UID and     under a Deployment moving    Deployment events
 //	              write                             to it breaks its pods
 //	plans         each profile's latest rollout     computed, not stored: the    profile sync        recomputes it from the caches and the
-//	(profilesync  plan, and the ProfileRollout      session sync reads whose     (planRollout)       ProfileRollout, where what a rollout must
-//	.go)          last written                      turn it is                                       remember lives (halt, stable revision, start)
+//	(profilesync  plan with the canaries of its     session sync reads whose     (planRollout)       ProfileRollout, where what a rollout must
+//	.go)          rotations, and the ProfileRollout turn it is                                       remember lives (halt, stable revision, start);
+//	              last written                                                                       a rotation's canaries are picked by name
 //	moves         the ledger of moves: who moves    a move is a decision of      session sync        rebuilt by seedLedger: every Deployment
 //	(ledger.go)   to what, the starts of the last   ours, not a field of any     (admit, settle),    still rolling moves, and the minute's starts
 //	              minute, who waits for a place     object                       profile sync reads  come from the move-starts annotation

@@ -245,6 +245,7 @@ func (c *sessionController) view(session *gamesv1.GameSession, profile *corev1.C
 		// A change of the session's Secrets or ConfigMaps: where it stands.
 		m := move{kind: inputMove, to: v.want.key(), profile: key}
 		v.inputChangeSeen = c.inputChanges.seenAt(v.key, m.to)
+		v.member, v.reads = memberName(profile.Namespace, v.key), c.inputReads(session)
 		v.hasProfilePlace = c.moves.hasProfilePlace(v.key, key)
 		v.stalledInProfile = c.moves.stalledIn(key)
 		v.budget = c.moves.String()

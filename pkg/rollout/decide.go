@@ -427,6 +427,13 @@ func (p Policy) MaxRollingOf(total int) int {
 	return min(max(maxRolling, 1), total)
 }
 
+// AsksForCanary reports whether the policy has a canary: sessions move
+// only after the first of them, in name order, moved and are Ready.
+func (p Policy) AsksForCanary() bool {
+	canary, _, err := parse(p.Canary.String())
+	return err == nil && canary > 0
+}
+
 // MaxFailedOf is the policy's MaxFailed resolved against n sessions, and
 // whether the policy has a brake at all.
 func (p Policy) MaxFailedOf(n int) (int, bool) {

@@ -1,0 +1,199 @@
+package controller
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
+)
+
+// The canary of a rotation.
+//
+// A profile's canary (rollout.games.example.com/canary) moves the first of
+// its sessions, in name order, before the others: for a new content of the
+// profile, and for new data of a Secret or ConfigMap its sessions read. A
+// rotation has no revision of its own, and sessions reading different
+// objects take different data, so a rotation's canary is per object: the
+// first canary-many members of the profile's rollout, in name order, that
+// read it. A session moves for new data once the canaries of every object
+// it reads run the data they want and are Ready; while one of them has
+// failed, none of the others moves (the profile's input moves are halted,
+// as for the brake). New data of the object moves its canaries again.
+//
+// The canaries are fixed by name and read from the caches, like the
+// profile's own: nothing is kept for them, so nothing is lost on a restart.
+// A canary can only wait for a session earlier in name order, so the waits
+// never go round in a circle.
+
+// inputObject names a referenced input: its kind and "namespace/name".
+type inputObject struct {
+	kind, key string
+}
+
+// inputRead is an object a session's pods are to run with, and the digest
+// of its data now.
+type inputRead struct {
+	object inputObject
+	digest string
+}
+
+// inputReads are the labelled objects of every tracked kind that the
+// session's template reads and the caches hold, with their digests.
+func (c *caches) inputReads(session *gamesv1.GameSession) []inputRead {
+	var reads []inputRead
+	for _, in := range c.inputs {
+		if in.cache == nil {
+			continue
+		}
+		for _, name := range in.read(session.Spec.Template) {
+			key := session.Namespace + "/" + name
+			if obj, found, err := in.cache.GetByKey(key); err == nil && found {
+				reads = append(reads, inputRead{object: inputObject{kind: in.kind(), key: key}, digest: in.digest(obj)})
+			}
+		}
+	}
+	return reads
+}
+
+// canaryMember is a member of a profile's rollout as the canaries of its
+// rotations see it.
+type canaryMember struct {
+	name  string // as the rollout names members (memberName)
+	reads []inputRead
+	// settled: its Deployment runs the data the session wants, and is
+	// Ready. failed: it runs them, and exceeded its progress deadline.
+	settled, failed bool
+}
+
+// inputCanary is the canary of the rotation of one object to the data of
+// digest: its first n readers, and where they stand.
+type inputCanary struct {
+	digest  string
+	members []string
+	// moving counts the canaries that do not run the data they want Ready
+	// yet; the canary passed when none does. failed names one whose
+	// Deployment failed on them, "" if none did.
+	moving int
+	failed string
+}
+
+// passed reports whether every canary runs the data it wants and is Ready.
+func (c inputCanary) passed() bool { return c.moving == 0 }
+
+// decideInputCanaries is the canary of every object the members read, each
+// its first n readers: members is in name order. It reads nothing but its
+// arguments.
+func decideInputCanaries(n int, members []canaryMember) map[inputObject]inputCanary {
+	canaries := map[inputObject]inputCanary{}
+	for _, m := range members {
+		for _, r := range m.reads {
+			c, known := canaries[r.object]
+			if !known {
+				c = inputCanary{digest: r.digest}
+			}
+			if len(c.members) < n {
+				c.members = append(c.members, m.name)
+				if !m.settled {
+					c.moving++
+				}
+				if m.failed && c.failed == "" {
+					c.failed = m.name
+				}
+			}
+			canaries[r.object] = c
+		}
+	}
+	return canaries
+}
+
+// canaryMembers reads the profile's members for the canaries of its
+// rotations, in name order: the sessions that may use it whose Deployments
+// the cache shows and they may write (as rolloutMembers counts them), with
+// the objects each reads.
+func (c *profileController) canaryMembers(profile *corev1.ConfigMap) []canaryMember {
+	var members []canaryMember
+	for _, key := range c.permittedSessionKeysOf(profile.Namespace, profile.Name) {
+		namespace, name, _ := cache.SplitMetaNamespaceKey(key)
+		session, err := c.sessionLister.GameSessions(namespace).Get(name)
+		if err != nil || session.DeletionTimestamp != nil {
+			continue
+		}
+		d, err := c.deploymentLister.Deployments(namespace).Get(name)
+		if err != nil || blocks(d, session) {
+			continue
+		}
+		reads := c.inputReads(session)
+		if len(reads) == 0 {
+			continue
+		}
+		have := c.observedInputs(d)
+		want, err := c.wantedInputs(session, have)
+		onWanted := err == nil && slices.Equal(want, have)
+		failed := onWanted && c.progressDeadlineExceeded(d)
+		members = append(members, canaryMember{name: memberName(profile.Namespace, key), reads: reads,
+			settled: onWanted && deploymentComplete(d) && !failed, failed: failed})
+	}
+	slices.SortFunc(members, func(a, b canaryMember) int { return strings.Compare(a.name, b.name) })
+	return members
+}
+
+// sameInputCanaries reports whether two plans' canaries are alike: if not,
+// the sessions that wait for them hear of it.
+func sameInputCanaries(a, b map[inputObject]inputCanary) bool {
+	return maps.EqualFunc(a, b, func(x, y inputCanary) bool {
+		return x.digest == y.digest && x.moving == y.moving && x.failed == y.failed && slices.Equal(x.members, y.members)
+	})
+}
+
+// inputCanaryStatus is the ProfileRollout's record of the canaries that
+// have not passed: at most 10, in kind and key order.
+func inputCanaryStatus(canaries map[inputObject]inputCanary) []gamesv1.InputCanary {
+	var out []gamesv1.InputCanary
+	for _, object := range slices.SortedFunc(maps.Keys(canaries), func(a, b inputObject) int {
+		return strings.Compare(a.kind+"\x00"+a.key, b.kind+"\x00"+b.key)
+	}) {
+		c := canaries[object]
+		if c.passed() || len(out) == 10 {
+			continue
+		}
+		namespace, name, _ := cache.SplitMetaNamespaceKey(object.key)
+		out = append(out, gamesv1.InputCanary{Kind: object.kind, Namespace: namespace, Name: name,
+			Sessions: slices.Clone(c.members[:min(len(c.members), 10)]), CanarySessions: int32(len(c.members)),
+			MovingSessions: int32(c.moving), Failed: c.failed})
+	}
+	return out
+}
+
+// canaryWait says why the session's move for new data waits for a canary,
+// "" if it does not: the latest plan has not seen the data it wants yet, or
+// the canary of an object it reads, which it is not one of, has not passed.
+func (v *sessionView) canaryWait() string {
+	if v.live || !v.policy.AsksForCanary() {
+		// A Deployment out of the cache is no member of the plan: its session
+		// is its own canary.
+		return ""
+	}
+	pp := v.latest
+	if pp == nil || pp.policy != v.policy.String() || pp.inputCanaries == nil {
+		return "it waits for the profile's rollout plan to pick the canary of its Secrets and ConfigMaps"
+	}
+	for _, r := range v.reads {
+		c, planned := pp.inputCanaries[r.object]
+		switch {
+		case !planned || c.digest != r.digest:
+			return fmt.Sprintf("it waits for the profile's rollout plan to pick the canary of the new data of %s %s", r.object.kind, r.object.key)
+		case slices.Contains(c.members, v.member):
+		case c.failed != "":
+			return fmt.Sprintf("the canary %s of the new data of %s %s failed", c.failed, r.object.kind, r.object.key)
+		case !c.passed():
+			return fmt.Sprintf("the canary of the new data of %s %s moves first: %s", r.object.kind, r.object.key,
+				strings.Join(c.members[:min(len(c.members), 3)], ", "))
+		}
+	}
+	return ""
+}

@@ -1,0 +1,159 @@
+package controller
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/example/gamesession-controller/pkg/rollout"
+)
+
+func TestDecideInputCanaries(t *testing.T) {
+	blue := inputObject{kind: "Secret", key: "arena/blue"}
+	green := inputObject{kind: "ConfigMap", key: "arena/green"}
+	reads := func(objects ...inputObject) []inputRead {
+		var out []inputRead
+		for _, o := range objects {
+			out = append(out, inputRead{object: o, digest: o.key + "-d"})
+		}
+		return out
+	}
+	members := []canaryMember{
+		{name: "a", reads: reads(green), settled: true},
+		{name: "b", reads: reads(blue, green)},
+		{name: "c", reads: reads(blue), failed: true},
+		{name: "d", reads: reads(blue, green), settled: true},
+	}
+	got := decideInputCanaries(2, members)
+	want := map[inputObject]inputCanary{
+		// Each object's canaries are its own first readers, not the
+		// profile's first sessions: a does not read blue.
+		blue:  {digest: "arena/blue-d", members: []string{"b", "c"}, moving: 2, failed: "c"},
+		green: {digest: "arena/green-d", members: []string{"a", "b"}, moving: 1},
+	}
+	if !sameInputCanaries(got, want) {
+		t.Errorf("canaries %+v, want %+v", got, want)
+	}
+	// A reader past the canaries neither holds it up nor fails it.
+	if got := decideInputCanaries(1, members); got[blue].failed != "" || !slices.Equal(got[blue].members, []string{"b"}) {
+		t.Errorf("one canary: blue's is %+v, want b alone, not failed", got[blue])
+	}
+	// No canary: every object is planned, and passed.
+	for object, c := range decideInputCanaries(0, members) {
+		if !c.passed() || len(c.members) != 0 {
+			t.Errorf("canary 0: %v has %+v", object, c)
+		}
+	}
+	if got := decideInputCanaries(2, nil); got == nil {
+		t.Errorf("a profile without readers has a nil plan of canaries: its sessions would wait for one forever")
+	}
+}
+
+// canaryWorld is the Secret world with blue-1..blue-4 reading Secret blue,
+// every Deployment Ready, and a policy of one canary that lets three move.
+func canaryWorld(t *testing.T) *inputWorld {
+	t.Helper()
+	w := newSecretWorld(t, "blue-2", "blue-3", "blue-4")
+	for _, s := range w.all() {
+		w.complete(t, s.Name, false)
+	}
+	w.profile = w.profile.DeepCopy()
+	w.profile.Annotations = map[string]string{rollout.AnnotationCanary: "1", rollout.AnnotationMaxRolling: "3"}
+	w.f.setCached(w.profile)
+	return w
+}
+
+// plan runs the profile's plan, as a profile sync would.
+func (w *inputWorld) plan(t *testing.T) *profilePlan {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	return w.f.c.profiles.planRollout(ctx, w.profile, ProfileHash(w.profile), revisionState{available: true}, nil)
+}
+
+// A rotation under a policy with a canary moves the first reader of the
+// Secret, in name order, and the others once it runs the new data Ready.
+func TestSecretRotationMovesItsCanaryFirst(t *testing.T) {
+	w := canaryWorld(t)
+	w.plan(t)
+	w.rotate(t, "blue", "two")
+	moved := func() []string { return slices.Sorted(maps.Keys(w.syncAll(t))) }
+	if early := moved(); len(early) != 0 {
+		t.Fatalf("before a plan saw the new data, the rotation moved %v", early)
+	}
+	w.plan(t)
+	if canary := moved(); !slices.Equal(canary, []string{"blue-1"}) {
+		t.Fatalf("the canary of the rotation: moved %v, want blue-1 alone", canary)
+	}
+	if again := moved(); len(again) != 0 {
+		t.Fatalf("with the canary not Ready, the rotation moved %v", again)
+	}
+	pp := w.plan(t)
+	if c := pp.inputs.Canaries; len(c) != 1 || c[0].Name != "blue" || c[0].MovingSessions != 1 || !slices.Equal(c[0].Sessions, []string{"blue-1"}) {
+		t.Errorf("the ProfileRollout's record of the canary: %+v", c)
+	}
+	w.complete(t, "blue-1", false)
+	pp = w.plan(t)
+	if len(pp.inputs.Canaries) != 0 {
+		t.Errorf("the canary passed, and the record still shows %+v", pp.inputs.Canaries)
+	}
+	rest := moved()
+	if !slices.Equal(rest, []string{"blue-2", "blue-3", "blue-4"}) {
+		t.Fatalf("the canary Ready, moved %v, want blue-2..4", rest)
+	}
+	// green-1 reads another Secret: its rotation has its own canary, itself.
+	for _, name := range rest {
+		w.complete(t, name, false)
+	}
+	w.syncAll(t) // their syncs free their places
+	w.rotate(t, "green", "two")
+	w.plan(t)
+	if green := moved(); !slices.Equal(green, []string{"green-1"}) {
+		t.Errorf("green's rotation moved %v, want its only reader", green)
+	}
+}
+
+// A canary that fails on the new data halts the rotation: no other reader
+// moves, and the ProfileRollout says which canary failed. New data moves
+// the canary again, and once it is Ready the others follow.
+func TestSecretRotationWhoseCanaryFailsHalts(t *testing.T) {
+	w := canaryWorld(t)
+	w.plan(t)
+	w.rotate(t, "blue", "broken")
+	w.plan(t)
+	moved := func() []string { return slices.Sorted(maps.Keys(w.syncAll(t))) }
+	if canary := moved(); !slices.Equal(canary, []string{"blue-1"}) {
+		t.Fatalf("the canary of the rotation: moved %v, want blue-1 alone", canary)
+	}
+	failed := w.f.storedDeployment(testNamespace, "blue-1").DeepCopy()
+	failed.Status.ObservedGeneration = failed.Generation
+	failed.Status.Conditions = []appsv1.DeploymentCondition{{Type: appsv1.DeploymentProgressing,
+		Status: corev1.ConditionFalse, Reason: "ProgressDeadlineExceeded"}}
+	w.f.setCached(failed)
+	pp := w.plan(t)
+	if c := pp.inputs.Canaries; len(c) != 1 || c[0].Failed != "blue-1" {
+		t.Errorf("a failed canary: status.inputs %+v", pp.inputs)
+	}
+	if events := w.f.events(); !slices.ContainsFunc(events, func(e string) bool {
+		return strings.HasPrefix(e, "Warning "+EventReasonInputCanaryFailed+" The canary blue-1 of the new data of Secret "+testNamespace+"/blue failed")
+	}) {
+		t.Errorf("the failed canary was not announced: events %q", events)
+	}
+	if held := moved(); len(held) != 0 {
+		t.Fatalf("the canary failed, and the rotation moved %v", held)
+	}
+	w.rotate(t, "blue", "fixed")
+	w.plan(t)
+	if canary := moved(); !slices.Equal(canary, []string{"blue-1"}) {
+		t.Fatalf("the fix moved %v, want the canary alone", canary)
+	}
+	w.complete(t, "blue-1", false)
+	w.plan(t)
+	if rest := moved(); !slices.Equal(rest, []string{"blue-2", "blue-3", "blue-4"}) {
+		t.Fatalf("the fixed canary Ready, moved %v, want blue-2..4", rest)
+	}
+}
