@@ -325,6 +325,7 @@ func (c *Controller) eventHandlers() eventHandlers {
 			DeleteFunc: s.deleteDeployment,
 		},
 		replicaSets: cache.ResourceEventHandlerFuncs{
+			AddFunc:    s.addReplicaSet,
 			UpdateFunc: p.updateReplicaSet,
 			DeleteFunc: p.deleteReplicaSet,
 		},

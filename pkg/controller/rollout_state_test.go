@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -183,6 +184,30 @@ func TestSyncNothingToMountFindsItsDeploymentByItsReplicaSets(t *testing.T) {
 	if status.Replicas != d.Status.Replicas || status.ReadyReplicas != d.Status.ReadyReplicas {
 		t.Errorf("status says %d replicas, %d ready; the Deployment has %d, %d", status.Replicas, status.ReadyReplicas,
 			d.Status.Replicas, d.Status.ReadyReplicas)
+	}
+}
+
+// The same, when the ReplicaSet arrives after the session's last sync (the
+// restarted controller synced it before kube-controller-manager made one):
+// its arrival queues the session, which would otherwise look for its
+// Deployment only at the next resync (seed 92169787). A ReplicaSet of a
+// Deployment the cache shows queues nothing: that Deployment's own events do.
+func TestReplicaSetOfAnUncachedDeploymentQueuesItsSession(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f, _, oldHash := rolloutFixture(ctx, t, 2, nil)
+	uncached := f.storedDeployment(testNamespace, "s0")
+	f.deleteCached(uncached)
+	cached := f.storedDeployment(testNamespace, "s1")
+	drainQueue(f.c.sessions.queue)
+
+	handlers := f.c.eventHandlers().replicaSets
+	handlers.OnAdd(oldReplicaSet(cached, RevisionName("classic", oldHash), 1), false)
+	if got := drainQueue(f.c.sessions.queue); len(got) != 0 {
+		t.Errorf("session queue %v after a ReplicaSet of a cached Deployment arrived, want nothing", got)
+	}
+	handlers.OnAdd(oldReplicaSet(uncached, RevisionName("classic", oldHash), 1), false)
+	if got := drainQueue(f.c.sessions.queue); !slices.Equal(got, []string{"arena/s0"}) {
+		t.Errorf("session queue %v after a ReplicaSet of a Deployment outside the cache arrived, want [arena/s0]", got)
 	}
 }
 

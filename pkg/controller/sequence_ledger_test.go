@@ -61,7 +61,12 @@ import (
 // (waitsForRollout): its turn, not a change, brings the move, and the budget
 // wakes it with its place kept. What the sync says is the status it wrote, or
 // if none, its cache's copy, which it found still true; not the server's,
-// which may be another sync's write the cache has yet to show.)
+// which may be another sync's write the cache has yet to show. A rotation of
+// its inputs says nothing while it waits (rotationWaits): a sync that leaves
+// one due turns its credit into an owed input move, as a change of the
+// inputs themselves gives; a spec change that brings the session back to a
+// template its Deployment runs, but with its inputs' new data, is such a
+// rotation.)
 
 func (w *world) credit(name string) { w.credits[name]++ }
 
@@ -161,6 +166,11 @@ func (w *world) lapseCredits(name string) {
 		if ev.change.author == byController && ev.obj.GetName() == name {
 			return
 		}
+	}
+	if w.credits[name] > 0 && w.rotationWaits(name) {
+		// What it was owed is a rotation, which waits for its place or
+		// turn: that, not a change, brings the write.
+		w.inputMoves[name] = max(w.inputMoves[name], 1)
 	}
 	w.credits[name] = 0
 	if d := w.caches[deploymentsResource].deployment(name); d == nil || !w.pacedInCache(name) || w.isMove(d) {

@@ -195,6 +195,8 @@ var foundByLongRuns = []struct {
 	{5006036, "harness: a revision deleted in the race that the quota refuses to create again is gone, as one a user deleted"},
 	{21001849, "harness: at rest only once a revision kept for a lost Deployment write is looked at again, expectationTimeout after it"},
 	{26037852, "harness: the same"},
+	{92148402, "harness: a spec change whose write would be only a rotation of its Secrets waits for a place among max-rolling, and keeps its move"},
+	{92169787, "status: a restarted controller hears of a ReplicaSet of a session's Deployment outside the cache that arrives after the session's sync"},
 }
 
 func TestSequenceRegressions(t *testing.T) {

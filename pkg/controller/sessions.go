@@ -189,6 +189,23 @@ func (c *sessionController) deleteDeployment(obj interface{}) {
 	c.rollouts.enqueueProfileOfRevision(deployment.Namespace, mountedRevision(&deployment.Spec.Template))
 }
 
+// addReplicaSet queues the session of a ReplicaSet's Deployment when the
+// cache does not show that Deployment (its managed-by label removed, say):
+// its ReplicaSets are then what tells a sync, a restarted controller's
+// above all, that it may run (mayRunUncached), and one that arrives after
+// the session's last sync would otherwise wait for the next resync.
+func (c *sessionController) addReplicaSet(obj interface{}) {
+	rs := obj.(*appsv1.ReplicaSet)
+	ref := metav1.GetControllerOfNoCopy(rs)
+	if ref == nil || ref.Kind != "Deployment" {
+		return
+	}
+	if _, err := c.deploymentLister.Deployments(rs.Namespace).Get(ref.Name); err == nil {
+		return
+	}
+	c.queue.Add(rs.Namespace + "/" + ref.Name)
+}
+
 // enqueueOwner enqueues the session of a Deployment's name. A Deployment in
 // this cache carries our label and is named after its session; whether that
 // session controls it or is blocked by it (a previous session's Deployment

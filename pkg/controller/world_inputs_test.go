@@ -430,6 +430,31 @@ func (w *world) inputCached(in *worldInput, name string) bool {
 	return w.caches[in.resource].cached(worldNamespace+"/"+name) != nil
 }
 
+// rotationWaits reports whether a session's Deployment, as the cache shows
+// it, runs other data of its inputs than the caches show, none of those it
+// runs and still reads gone from the cache: a rotation is due. A sync that
+// leaves it so leaves it waiting (for a place among the moves, its turn,
+// the window, the session to be idle), and says so with no condition and
+// no Event (tenancy.md): the wait ends, not a change.
+func (w *world) rotationWaits(name string) bool {
+	s := w.caches[sessionsResource].session(name)
+	d := w.caches[deploymentsResource].deployment(name)
+	if s == nil || s.DeletionTimestamp != nil || d == nil || !controlledBy(d, s.UID) {
+		return false
+	}
+	due := false
+	for _, in := range w.inputs {
+		for _, input := range splitNames(in.running(d).names) {
+			if slices.Contains(in.readBy(s.Spec.Template), input) && !w.inputCached(in, input) {
+				return false // an input gone holds the change of every kind
+			}
+		}
+		cached := in.setOf(s, func(input string) object { return w.caches[in.resource].cached(worldNamespace + "/" + input) })
+		due = due || cached != in.running(d)
+	}
+	return due
+}
+
 // ---- Checked at each write ----
 
 // checkInputsWrite is told of each controller write to an existing
@@ -543,11 +568,22 @@ func onlyInputsDiffer(before, after *appsv1.Deployment) bool {
 // the server holds the objects: an account of the digests of its own, from
 // the data.
 func (w *world) serverInputs(in *worldInput, s *gamesv1.GameSession) inputSet {
+	return in.setOf(s, func(name string) object {
+		if obj := w.server.get(in.resource, name); obj != nil && in.labelled(obj) {
+			return obj
+		}
+		return nil
+	})
+}
+
+// setOf is the set of the kind a session's pods are to run with, of the
+// objects it reads that labelled finds (nil: none, or not labelled).
+func (in *worldInput) setOf(s *gamesv1.GameSession, labelled func(name string) object) inputSet {
 	var names []string
 	h := sha256.New()
 	for _, name := range in.readBy(s.Spec.Template) {
-		obj := w.server.get(in.resource, name)
-		if obj == nil || !in.labelled(obj) {
+		obj := labelled(name)
+		if obj == nil {
 			continue
 		}
 		names = append(names, name)
