@@ -60,7 +60,9 @@
 // its game servers when their data change, each kind one inputKind
 // (secrets.go, sessionconfigs.go) over shared machinery (inputs.go): an
 // index from an object to its readers, a digest in place of the data in
-// the cache, and two pod-template annotations per kind.
+// the cache, and two pod-template annotations per kind. Their moves go under
+// the profile's rollout policy, a canary per changed object included
+// (inputcanary.go).
 //
 // # Fan-out
 //

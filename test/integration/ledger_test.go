@@ -198,10 +198,11 @@ func newEnvIn(t *testing.T, namespace string) *env {
 }
 
 // A rotation that breaks game servers stops like a bad profile edit. With
-// max-rolling 1 and max-failed 0, the first reader restarts onto the broken
-// Secret, its pods never get Ready, and once its Deployment exceeds its
-// progress deadline the brake holds the others: the ProfileRollout records
-// it (status.inputs) and an Event says so. A fixed Secret moves the failed
+// a canary of 1, max-rolling 1 and max-failed 0, the canary (the first reader
+// in name order) restarts onto the broken Secret, its pods never get Ready,
+// and once its Deployment exceeds its progress deadline the canary and the
+// brake hold the others: the ProfileRollout records both (status.inputs)
+// and Events say so. A fixed Secret moves the failed
 // session again; the others wait for the halt of the profile's rollout,
 // which that failure also halted, until the profile's content changes, and
 // then all run the fixed Secret.
@@ -215,7 +216,8 @@ func TestSecretRotationThatBreaksHaltsAndHolds(t *testing.T) {
 	}
 	e.createProfile("arena", content("v0"), true)
 	e.updateProfile("arena", func(cm *corev1.ConfigMap) {
-		cm.Annotations = map[string]string{rollout.AnnotationMaxRolling: "1", rollout.AnnotationMaxFailed: "0"}
+		cm.Annotations = map[string]string{rollout.AnnotationMaxRolling: "1", rollout.AnnotationMaxFailed: "0",
+			rollout.AnnotationCanary: "1"}
 	})
 	e.createSecret(brakeSecret, map[string][]byte{"token": []byte("first")}, true)
 	e.startController()
@@ -257,13 +259,15 @@ func TestSecretRotationThatBreaksHaltsAndHolds(t *testing.T) {
 
 	rotate("broken")
 	e.waitForRollout("arena", "the brake of the rotation recorded", func(r *gamesv1.ProfileRollout) error {
-		if in := r.Status.Inputs; in == nil || !in.Halted || in.FailedSessions != 1 {
+		if in := r.Status.Inputs; in == nil || !in.Halted || in.FailedSessions != 1 ||
+			len(in.Canaries) != 1 || in.Canaries[0].Name != brakeSecret || in.Canaries[0].Failed != "reader-1" {
 			return fmt.Errorf("status.inputs %+v", in)
 		}
 		return nil
 	})
-	e.eventually("the InputRolloutHalted Event on the profile", func() (bool, error) {
-		return e.hasEvent("arena", controller.EventReasonInputsHalted, ""), nil
+	e.eventually("the InputRolloutHalted and InputCanaryFailed Events on the profile", func() (bool, error) {
+		return e.hasEvent("arena", controller.EventReasonInputsHalted, "") &&
+			e.hasEvent("arena", controller.EventReasonInputCanaryFailed, "reader-1"), nil
 	})
 	var failed string
 	for name, hash := range running() {
@@ -274,8 +278,8 @@ func TestSecretRotationThatBreaksHaltsAndHolds(t *testing.T) {
 			failed = name
 		}
 	}
-	if failed == "" {
-		t.Fatalf("no reader runs the broken Secret: %v", running())
+	if failed != "reader-1" {
+		t.Fatalf("the canary reader-1 is not the one on the broken Secret: %v", running())
 	}
 
 	// The fix moves the failed session; the others hold, as the profile's
