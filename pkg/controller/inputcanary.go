@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -114,9 +115,16 @@ func decideInputCanaries(n int, members []canaryMember) map[inputObject]inputCan
 // canaryMembers reads the profile's members for the canaries of its
 // rotations, in name order: the sessions that may use it whose Deployments
 // the cache shows and they may write (as rolloutMembers counts them), with
-// the objects each reads.
-func (c *profileController) canaryMembers(profile *corev1.ConfigMap) []canaryMember {
+// the objects each reads. Where a Deployment stands is read only for the
+// first n readers of an object, the only ones decideInputCanaries looks at:
+// a plan of thousands of sessions digests the inputs of a few.
+func (c *profileController) canaryMembers(profile *corev1.ConfigMap, n int) []canaryMember {
+	type reader struct {
+		session    *gamesv1.GameSession
+		deployment *appsv1.Deployment
+	}
 	var members []canaryMember
+	readers := map[string]reader{}
 	for _, key := range c.permittedSessionKeysOf(profile.Namespace, profile.Name) {
 		namespace, name, _ := cache.SplitMetaNamespaceKey(key)
 		session, err := c.sessionLister.GameSessions(namespace).Get(name)
@@ -131,14 +139,30 @@ func (c *profileController) canaryMembers(profile *corev1.ConfigMap) []canaryMem
 		if len(reads) == 0 {
 			continue
 		}
-		have := c.observedInputs(d)
-		want, err := c.wantedInputs(session, have)
-		onWanted := err == nil && slices.Equal(want, have)
-		failed := onWanted && c.progressDeadlineExceeded(d)
-		members = append(members, canaryMember{name: memberName(profile.Namespace, key), reads: reads,
-			settled: onWanted && deploymentComplete(d) && !failed, failed: failed})
+		member := memberName(profile.Namespace, key)
+		members = append(members, canaryMember{name: member, reads: reads})
+		readers[member] = reader{session, d}
 	}
 	slices.SortFunc(members, func(a, b canaryMember) int { return strings.Compare(a.name, b.name) })
+	picked := map[inputObject]int{}
+	for i := range members {
+		canary := false
+		for _, r := range members[i].reads {
+			if picked[r.object] < n {
+				picked[r.object]++
+				canary = true
+			}
+		}
+		if !canary {
+			continue
+		}
+		r := readers[members[i].name]
+		have := c.observedInputs(r.deployment)
+		want, err := c.wantedInputs(r.session, have)
+		onWanted := err == nil && slices.Equal(want, have)
+		members[i].failed = onWanted && c.progressDeadlineExceeded(r.deployment)
+		members[i].settled = onWanted && deploymentComplete(r.deployment) && !members[i].failed
+	}
 	return members
 }
 

@@ -441,7 +441,7 @@ func decideRollout(in rolloutInputs) *profilePlan {
 		memory: rollout.Memory{Halted: plan.Phase == rollout.PhaseHalted, StableHash: memory.StableHash, Started: memory.Started},
 		inputs: in.inputs}
 	if in.policy.AsksForCanary() {
-		next.inputCanaries = decideInputCanaries(plan.Canary, in.canaryMembers)
+		next.inputCanaries = decideInputCanaries(in.policy.CanaryOf(len(in.members)), in.canaryMembers)
 		next.inputs.Canaries = inputCanaryStatus(next.inputCanaries)
 	}
 	if plan.Settled && plan.Failed == 0 {
@@ -463,7 +463,7 @@ func (c *profileController) planRollout(ctx context.Context, profile *corev1.Con
 		inputs: c.inputRollout(profile, policy), now: c.clock.Now(),
 	}
 	if policy.AsksForCanary() {
-		in.canaryMembers = c.canaryMembers(profile)
+		in.canaryMembers = c.canaryMembers(profile, policy.CanaryOf(len(in.members)))
 	}
 	next := decideRollout(in)
 	c.plans.set(key, next)

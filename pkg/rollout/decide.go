@@ -434,6 +434,13 @@ func (p Policy) AsksForCanary() bool {
 	return err == nil && canary > 0
 }
 
+// CanaryOf is the policy's Canary resolved against a profile of total
+// sessions, as a plan resolves it.
+func (p Policy) CanaryOf(total int) int {
+	canary, _ := scale(p.Canary, total, true)
+	return min(canary, total)
+}
+
 // MaxFailedOf is the policy's MaxFailed resolved against n sessions, and
 // whether the policy has a brake at all.
 func (p Policy) MaxFailedOf(n int) (int, bool) {

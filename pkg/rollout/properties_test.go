@@ -208,6 +208,13 @@ func checkResolved(policy Policy, _ []Member, _ Memory, plan Plan) error {
 	if got := [3]int{plan.MaxRolling, plan.Canary, plan.MaxFailed}; got != want {
 		return fmt.Errorf("MaxRolling, Canary, MaxFailed = %v, want %v", got, want)
 	}
+	// The controller resolves the canary of rotations as a plan does.
+	if got := policy.CanaryOf(n); got != plan.Canary {
+		return fmt.Errorf("CanaryOf(%d) = %d, the plan's Canary %d", n, got, plan.Canary)
+	}
+	if policy.AsksForCanary() != (scaled(policy.Canary, 100, true) > 0) {
+		return fmt.Errorf("AsksForCanary() = %t for canary %s", policy.AsksForCanary(), policy.Canary.String())
+	}
 	return nil
 }
 
