@@ -329,9 +329,7 @@ func (v *sessionView) inputsToRun(desired *appsv1.Deployment, ask bool) inputDec
 	if observed == nil || slices.Equal(want, have) {
 		return inputDecision{sets: want}
 	}
-	keep := func(reason string, requeueAfter time.Duration) inputDecision {
-		return inputDecision{sets: have, wait: &inputWait{reason: reason, requeueAfter: requeueAfter}}
-	}
+	keep := v.keepInputs
 	for i, in := range v.inputs {
 		referenced := in.read(v.session.Spec.Template)
 		for _, name := range strings.Split(have[i].names, ",") {
@@ -374,6 +372,19 @@ func (v *sessionView) inputsToRun(desired *appsv1.Deployment, ask bool) inputDec
 		}
 		return d
 	}
+	return v.inputMove(ask)
+}
+
+// keepInputs is a decision to keep the inputs the pods run with, and why.
+func (v *sessionView) keepInputs(reason string, requeueAfter time.Duration) inputDecision {
+	return inputDecision{sets: v.have, wait: &inputWait{reason: reason, requeueAfter: requeueAfter}}
+}
+
+// inputMove is the last part of inputsToRun: a change that nothing in the
+// policy keeps waiting moves, unless the session is busy, the brake holds
+// it, or the ledger of moves has no place for it.
+func (v *sessionView) inputMove(ask bool) inputDecision {
+	policy, now, want, keep := v.policy, v.now, v.want, v.keepInputs
 	seen := v.inputChangeSeen
 	if seen.IsZero() {
 		seen = now
