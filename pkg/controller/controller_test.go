@@ -56,7 +56,7 @@ var lastTransition = metav1.NewTime(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 // informer caches filled directly (the informers never run), a fake event
 // recorder, and the API requests the next sync is expected to make.
 type fixture struct {
-	t *testing.T
+	t testing.TB
 
 	kubeClient *k8sfake.Clientset
 	gameClient *gamesfake.Clientset
@@ -86,7 +86,7 @@ func newFixture(ctx context.Context, t *testing.T, objects ...runtime.Object) *f
 
 // newFixtureWithOptions is newFixture with the controller's options; the
 // profile selector is always the test one.
-func newFixtureWithOptions(ctx context.Context, t *testing.T, opts Options, objects ...runtime.Object) *fixture {
+func newFixtureWithOptions(ctx context.Context, t testing.TB, opts Options, objects ...runtime.Object) *fixture {
 	t.Helper()
 	var kubeObjects, gameObjects []runtime.Object
 	for _, obj := range objects {
@@ -515,7 +515,7 @@ func describeActions(actions []core.Action) []string {
 	return s
 }
 
-func checkActions(t *testing.T, client string, want []wantAction, got []core.Action) {
+func checkActions(t testing.TB, client string, want []wantAction, got []core.Action) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Errorf("%s client: got %d requests %q, want %d %q", client, len(got), describeActions(got), len(want), want)

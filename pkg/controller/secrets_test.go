@@ -41,7 +41,7 @@ func labelledSecret(name string, data map[string]string) *corev1.Secret {
 }
 
 // cachedSecret is the Secret as the controller's cache holds it.
-func cachedSecret(t *testing.T, key []byte, s *corev1.Secret) *corev1.Secret {
+func cachedSecret(t testing.TB, key []byte, s *corev1.Secret) *corev1.Secret {
 	t.Helper()
 	obj, err := SecretDigester(key)(s.DeepCopy())
 	if err != nil {
