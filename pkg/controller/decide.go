@@ -56,9 +56,6 @@ type sessionView struct {
 	// stored is what the ProfileRollout remembers of the rollout towards
 	// target: halted, and since when it runs.
 	stored rollout.Memory
-	// haltRecorded: the cached ProfileRollout says the rollout towards
-	// target halted (the cache's copy, not the controller's last write).
-	haltRecorded bool
 	// available holds, by hash, whether a revision the decision may mount
 	// exists and is not being deleted: target's, the Deployment's, the
 	// plan's stable one.

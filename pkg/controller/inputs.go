@@ -450,7 +450,7 @@ func (v *sessionView) profileHalted() bool {
 	if pp := v.latest; pp != nil && pp.hash == v.target && pp.plan.Phase == rollout.PhaseHalted {
 		return true
 	}
-	return v.haltRecorded
+	return v.stored.Halted
 }
 
 // profileMovePending reports whether the session of a paced profile waits

@@ -215,6 +215,7 @@ func (c *profileController) syncProfile(ctx context.Context, key string) error {
 		return err
 	}
 	c.plans.started(key, c.clock.Now())
+	c.forgetCaughtUpWrite(key, profile)
 	hash := c.profileHashes.hash(profile)
 	consumers := c.consumerNamespaces(namespace, name)
 	revision, unavailableIn, createErr := c.ensureRevisions(ctx, profile, hash, consumers)
@@ -341,17 +342,30 @@ func (c *profileController) storedRollout(profile *corev1.ConfigMap) *gamesv1.Pr
 	if err != nil {
 		cached = nil
 	}
+	// Our last write, until the cache shows it (forgetCaughtUpWrite): the
+	// cache's copy then, which is the same object or a newer one.
 	written := c.plans.lastWritten(key)
-	switch {
-	case written != nil && cached != nil && cached.ResourceVersion == written.ResourceVersion:
-		c.plans.setWritten(key, nil) // the cache caught up
-	case written != nil && (cached == nil || cached.UID == written.UID):
+	if written != nil && (cached == nil || cached.UID == written.UID && cached.ResourceVersion != written.ResourceVersion) {
 		cached = written
 	}
 	if cached == nil || !metav1.IsControlledBy(cached, profile) {
 		return nil // none, or one of an earlier profile of that name, which the garbage collector removes
 	}
 	return cached
+}
+
+// forgetCaughtUpWrite forgets the ProfileRollout the controller last wrote
+// once the cache shows it. It runs in the profile's own sync, which every
+// ProfileRollout event queues after that write's sync ended, so a readers'
+// view (storedRollout) writes nothing.
+func (c *profileController) forgetCaughtUpWrite(key string, profile *corev1.ConfigMap) {
+	written := c.plans.lastWritten(key)
+	if written == nil {
+		return
+	}
+	if cached, err := c.rolloutLister.ProfileRollouts(profile.Namespace).Get(profile.Name); err == nil && cached.ResourceVersion == written.ResourceVersion {
+		c.plans.setWritten(key, nil)
+	}
 }
 
 // stableHash returns the stable content of the profile's rollout towards

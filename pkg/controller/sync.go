@@ -228,9 +228,6 @@ func (c *sessionController) view(session *gamesv1.GameSession, profile *corev1.C
 	case stored != nil && stored.Status.TargetHash == v.target && stored.Status.StartTime != nil:
 		v.stored.Started = stored.Status.StartTime.Time
 	}
-	if r, err := c.rolloutLister.ProfileRollouts(profile.Namespace).Get(profile.Name); err == nil {
-		v.haltRecorded = metav1.IsControlledBy(r, profile) && r.Status.HaltedHash == v.target
-	}
 	mayMount(v.target)
 	if deployment != nil {
 		mayMount(deployment.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation])
