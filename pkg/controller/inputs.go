@@ -297,7 +297,7 @@ type inputDecision struct {
 //     only fail, or lose the change's tracking;
 //   - without the profile, or with a policy that does not parse: what paces
 //     it is unknown;
-//   - while the profile's rollout policy holds every move: paused, or
+//   - while the profile's rollout policy stops every move: paused, or
 //     outside the maintenance window;
 //   - while the profile's rollout is halted, or the session waits for its
 //     turn in it (the change then rides along with that move);
@@ -355,7 +355,7 @@ func (v *sessionView) inputsToRun(desired *appsv1.Deployment, ask bool) inputDec
 	case policy.Window != nil && !policy.Window.Open(now):
 		return keep("outside the profile's maintenance window", policy.Window.NextOpen(now).Sub(now))
 	case v.profileHalted() && !v.deadlineExceeded:
-		// A halt holds every kind of move of the profile until its content
+		// A halt stops every kind of move of the profile until its content
 		// changes, as for a bad edit of it; only sessions whose game servers
 		// failed move, to new data that may fix them.
 		return keep("the profile's rollout is halted", 0)
@@ -381,7 +381,7 @@ func (v *sessionView) keepInputs(reason string, requeueAfter time.Duration) inpu
 }
 
 // inputMove is the last part of inputsToRun: a change that nothing in the
-// policy keeps waiting moves, unless the session is busy, the brake holds
+// policy keeps waiting moves, unless the session is busy, the brake stops
 // it, or the ledger of moves has no place for it.
 func (v *sessionView) inputMove(ask bool) inputDecision {
 	policy, now, want, keep := v.policy, v.now, v.want, v.keepInputs

@@ -168,8 +168,8 @@ func (l *moveLedger) admit(key string, m move, profileLimit int) (bool, ledgerWa
 		return true, l.wakeLocked(now)
 	}
 	if m.kind == inputMove {
-		holds := moving && previous.hasProfilePlace() && previous.profile == m.profile
-		if !holds && l.profileMoving[m.profile] >= profileLimit {
+		hasPlace := moving && previous.hasProfilePlace() && previous.profile == m.profile
+		if !hasPlace && l.profileMoving[m.profile] >= profileLimit {
 			if !slices.Contains(l.profileWaiting[m.profile], key) {
 				l.profileWaiting[m.profile] = append(l.profileWaiting[m.profile], key)
 			}
@@ -186,8 +186,8 @@ func (l *moveLedger) admit(key string, m move, profileLimit int) (bool, ledgerWa
 		if l.reserved[key] {
 			others--
 		}
-		holdsPlace := moving && previous.kind != seededMove && !previous.stalled
-		if l.rateRoomLocked(now) <= others || (!holdsPlace && l.movingRoom() <= others) {
+		hasClusterPlace := moving && previous.kind != seededMove && !previous.stalled
+		if l.rateRoomLocked(now) <= others || (!hasClusterPlace && l.movingRoom() <= others) {
 			// Woken and refused all the same (another took the room
 			// first): it waits again, at the end.
 			delete(l.reserved, key)
@@ -232,8 +232,8 @@ func (l *moveLedger) wouldAdmit(key string, m move, profileLimit int) bool {
 	if l.reserved[key] {
 		others--
 	}
-	holdsPlace := moving && previous.kind != seededMove && !previous.stalled
-	return l.rateRoomLocked(l.clock.Now()) > others && (holdsPlace || l.movingRoom() > others)
+	hasClusterPlace := moving && previous.kind != seededMove && !previous.stalled
+	return l.rateRoomLocked(l.clock.Now()) > others && (hasClusterPlace || l.movingRoom() > others)
 }
 
 // putLocked records m, counting its places.

@@ -97,7 +97,7 @@ const (
 // controller goes by its caches again. An entry that ends hands back the
 // revisions no entry holds any more, and its caller queues their profiles;
 // one that expires is looked at again by the profile sync that found a
-// revision held by it, which asks to run again when the hold ends
+// revision kept by it, which asks to run again when the entry expires
 // (mountPending): else a stale revision would wait for the next resync.
 //
 // A write's entry protects its Deployment, not its session: a session
@@ -123,7 +123,7 @@ type revisionExpectations struct {
 	detached map[string][]pendingMount
 	// byRevision counts the writes of mounts and detached by the revision
 	// they mount; pruned is when timed-out writes were last dropped.
-	byRevision map[string]revisionHold
+	byRevision map[string]revisionMounts
 	pruned     time.Time
 	writes     uint64 // writes numbered so far
 	// left names the sessions whose Deployment left the cache: deleted, or
@@ -161,10 +161,10 @@ type pendingMount struct {
 	live bool
 }
 
-// revisionHold is what the pending writes that mount one revision hold: how
-// many there are, and when the latest was recorded, so that the hold ends
-// expectationTimeout after it at the latest.
-type revisionHold struct {
+// revisionMounts are the pending writes that mount one revision: how many
+// there are, and when the latest was recorded, so that they keep the
+// revision expectationTimeout after it at the latest.
+type revisionMounts struct {
 	writes int
 	latest time.Time
 }
@@ -172,7 +172,7 @@ type revisionHold struct {
 func newRevisionExpectations(clk clock.PassiveClock) *revisionExpectations {
 	return &revisionExpectations{clock: clk, deleted: map[string]pendingRevision{},
 		mounts: map[string][]pendingMount{}, detached: map[string][]pendingMount{},
-		byRevision: map[string]revisionHold{}, left: map[string]struct{}{}}
+		byRevision: map[string]revisionMounts{}, left: map[string]struct{}{}}
 }
 
 // deletedRevision records a revision the controller deletes, before the
@@ -408,8 +408,8 @@ func (e *revisionExpectations) forgetSession(sessionKey string) {
 	}
 }
 
-// heldLocked returns the revisions the session's pending entries hold.
-func (e *revisionExpectations) heldLocked(sessionKey string) []string {
+// pendingMountsLocked returns the revisions the session's pending entries mount.
+func (e *revisionExpectations) pendingMountsLocked(sessionKey string) []string {
 	var revisions []string
 	for _, m := range e.mounts[sessionKey] {
 		revisions = append(revisions, m.revision)
@@ -433,7 +433,7 @@ func (e *revisionExpectations) liveRead(sessionKey string, live *appsv1.Deployme
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.left, sessionKey)
-	held := e.heldLocked(sessionKey)
+	held := e.pendingMountsLocked(sessionKey)
 	var pending []pendingMount
 	if live != nil && (ours || live.Labels[LabelManagedBy] == ManagedByValue) && cached() != live.ResourceVersion {
 		if revision := mountedRevision(&live.Spec.Template); revision != "" {
