@@ -305,6 +305,9 @@ func runWorld(w *world) *world {
 	if w.alive && w.settle() {
 		w.checkAtRest()
 		w.checkIdle()
+		if w.alive {
+			w.rotateAtRest()
+		}
 	}
 	return w
 }
@@ -411,6 +414,9 @@ type world struct {
 	inputs       []*worldInput
 	inputMoves   map[string]int
 	inputReaders []inputReader
+	// canary is what the canaries of rotations showed
+	// (world_inputcanary_test.go).
+	canary inputCanaryMemory
 
 	alive      bool // false once the controller panicked
 	settling   bool
@@ -471,6 +477,9 @@ func newWorldOf(seed uint64, matchSafe, tenancy bool, inputs ...*worldInput) *wo
 	}
 	w.profileChangeDelay = []time.Duration{0, 500 * time.Millisecond, 2 * time.Second}[w.rng.IntN(3)]
 	w.paced = w.rng.IntN(3) == 0
+	if w.paced && len(inputs) > 0 && canaryRotationsOf(seed) {
+		w.canary.rng = rand.New(rand.NewPCG(seed, 0xca9a+1))
+	}
 	if w.rng.IntN(2) == 0 {
 		w.broken[ProfileHash(&corev1.ConfigMap{Data: pick(w, worldProfileData)})] = true
 	}
@@ -492,6 +501,9 @@ func newWorldOf(seed uint64, matchSafe, tenancy bool, inputs ...*worldInput) *wo
 	}
 	for _, in := range inputs {
 		w.logf("inputs: sessions read labelled %ss %v", in.kind, in.names)
+	}
+	if w.canary.rng != nil {
+		w.logf("canary rotations: paced profiles start with a canary, templates read %s %s", inputs[0].kind, inputs[0].names[0])
 	}
 	return w
 }
@@ -614,6 +626,7 @@ func (w *world) startController() {
 // either queue, in sorted order (see stepQueue.call). It returns the keys fn
 // rate-limited in each queue, that is, the syncs that failed.
 func (w *world) call(fn func()) (sessions, profiles []string) {
+	w.noteCanaryView()
 	sessions = w.queue.call(func() { profiles = w.profileQueue.call(fn) })
 	w.checkInputReadersQueued()
 	return sessions, profiles

@@ -290,6 +290,9 @@ func (w *world) editSessionInputs() bool {
 				reads = append(reads, fmt.Sprintf("%s %s by %s", in.resource, name, way))
 			}
 		}
+		if read := w.withSharedRead(t); read != "" {
+			reads = append(reads, read)
+		}
 	}
 	s.Spec.Template = t
 	updated, err := w.server.update(byUser, sessionsResource, s, true)
@@ -519,6 +522,7 @@ func (w *world) checkInputsWrite(before, after *appsv1.Deployment) {
 	if s == nil || !onlyInputs {
 		return
 	}
+	w.checkInputCanary(s, before, after)
 	// The hold is of every kind: an input gone keeps the others as they run.
 	for _, in := range worldInputs {
 		reads, had := in.readBy(s.Spec.Template), in.running(before)
@@ -579,20 +583,28 @@ func (w *world) serverInputs(in *worldInput, s *gamesv1.GameSession) inputSet {
 // setOf is the set of the kind a session's pods are to run with, of the
 // objects it reads that labelled finds (nil: none, or not labelled).
 func (in *worldInput) setOf(s *gamesv1.GameSession, labelled func(name string) object) inputSet {
-	var names []string
-	h := sha256.New()
+	var names, digests []string
 	for _, name := range in.readBy(s.Spec.Template) {
 		obj := labelled(name)
 		if obj == nil {
 			continue
 		}
-		names = append(names, name)
-		fmt.Fprintf(h, "%s\x00%s\x00", name, in.digestOf(obj))
+		names, digests = append(names, name), append(digests, in.digestOf(obj))
 	}
 	if len(names) == 0 {
 		return inputSet{}
 	}
-	return inputSet{names: strings.Join(names, ","), hash: hex.EncodeToString(h.Sum(nil))[:32]}
+	return inputSet{names: strings.Join(names, ","), hash: inputSetHash(names, digests)}
+}
+
+// inputSetHash is the hash of a set of objects of one kind, by name with
+// their digests: the world's own account of it.
+func inputSetHash(names, digests []string) string {
+	h := sha256.New()
+	for i, name := range names {
+		fmt.Fprintf(h, "%s\x00%s\x00", name, digests[i])
+	}
+	return hex.EncodeToString(h.Sum(nil))[:32]
 }
 
 // goneInput returns the kind of an input that Deployment d runs with and
@@ -636,6 +648,12 @@ func (w *world) checkInputsAtRest() {
 		if r := w.server.rollout(profile.Name); r != nil && metav1.IsControlledBy(r, profile) &&
 			(r.Status.HaltedHash == ProfileHash(profile) || r.Status.Inputs != nil && r.Status.Inputs.Halted) {
 			w.covered["input change held by a halt"]++
+			continue
+		}
+		// So does the canary of a rotation that does not pass, and moves
+		// that failed holding the places of max-rolling the others wait for.
+		if r := w.server.rollout(profile.Name); r != nil && metav1.IsControlledBy(r, profile) &&
+			(w.canaryHoldsAtRest(s, r) || w.failedHoldPlacesAtRest(profile, r)) {
 			continue
 		}
 		// An input gone that the session runs with and still reads holds
