@@ -90,7 +90,7 @@ func (w *world) rotateAtRest() {
 	}
 	in := w.inputs[0]
 	name := in.names[0]
-	if w.canary.rng.IntN(4) > 0 && w.gatherReaders(in, name) {
+	if w.canary.rng.IntN(8) > 0 && w.gatherReaders(in, name) {
 		if !w.settle() {
 			return
 		}
@@ -103,23 +103,26 @@ func (w *world) rotateAtRest() {
 	for range 1 + w.canary.rng.IntN(2) {
 		obj := w.server.get(in.resource, name)
 		if obj == nil || !in.labelled(obj) {
-			return
-		}
-		// Other data than it holds: the data sets differ in their digests.
-		now := in.digestOf(obj)
-		var others []int
-		for i := range in.dataSets {
-			probe := in.newObject(name)
-			in.setData(probe, i)
-			if in.digestOf(probe) != now {
-				others = append(others, i)
+			// The object to rotate: new data for its readers all the same.
+			if obj == nil {
+				obj = in.newObject(name)
+				in.setData(obj, 0)
+				created, err := w.server.create(byUser, in.resource, obj)
+				must(err)
+				w.logf("user: create %s %s (%s) data set 0, labelled false", in.resource, name, created.GetUID())
+				obj = created
 			}
+			obj.SetLabels(map[string]string{in.labelKey: in.labelValue})
 		}
-		data := pick2(w.canary.rng, others)
-		in.setData(obj, data)
+		// Data it never held: no Deployment ran them Ready before, so
+		// the others wait for this rotation's canary, not an earlier one.
+		w.canary.rotations++
+		freshData(obj, w.canary.rotations)
+		w.canary.digests[in.kind+"/"+name] = append(w.dataDigests(in, name), in.digestOf(obj))
+		clear(w.canary.runs) // hashes not told before may be told now
 		updated, err := w.server.update(byUser, in.resource, obj, true)
 		must(err)
-		w.logf("user: rotate %s %s to data set %d (rv %s)", in.resource, name, data, updated.GetResourceVersion())
+		w.logf("user: rotate %s %s to fresh data %d (rv %s)", in.resource, name, w.canary.rotations, updated.GetResourceVersion())
 		if !w.settle() {
 			return
 		}
@@ -149,6 +152,13 @@ func (w *world) gatherReaders(in *worldInput, name string) bool {
 	}
 	if p == nil {
 		return false
+	}
+	// Readers to hold back: every session name live.
+	for range 10 {
+		if len(w.server.sessions()) == len(worldSessionNames) {
+			break
+		}
+		w.createSession()
 	}
 	if p.Annotations[rollout.AnnotationPaused] != "" || p.Annotations[rollout.AnnotationWindow] != "" {
 		delete(p.Annotations, rollout.AnnotationPaused)
@@ -188,8 +198,9 @@ type canaryData struct{ kind, name, digest string }
 // inputCanaryMemory is what input-canary remembers.
 type inputCanaryMemory struct {
 	// rng draws the choices of a sequence of canary rotations; nil in the
-	// others.
-	rng *rand.Rand
+	// others. rotations counts its rotations at rest.
+	rng       *rand.Rand
+	rotations int
 	// ranReady: data some Deployment ran, complete and Ready, in a cache
 	// state the controller was called in.
 	ranReady map[canaryData]bool
@@ -411,16 +422,7 @@ func (w *world) inputsRun(in *worldInput, set inputSet) (map[string]string, bool
 	names := splitNames(set.names)
 	choices := make([][]string, len(names))
 	for i, name := range names {
-		digests, ok := c.digests[in.kind+"/"+name]
-		if !ok {
-			for d := range in.dataSets {
-				obj := in.newObject(name)
-				in.setData(obj, d)
-				digests = append(digests, in.digestOf(obj))
-			}
-			c.digests[in.kind+"/"+name] = digests
-		}
-		choices[i] = digests
+		choices[i] = w.dataDigests(in, name)
 	}
 	var runs map[string]string
 	picked := make([]string, len(names))
@@ -444,6 +446,36 @@ func (w *world) inputsRun(in *worldInput, set inputSet) (map[string]string, bool
 	}
 	c.runs[key] = runs
 	return runs, runs != nil
+}
+
+// dataDigests are the digests of the data the object can have held: its
+// data sets and the fresh data of rotations.
+func (w *world) dataDigests(in *worldInput, name string) []string {
+	c := &w.canary
+	if c.runs == nil {
+		c.runs, c.digests = map[string]map[string]string{}, map[string][]string{}
+	}
+	digests, ok := c.digests[in.kind+"/"+name]
+	if !ok {
+		for d := range in.dataSets {
+			obj := in.newObject(name)
+			in.setData(obj, d)
+			digests = append(digests, in.digestOf(obj))
+		}
+		c.digests[in.kind+"/"+name] = digests
+	}
+	return digests
+}
+
+// freshData gives an object of either kind the k-th data of rotations,
+// unlike any of its data sets.
+func freshData(obj object, k int) {
+	switch o := obj.(type) {
+	case *corev1.Secret:
+		o.Data = map[string][]byte{"token": []byte(fmt.Sprintf("rotation %d", k))}
+	case *corev1.ConfigMap:
+		o.Data, o.BinaryData = map[string]string{"tuning.cfg": fmt.Sprintf("tick=%d", 100+k)}, nil
+	}
 }
 
 // worldDeploymentReady reports whether a Deployment's status is of its
