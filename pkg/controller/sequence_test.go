@@ -58,7 +58,10 @@ import (
 // policies, ProfileRollouts, the budget, the halt, what a rollout must show
 // at rest), world_inputs_test.go (Secrets and session-config ConfigMaps,
 // one table of the kinds of referenced input and one set of checks for
-// them), sequence_actions_test.go (what a step can be),
+// them), world_inputcanary_test.go (the canary of a rotation: what the
+// caches showed of its canaries and of data run Ready, the sequences of
+// canary rotations, and the rotations at rest that end them),
+// sequence_actions_test.go (what a step can be),
 // sequence_invariants_test.go (what must hold) and sequence_ledger_test.go
 // (how many Deployment writes the controller may make).
 //
@@ -197,6 +200,8 @@ var foundByLongRuns = []struct {
 	{26037852, "harness: the same"},
 	{92148402, "harness: a spec change whose write would be only a rotation of its Secrets waits for a place among max-rolling, and keeps its move"},
 	{92169787, "status: a restarted controller hears of a ReplicaSet of a session's Deployment outside the cache that arrives after the session's sync"},
+	{1457, "harness: a rotation's canary whose Deployment its user paused never passes, and holds the others at rest as its ProfileRollout says"},
+	{351, "harness: a rotation's canary that failed holds the one place of max-rolling, and the other canary waits for it at rest"},
 }
 
 func TestSequenceRegressions(t *testing.T) {

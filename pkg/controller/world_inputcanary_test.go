@@ -41,9 +41,19 @@ import (
 // Ready on the data is enough, which the gate removed still breaks, since
 // the others then move with the canaries, before any of them is Ready.
 //
+// A pass is one the caches ever showed for those data, as a plan that saw
+// it counts until the next plan: data a rotation at rest writes are fresh,
+// so an earlier rotation's Ready canary is no pass for it.
+//
 // A Deployment's annotations hold one hash per kind over every object it
 // reads; the data of each object are read back from it by trying the data
-// sets the world writes (inputsRun).
+// sets the world writes and the fresh data of rotations (inputsRun).
+//
+// At rest (checkInputsAtRest), a canary that never passes holds the others
+// for good: a ProfileRollout that lists it, with the server showing one of
+// its canaries not settled, excuses their stale digests (canaryHoldsAtRest),
+// and so do failed moves holding the places of max-rolling
+// (failedHoldPlacesAtRest).
 
 // canaryRotationsOf decides, from a stream of its own, whether a paced
 // sequence with inputs is one of canary rotations (half of them): its
@@ -305,14 +315,14 @@ func (w *world) checkInputCanary(s *gamesv1.GameSession, before, after *appsv1.D
 	}
 	if d := w.caches[deploymentsResource].deployment(s.Name); d == nil || d.UID != after.UID || !controlledBy(d, s.UID) {
 		// No member of the plan: its own canary.
-		w.covered["input move under a canary, its Deployment out of the cache"]++
+		w.covered["input move under a canary of a Deployment out of the cache"]++
 		return
 	}
 	for _, in := range worldInputs {
 		had, known := w.inputsRun(in, in.running(before))
 		has, knownNow := w.inputsRun(in, in.running(after))
 		if !known || !knownNow {
-			w.covered["input move under a canary, data not told"]++
+			w.covered["input move under a canary of data not told"]++
 			continue
 		}
 		for _, name := range slices.Sorted(maps.Keys(has)) {

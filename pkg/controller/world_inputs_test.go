@@ -37,10 +37,18 @@ import (
 //     object the session still reads and the cache lost, of any kind: an
 //     input gone restarts no game server, it holds the others' changes too
 //     (input-gone-rolled);
+//   - under a policy with a canary, a write moves a session to new data of
+//     an object only if the caches showed it among the object's first
+//     readers, or some Deployment running those data complete and Ready:
+//     the others wait for the canary (input-canary,
+//     world_inputcanary_test.go);
 //   - at rest, a session on its profile's current revision, idle, with a
 //     policy that lets it move, runs the digest of the labelled objects it
-//     reads as the server holds them, unless one it runs with is gone: no
-//     change stays stuck with nothing to say why (input-digest-stale);
+//     reads as the server holds them, unless one it runs with is gone, or
+//     its ProfileRollout shows it held (a halt, the brake, a canary the
+//     server shows not settled, failed moves holding the places of
+//     max-rolling): no change stays stuck with nothing to say why
+//     (input-digest-stale);
 //   - every such move has a cause: a change of an input its cache showed, or
 //     a change of the session's own, one write for each (the write credits,
 //     sequence_ledger_test.go): a Secret and a ConfigMap changed together
