@@ -58,7 +58,10 @@ import (
 // policies, ProfileRollouts, the budget, the halt, what a rollout must show
 // at rest), world_inputs_test.go (Secrets and session-config ConfigMaps,
 // one table of the kinds of referenced input and one set of checks for
-// them), sequence_actions_test.go (what a step can be),
+// them), world_inputcanary_test.go (the canary of a rotation: what the
+// caches showed of its canaries and of data run Ready, the sequences of
+// canary rotations, and the rotations at rest that end them),
+// sequence_actions_test.go (what a step can be),
 // sequence_invariants_test.go (what must hold) and sequence_ledger_test.go
 // (how many Deployment writes the controller may make).
 //
@@ -197,6 +200,8 @@ var foundByLongRuns = []struct {
 	{26037852, "harness: the same"},
 	{92148402, "harness: a spec change whose write would be only a rotation of its Secrets waits for a place among max-rolling, and keeps its move"},
 	{92169787, "status: a restarted controller hears of a ReplicaSet of a session's Deployment outside the cache that arrives after the session's sync"},
+	{1457, "harness: a rotation's canary whose Deployment its user paused never passes, and holds the others at rest as its ProfileRollout says"},
+	{351, "harness: a rotation's canary that failed holds the one place of max-rolling, and the other canary waits for it at rest"},
 }
 
 func TestSequenceRegressions(t *testing.T) {
@@ -305,6 +310,9 @@ func runWorld(w *world) *world {
 	if w.alive && w.settle() {
 		w.checkAtRest()
 		w.checkIdle()
+		if w.alive {
+			w.rotateAtRest()
+		}
 	}
 	return w
 }
@@ -411,6 +419,9 @@ type world struct {
 	inputs       []*worldInput
 	inputMoves   map[string]int
 	inputReaders []inputReader
+	// canary is what the canaries of rotations showed
+	// (world_inputcanary_test.go).
+	canary inputCanaryMemory
 
 	alive      bool // false once the controller panicked
 	settling   bool
@@ -471,6 +482,9 @@ func newWorldOf(seed uint64, matchSafe, tenancy bool, inputs ...*worldInput) *wo
 	}
 	w.profileChangeDelay = []time.Duration{0, 500 * time.Millisecond, 2 * time.Second}[w.rng.IntN(3)]
 	w.paced = w.rng.IntN(3) == 0
+	if w.paced && len(inputs) > 0 && canaryRotationsOf(seed) {
+		w.canary.rng = rand.New(rand.NewPCG(seed, 0xca9a+1))
+	}
 	if w.rng.IntN(2) == 0 {
 		w.broken[ProfileHash(&corev1.ConfigMap{Data: pick(w, worldProfileData)})] = true
 	}
@@ -492,6 +506,9 @@ func newWorldOf(seed uint64, matchSafe, tenancy bool, inputs ...*worldInput) *wo
 	}
 	for _, in := range inputs {
 		w.logf("inputs: sessions read labelled %ss %v", in.kind, in.names)
+	}
+	if w.canary.rng != nil {
+		w.logf("canary rotations: paced profiles start with a canary, templates read %s %s", inputs[0].kind, inputs[0].names[0])
 	}
 	return w
 }
@@ -614,6 +631,7 @@ func (w *world) startController() {
 // either queue, in sorted order (see stepQueue.call). It returns the keys fn
 // rate-limited in each queue, that is, the syncs that failed.
 func (w *world) call(fn func()) (sessions, profiles []string) {
+	w.noteCanaryView()
 	sessions = w.queue.call(func() { profiles = w.profileQueue.call(fn) })
 	w.checkInputReadersQueued()
 	return sessions, profiles

@@ -138,6 +138,10 @@ func (w *world) updateRolloutStatus(a core.UpdateAction) (bool, runtime.Object, 
 	w.logf("  → UPDATE profilerollout %s/status (rv %s): rv %s phase %s target %s stable %s halted %q moved %d/%d",
 		r.Name, r.ResourceVersion, updated.GetResourceVersion(), st.Phase, st.TargetHash, st.StableHash, st.HaltedHash,
 		st.MovedSessions, st.TotalSessions)
+	if st.Inputs != nil {
+		// Moves for new data of inputs, and the canaries of rotations.
+		w.logf("    inputs %+v", *st.Inputs)
+	}
 	if faulty {
 		w.logf("    (answered: injected %s)", f)
 		return true, nil, injectedError(f, rolloutsResource, r.Name)

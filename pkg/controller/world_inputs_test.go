@@ -37,10 +37,18 @@ import (
 //     object the session still reads and the cache lost, of any kind: an
 //     input gone restarts no game server, it holds the others' changes too
 //     (input-gone-rolled);
+//   - under a policy with a canary, a write moves a session to new data of
+//     an object only if the caches showed it among the object's first
+//     readers, or some Deployment running those data complete and Ready:
+//     the others wait for the canary (input-canary,
+//     world_inputcanary_test.go);
 //   - at rest, a session on its profile's current revision, idle, with a
 //     policy that lets it move, runs the digest of the labelled objects it
-//     reads as the server holds them, unless one it runs with is gone: no
-//     change stays stuck with nothing to say why (input-digest-stale);
+//     reads as the server holds them, unless one it runs with is gone, or
+//     its ProfileRollout shows it held (a halt, the brake, a canary the
+//     server shows not settled, failed moves holding the places of
+//     max-rolling): no change stays stuck with nothing to say why
+//     (input-digest-stale);
 //   - every such move has a cause: a change of an input its cache showed, or
 //     a change of the session's own, one write for each (the write credits,
 //     sequence_ledger_test.go): a Secret and a ConfigMap changed together
@@ -290,6 +298,9 @@ func (w *world) editSessionInputs() bool {
 				reads = append(reads, fmt.Sprintf("%s %s by %s", in.resource, name, way))
 			}
 		}
+		if read := w.withSharedRead(t); read != "" {
+			reads = append(reads, read)
+		}
 	}
 	s.Spec.Template = t
 	updated, err := w.server.update(byUser, sessionsResource, s, true)
@@ -519,6 +530,7 @@ func (w *world) checkInputsWrite(before, after *appsv1.Deployment) {
 	if s == nil || !onlyInputs {
 		return
 	}
+	w.checkInputCanary(s, before, after)
 	// The hold is of every kind: an input gone keeps the others as they run.
 	for _, in := range worldInputs {
 		reads, had := in.readBy(s.Spec.Template), in.running(before)
@@ -579,20 +591,28 @@ func (w *world) serverInputs(in *worldInput, s *gamesv1.GameSession) inputSet {
 // setOf is the set of the kind a session's pods are to run with, of the
 // objects it reads that labelled finds (nil: none, or not labelled).
 func (in *worldInput) setOf(s *gamesv1.GameSession, labelled func(name string) object) inputSet {
-	var names []string
-	h := sha256.New()
+	var names, digests []string
 	for _, name := range in.readBy(s.Spec.Template) {
 		obj := labelled(name)
 		if obj == nil {
 			continue
 		}
-		names = append(names, name)
-		fmt.Fprintf(h, "%s\x00%s\x00", name, in.digestOf(obj))
+		names, digests = append(names, name), append(digests, in.digestOf(obj))
 	}
 	if len(names) == 0 {
 		return inputSet{}
 	}
-	return inputSet{names: strings.Join(names, ","), hash: hex.EncodeToString(h.Sum(nil))[:32]}
+	return inputSet{names: strings.Join(names, ","), hash: inputSetHash(names, digests)}
+}
+
+// inputSetHash is the hash of a set of objects of one kind, by name with
+// their digests: the world's own account of it.
+func inputSetHash(names, digests []string) string {
+	h := sha256.New()
+	for i, name := range names {
+		fmt.Fprintf(h, "%s\x00%s\x00", name, digests[i])
+	}
+	return hex.EncodeToString(h.Sum(nil))[:32]
 }
 
 // goneInput returns the kind of an input that Deployment d runs with and
@@ -636,6 +656,12 @@ func (w *world) checkInputsAtRest() {
 		if r := w.server.rollout(profile.Name); r != nil && metav1.IsControlledBy(r, profile) &&
 			(r.Status.HaltedHash == ProfileHash(profile) || r.Status.Inputs != nil && r.Status.Inputs.Halted) {
 			w.covered["input change held by a halt"]++
+			continue
+		}
+		// So does the canary of a rotation that does not pass, and moves
+		// that failed holding the places of max-rolling the others wait for.
+		if r := w.server.rollout(profile.Name); r != nil && metav1.IsControlledBy(r, profile) &&
+			(w.canaryHoldsAtRest(s, r) || w.failedHoldPlacesAtRest(profile, r)) {
 			continue
 		}
 		// An input gone that the session runs with and still reads holds

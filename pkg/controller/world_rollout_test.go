@@ -81,6 +81,7 @@ func (w *world) randomPolicy() map[string]string {
 		a[bad[0]] = bad[1]
 	}
 	w.addMatchSafePolicy(a)
+	w.withCanary(a)
 	return a
 }
 
