@@ -202,15 +202,15 @@ func (v *sessionView) canaryWait() string {
 		// is its own canary.
 		return ""
 	}
-	pp := v.latest
-	if pp == nil || pp.policy != v.policy.String() || pp.inputCanaries == nil {
-		return "it waits for the profile's rollout plan to pick the canary of its Secrets and ConfigMaps"
+	if stale := v.canaryPlanStale(); stale != nil {
+		if stale.kind == "" {
+			return "it waits for the profile's rollout plan to pick the canary of its Secrets and ConfigMaps"
+		}
+		return fmt.Sprintf("it waits for the profile's rollout plan to pick the canary of the new data of %s %s", stale.kind, stale.key)
 	}
 	for _, r := range v.reads {
-		c, planned := pp.inputCanaries[r.object]
+		c := v.latest.inputCanaries[r.object]
 		switch {
-		case !planned || c.digest != r.digest:
-			return fmt.Sprintf("it waits for the profile's rollout plan to pick the canary of the new data of %s %s", r.object.kind, r.object.key)
 		case slices.Contains(c.members, v.member):
 		case c.failed != "":
 			return fmt.Sprintf("the canary %s of the new data of %s %s failed", c.failed, r.object.kind, r.object.key)
@@ -220,4 +220,25 @@ func (v *sessionView) canaryWait() string {
 		}
 	}
 	return ""
+}
+
+// canaryPlanStale names an object whose new data the session wants and the
+// profile's latest plan has not picked canaries for (an empty one when
+// there is no plan under this policy), nil if there is none. Whether or not
+// the session may move now, the plan is to see the new data: the
+// ProfileRollout names the canaries of every rotation under way.
+func (v *sessionView) canaryPlanStale() *inputObject {
+	if v.live || !v.policy.AsksForCanary() {
+		return nil
+	}
+	pp := v.latest
+	if pp == nil || pp.policy != v.policy.String() || pp.inputCanaries == nil {
+		return &inputObject{}
+	}
+	for _, r := range v.reads {
+		if c, planned := pp.inputCanaries[r.object]; !planned || c.digest != r.digest {
+			return &r.object
+		}
+	}
+	return nil
 }

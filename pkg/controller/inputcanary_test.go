@@ -167,6 +167,63 @@ func TestSecretRotationWhoseCanaryFailsHalts(t *testing.T) {
 	}
 }
 
+// Whatever keeps a rotation's move waiting (here a paused profile, or a
+// Secret the session reads gone from the cache), the session asks for a plan
+// when the latest one has not picked the canaries of the new data: the
+// ProfileRollout names every rotation under way at once, not at the next
+// resync.
+func TestRotationWaitingForAnyReasonAsksForTheCanariesPlan(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		apply func(w *inputWorld)
+	}{
+		{"paused", func(w *inputWorld) {
+			w.profile = w.profile.DeepCopy()
+			w.profile.Annotations[rollout.AnnotationPaused] = "true"
+			w.f.setCached(w.profile)
+		}},
+		{"another Secret gone", func(w *inputWorld) {
+			// blue-1 runs with Secret grey too, which then goes.
+			grey := cachedSecret(t, testDigestKey, labelledSecret("grey", map[string]string{"token": "one"}))
+			w.f.setCached(grey)
+			s, err := w.f.c.sessions.sessionLister.GameSessions(testNamespace).Get("blue-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			s = s.DeepCopy()
+			s.Spec.Template.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "grey"}}}}
+			w.f.setCached(s)
+			w.syncAll(t)
+			w.complete(t, "blue-1", false)
+			w.f.deleteCached(grey)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := canaryWorld(t)
+			tc.apply(w)
+			w.plan(t)
+			w.rotate(t, "blue", "two")
+			c := w.f.c.sessions
+			session, err := c.sessionLister.GameSessions(testNamespace).Get("blue-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			profile, refusal, deployment, err := c.readInputs(session)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := c.view(session, profile, refusal, deployment)
+			d := decideSession(v)
+			if d.inputs.wait == nil || d.inputs.move != nil {
+				t.Fatalf("the rotation did not wait: %+v", d.inputs)
+			}
+			if want := profileKey(testNamespace, w.profile.Name); d.inputs.requestPlan != want {
+				t.Errorf("a rotation that waits (%s) asks for a plan of %q, want %q", d.inputs.wait.reason, d.inputs.requestPlan, want)
+			}
+		})
+	}
+}
+
 // BenchmarkRotationCanaryPlan is what the canary of rotations adds to a
 // profile's plan at the reference scale: 7,340 sessions of one profile, each
 // reading one labelled Secret. One op plans the profile under each policy,

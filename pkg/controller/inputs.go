@@ -329,6 +329,21 @@ func (v *sessionView) inputsToRun(desired *appsv1.Deployment, ask bool) inputDec
 	if observed == nil || slices.Equal(want, have) {
 		return inputDecision{sets: want}
 	}
+	d := v.inputsChange(desired, ask)
+	if ask && v.profile != nil && v.canaryPlanStale() != nil {
+		// The plan picks the canaries of the new data now, whatever keeps
+		// this move waiting or takes it along: the ProfileRollout names
+		// every rotation under way, and an idle resync finds nothing left
+		// to write.
+		d.requestPlan = profileKey(v.profile.Namespace, v.profile.Name)
+	}
+	return d
+}
+
+// inputsChange is inputsToRun for a change of the inputs: what waits, and
+// what moves.
+func (v *sessionView) inputsChange(desired *appsv1.Deployment, ask bool) inputDecision {
+	have, want, observed := v.have, v.want, v.deployment
 	keep := v.keepInputs
 	for i, in := range v.inputs {
 		referenced := in.read(v.session.Spec.Template)

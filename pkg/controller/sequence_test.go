@@ -202,6 +202,9 @@ var foundByLongRuns = []struct {
 	{92169787, "status: a restarted controller hears of a ReplicaSet of a session's Deployment outside the cache that arrives after the session's sync"},
 	{1457, "harness: a rotation's canary whose Deployment its user paused never passes, and holds the others at rest as its ProfileRollout says"},
 	{351, "harness: a rotation's canary that failed holds the one place of max-rolling, and the other canary waits for it at rest"},
+	{96001036, "rollout: a rotation that waits because another object it reads is gone asks for the plan that names its canaries, not the idle resync"},
+	{96000826, "rollout: the same, for a rotation of a paused profile"},
+	{7341499, "rollout: the same"},
 }
 
 func TestSequenceRegressions(t *testing.T) {
