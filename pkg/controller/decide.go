@@ -56,6 +56,11 @@ type sessionView struct {
 	// stored is what the ProfileRollout remembers of the rollout towards
 	// target: halted, and since when it runs.
 	stored rollout.Memory
+	// admittedByPlan counts the other sessions whose move to target the
+	// latest plan admitted (and that can take it): places of max-rolling
+	// the profile's rollout is about to fill, which a move for new inputs
+	// must leave them.
+	admittedByPlan int
 	// available holds, by hash, whether a revision the decision may mount
 	// exists and is not being deleted: target's, the Deployment's, the
 	// plan's stable one.

@@ -224,6 +224,49 @@ func TestRotationWaitingForAnyReasonAsksForTheCanariesPlan(t *testing.T) {
 	}
 }
 
+// One plan can admit a session's move to new content and let a rotation's
+// canary go: under max-rolling 1 the canary's move for new data waits for
+// the place the rollout admitted, and the plan that no longer keeps it
+// wakes the canary.
+func TestRotationLeavesThePlacesTheRolloutAdmitted(t *testing.T) {
+	w := canaryWorld(t)
+	w.profile = w.profile.DeepCopy()
+	w.profile.Annotations = map[string]string{rollout.AnnotationCanary: "1", rollout.AnnotationMaxRolling: "1"}
+	w.profile.Data = map[string]string{"game.cfg": "mode=classic\nmaxPlayers=64\n"}
+	w.profile.ResourceVersion = bumpVersion(w.profile.ResourceVersion)
+	w.f.setCached(w.profile)
+	w.plan(t)
+	moved := func() []string { return slices.Sorted(maps.Keys(w.syncAll(t))) }
+	if canary := moved(); !slices.Equal(canary, []string{"blue-1"}) {
+		t.Fatalf("the content's canary moved %v, want blue-1", canary)
+	}
+	w.complete(t, "blue-1", false)
+	if pp := w.plan(t); !slices.Equal(pp.plan.Admitted, []string{"blue-2"}) {
+		t.Fatalf("past the canary the plan admits %v, want blue-2", pp.plan.Admitted)
+	}
+	w.rotate(t, "blue", "two")
+	// The plan picks blue-1 as the rotation's canary, and still admits blue-2.
+	w.plan(t)
+	drainQueue(w.f.c.sessions.queue)
+	kube, game := w.sync(t, sessionKey(w.blue))
+	w.f.observe(append(kube, game...)...)
+	for _, a := range kube {
+		if a.GetVerb() == "update" && a.GetResource().Resource == "deployments" {
+			t.Fatalf("blue-1 moved for the rotation while the rollout's admitted move of blue-2 has the one place")
+		}
+	}
+	kube, game = w.sync(t, sessionKey(w.extra[0]))
+	w.f.observe(append(kube, game...)...)
+	if got := w.f.storedDeployment(testNamespace, "blue-2").Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]; got != ProfileHash(w.profile) {
+		t.Fatalf("blue-2 did not take the move its rollout admitted: runs %q", got)
+	}
+	drainQueue(w.f.c.sessions.queue)
+	w.plan(t) // blue-2 moved: the place it was kept is the rollout's Rolling now, not an admission
+	if woken := drainQueue(w.f.c.sessions.queue); !slices.Contains(woken, sessionKey(w.blue)) {
+		t.Errorf("the plan that keeps no place for an admitted move woke %v, want blue-1 among them", woken)
+	}
+}
+
 // BenchmarkRotationCanaryPlan is what the canary of rotations adds to a
 // profile's plan at the reference scale: 7,340 sessions of one profile, each
 // reading one labelled Secret. One op plans the profile under each policy,

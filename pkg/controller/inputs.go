@@ -390,6 +390,34 @@ func (v *sessionView) inputsChange(desired *appsv1.Deployment, ask bool) inputDe
 	return v.inputMove(ask)
 }
 
+// inputMoveLimit is the profile's max-rolling for the session's move for
+// new inputs: what its paced policy allows, less the moves of the profile's
+// rollout that its latest plan admitted. A plan that admits a session's
+// move to new content and lets a rotation's canary go in one step must not
+// restart two game servers where max-rolling allows one. unlimited without
+// a pace.
+func (v *sessionView) inputMoveLimit() int {
+	if v.policyErr != nil || v.policy.Unpaced() {
+		return unlimited
+	}
+	return max(v.policy.MaxRollingOf(v.permitted)-v.admittedByPlan, 0)
+}
+
+// admittedOthers counts the sessions other than member that the latest plan
+// of the rollout to target admits and that can move (not blocked).
+func admittedOthers(pp *profilePlan, target, member string) int {
+	if pp == nil || pp.hash != target {
+		return 0
+	}
+	n := 0
+	for _, name := range pp.plan.Admitted {
+		if name != member && !slices.ContainsFunc(pp.plan.Blocked, func(b rollout.BlockedMember) bool { return b.Name == name }) {
+			n++
+		}
+	}
+	return n
+}
+
 // keepInputs is a decision to keep the inputs the pods run with, and why.
 func (v *sessionView) keepInputs(reason string, requeueAfter time.Duration) inputDecision {
 	return inputDecision{sets: v.have, wait: &inputWait{reason: reason, requeueAfter: requeueAfter}}
@@ -421,10 +449,9 @@ func (v *sessionView) inputMove(ask bool) inputDecision {
 	// namespaces that name it without a grant move in none of its rollouts.
 	// The session's own sync frees it (settleMove).
 	// An unpaced policy has neither, and costs no count of the sessions.
-	limit, maxFailed, brake := unlimited, 0, false
+	limit, maxFailed, brake := v.inputMoveLimit(), 0, false
 	profileKey := profileKey(v.profile.Namespace, v.profile.Name)
 	if !policy.Unpaced() {
-		limit = policy.MaxRollingOf(v.permitted)
 		maxFailed, brake = policy.MaxFailedOf(v.permitted)
 	}
 	if brake && v.stalledInProfile > maxFailed && !v.hasProfilePlace && !v.deadlineExceeded {
@@ -448,6 +475,10 @@ func (v *sessionView) inputMove(ask bool) inputDecision {
 		return inputDecision{sets: want, noteSeen: true}
 	}
 	d := keep(fmt.Sprintf("no place among the moves: the cluster-wide budget (%s) or the max-rolling of profile %s (%d) is full", v.budget, profileKey, limit), 0)
+	if v.admittedByPlan > 0 {
+		d.wait.reason = fmt.Sprintf("no place among the moves: the cluster-wide budget (%s) or the max-rolling of profile %s (%d, of which %d are kept for moves its rollout admitted) is full",
+			v.budget, profileKey, limit+v.admittedByPlan, v.admittedByPlan)
+	}
 	if limit == unlimited {
 		d.wait.reason = fmt.Sprintf("the cluster-wide budget (%s) is full", v.budget)
 	}

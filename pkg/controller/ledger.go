@@ -357,6 +357,14 @@ func (l *moveLedger) inputsOf(profile string) (moving, failed, waiting int) {
 	return l.profileMoving[profile], l.profileStalled[profile], len(l.profileWaiting[profile])
 }
 
+// profileWaiters returns the sessions waiting for a place among the
+// profile's max-rolling.
+func (l *moveLedger) profileWaiters(profile string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.profileWaiting[profile])
+}
+
 // waitForPlace queues the session among those waiting for a place of the
 // profile: it syncs again when one frees.
 func (l *moveLedger) waitForPlace(key, profile string) {

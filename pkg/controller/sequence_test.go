@@ -205,6 +205,8 @@ var foundByLongRuns = []struct {
 	{96001036, "rollout: a rotation that waits because another object it reads is gone asks for the plan that names its canaries, not the idle resync"},
 	{96000826, "rollout: the same, for a rotation of a paused profile"},
 	{7341499, "rollout: the same"},
+	{99047274, "budget: one plan admits a session's move to new content and lets a rotation's canary go; the canary's input move leaves the admitted place"},
+	{99154501, "budget: the same"},
 }
 
 func TestSequenceRegressions(t *testing.T) {

@@ -246,12 +246,11 @@ func (c *sessionController) view(session *gamesv1.GameSession, profile *corev1.C
 		v.hasProfilePlace = c.moves.hasProfilePlace(v.key, key)
 		v.stalledInProfile = c.moves.stalledIn(key)
 		v.budget = c.moves.String()
-		limit := unlimited
 		if v.policyErr == nil && !v.policy.Unpaced() {
 			v.permitted = len(c.permittedSessionKeysOf(profile.Namespace, profile.Name))
-			limit = v.policy.MaxRollingOf(v.permitted)
+			v.admittedByPlan = admittedOthers(v.latest, v.target, v.member)
 		}
-		v.inputMoveWouldFit = c.moves.wouldAdmit(v.key, m, limit)
+		v.inputMoveWouldFit = c.moves.wouldAdmit(v.key, m, v.inputMoveLimit())
 	}
 	return v
 }
