@@ -30,7 +30,8 @@ import (
 //     cannot restart every game server at once;
 //   - each profile's max-rolling, for input moves: a profile's revision
 //     moves are paced by its rollout plan (turn.go), its input moves here,
-//     at most max-rolling of its sessions moved and not yet Ready. An input
+//     at most max-rolling of its sessions moved and not yet Ready, less the
+//     revision moves the latest plan admitted (inputMoveLimit). An input
 //     move that fails (ProgressDeadlineExceeded) keeps its profile place,
 //     so a rotation that breaks game servers stops after max-rolling of
 //     them, as a brake would; it frees its cluster place, as a failed
