@@ -208,6 +208,16 @@ func (w *world) noteRolloutChange(ch change) {
 			w.refEpoch[nameOf(ch)]++
 		}
 	case deploymentsResource:
+		if ch.new != nil && deploymentComplete(ch.new.(*appsv1.Deployment)) {
+			// A moved session whose Deployment completed has moved: a later
+			// rollout of it (its own spec changed) is no move of the profile.
+			d := ch.new.(*appsv1.Deployment)
+			for _, set := range w.moving {
+				if set[d.Name] == d.UID {
+					delete(set, d.Name)
+				}
+			}
+		}
 		if ch.author == byController || ch.old == nil || ch.new == nil {
 			return
 		}
