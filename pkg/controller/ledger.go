@@ -321,6 +321,25 @@ func (l *moveLedger) stall(key string) ledgerWake {
 	return l.wakeLocked(l.clock.Now())
 }
 
+// leaveProfile ends the session's place among its move's profile's
+// max-rolling: the session now names another profile. A move still rolling
+// keeps its cluster place; a failed one, which held only the profile's
+// place, ends. It returns the profile's waiting sessions.
+func (l *moveLedger) leaveProfile(key string) ledgerWake {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m, ok := l.moves[key]
+	if !ok || !m.hasProfilePlace() {
+		return ledgerWake{}
+	}
+	wake := l.dropLocked(key)
+	if !m.stalled {
+		m.profile = ""
+		l.putLocked(key, m)
+	}
+	return wake
+}
+
 // forget drops a deleted session, moving or waiting.
 func (l *moveLedger) forget(key string) ledgerWake {
 	wake := l.release(key)
@@ -571,10 +590,19 @@ func (c *sessionController) settleMove(key string, session *gamesv1.GameSession,
 	if !ok {
 		return
 	}
+	if profile := profileKey(profileOf(session)); m.hasProfilePlace() && m.profile != profile {
+		// The session left the profile: its move no longer counts among
+		// that profile's max-rolling, nor holds its brake.
+		c.wake(c.moves.leaveProfile(key))
+		c.rollouts.requestPlanFor(m.profile)
+		if m, ok = c.moves.moveOf(key); !ok {
+			return
+		}
+	}
 	switch {
 	case blocks(d, session) || d.Spec.Paused || !c.runsMove(d, m) || deploymentComplete(d):
 		c.endMove(key, m)
-	case m.kind == inputMove && c.progressDeadlineExceeded(d):
+	case m.kind == inputMove && m.profile != "" && c.progressDeadlineExceeded(d):
 		c.wake(c.moves.stall(key))
 		c.rollouts.requestPlanFor(m.profile)
 	case c.progressDeadlineExceeded(d):

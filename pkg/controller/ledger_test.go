@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	core "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -424,6 +425,62 @@ func TestSecretRotationBrakesOnFailedMoves(t *testing.T) {
 	fixed := moved()
 	if !slices.Contains(fixed, first[1]) {
 		t.Fatalf("the fix moved %v, want the failed %s among them", fixed, first[1])
+	}
+}
+
+// A session whose input move failed, and which then names another profile,
+// leaves the places of its old profile: it no longer counts among that
+// profile's max-rolling, and its ProfileRollout hears of it at once, not at
+// the next resync (seed 99219757).
+func TestFailedInputMoveLeavesTheProfileItsSessionLeft(t *testing.T) {
+	w := newSecretWorld(t, "blue-2")
+	for _, s := range w.all() {
+		w.complete(t, s.Name, false)
+	}
+	w.profile = w.profile.DeepCopy()
+	w.profile.Annotations = map[string]string{rollout.AnnotationMaxRolling: "1"}
+	w.f.setCached(w.profile)
+	w.rotate(t, "blue", "broken")
+	moved := slices.Sorted(maps.Keys(w.syncAll(t)))
+	if len(moved) != 1 {
+		t.Fatalf("max-rolling 1 moved %v", moved)
+	}
+	w.complete(t, moved[0], true)
+	failed, err := w.f.c.caches.deploymentLister.Deployments(testNamespace).Get(moved[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed = failed.DeepCopy()
+	failed.Status.Conditions = []appsv1.DeploymentCondition{{Type: appsv1.DeploymentProgressing,
+		Status: corev1.ConditionFalse, Reason: "ProgressDeadlineExceeded"}}
+	w.f.setCached(failed)
+	w.sync(t, testNamespace+"/"+moved[0])
+	classic := profileKey(testNamespace, "classic")
+	if moving, stalled, _ := w.f.c.sessions.moves.inputsOf(classic); moving != 1 || stalled != 1 {
+		t.Fatalf("the failed move: %d moving, %d failed in the ledger, want 1 and 1", moving, stalled)
+	}
+
+	var session *gamesv1.GameSession
+	for _, s := range w.all() {
+		if s.Name == moved[0] {
+			session = s.DeepCopy()
+		}
+	}
+	session.Spec.ProfileRef = "other"
+	w.f.setCached(session)
+	drainQueue(w.f.c.profiles.queue)
+	w.sync(t, sessionKey(session))
+	if moving, stalled, _ := w.f.c.sessions.moves.inputsOf(classic); moving != 0 || stalled != 0 {
+		t.Errorf("the session left the profile: %d moving, %d failed still count among its max-rolling", moving, stalled)
+	}
+	if _, ok := w.f.c.sessions.moves.moveOf(sessionKey(session)); ok {
+		t.Error("a failed move, its profile left, still holds a place")
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return slices.Contains(drainQueue(w.f.c.profiles.queue), classic), nil
+	}); err != nil {
+		t.Error("the profile the session left was not asked for a plan: its ProfileRollout counts the move until a resync")
 	}
 }
 
