@@ -208,6 +208,8 @@ var foundByLongRuns = []struct {
 	{99047274, "budget: one plan admits a session's move to new content and lets a rotation's canary go; the canary's input move leaves the admitted place"},
 	{99154501, "budget: the same"},
 	{99219757, "rollout: a session whose input move failed, then named another profile, leaves its old profile's places, and that profile's ProfileRollout hears of it"},
+	{99152112, "harness: a rotation's canary whose Deployment keeps a timed-out condition naming a ReplicaSet of another revision never ends its move, and holds the one place of max-rolling at rest"},
+	{99240276, "harness: the same"},
 	{99045289, "harness: a moved session whose Deployment completed and then rolls for its own spec is no move of its profile"},
 }
 

@@ -380,18 +380,24 @@ func (w *world) canaryHoldsAtRest(s *gamesv1.GameSession, r *gamesv1.ProfileRoll
 }
 
 // failedHoldPlacesAtRest reports whether, at rest, input moves of the
-// profile that failed hold the places of max-rolling that others wait for
-// (they keep them until new data moves them again), as its ProfileRollout
-// says, and the server shows a Deployment of the profile's sessions past
-// its progress deadline. At rest a rotation's canary fails that way, on
-// content that never gets Ready, and the other canary waits for its place.
+// profile that failed or never end hold the places of max-rolling that
+// others wait for, as its ProfileRollout says, and the server shows a
+// Deployment of the profile's sessions that has not completed. A failed
+// move keeps its place until new data moves it again. One that never ends:
+// the Deployment controller keeps a timed-out condition naming an older
+// ReplicaSet, of another revision, while the new template's pods make no
+// progress, and never times out the new one (seeds 99152112, 99240276). At
+// rest a rotation's canary ends up either way on content that never gets
+// Ready, and the other canary waits for its place.
 func (w *world) failedHoldPlacesAtRest(profile *corev1.ConfigMap, r *gamesv1.ProfileRollout) bool {
-	if r.Status.Inputs == nil || r.Status.Inputs.WaitingSessions == 0 || r.Status.Inputs.FailedSessions == 0 {
+	if r.Status.Inputs == nil || r.Status.Inputs.WaitingSessions == 0 ||
+		r.Status.Inputs.FailedSessions == 0 && r.Status.Inputs.MovingSessions == 0 {
 		return false
 	}
 	for _, s := range w.server.sessions() {
-		if d := w.server.deployment(s.Name); uses(s, profile.Name) && d != nil && controlledBy(d, s.UID) && timedOutCondition(d) != nil {
-			w.covered["input change held by failed moves in max-rolling"]++
+		if d := w.server.deployment(s.Name); uses(s, profile.Name) && d != nil && controlledBy(d, s.UID) &&
+			(timedOutCondition(d) != nil || !deploymentComplete(d)) {
+			w.covered["input change held by failed or unending moves in max-rolling"]++
 			return true
 		}
 	}
