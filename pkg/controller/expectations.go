@@ -71,13 +71,19 @@ func (e *writeExpectations) withdraw(sessionKey string, uid types.UID, generatio
 
 // satisfied reports whether cached, the session's Deployment as the cache
 // holds it (nil if none), shows the last write, and forgets the expectation
-// once it does. A Deployment that is gone or was replaced satisfies it: there
-// is nothing left to wait for.
+// once it does. A Deployment that was replaced satisfies it: there is
+// nothing left to wait for. One the cache does not hold lets the sync go on
+// (it reads the Deployment live), but the expectation stays: a Deployment
+// written through a live read may yet reach the cache by an older version
+// first, which must not pass for the state after the write (seed 99132069).
 func (e *writeExpectations) satisfied(sessionKey string, cached *appsv1.Deployment) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	exp, ok := e.bySession[sessionKey]
 	if !ok {
+		return true
+	}
+	if cached == nil && e.clock.Since(exp.recorded) < expectationTimeout {
 		return true
 	}
 	if cached != nil && cached.UID == exp.uid && cached.Generation < exp.generation &&
