@@ -203,6 +203,16 @@ func (e *revisionExpectations) deletedAlready(r *corev1.ConfigMap) bool {
 	return ok && d.done && d.uid == r.UID && e.deleting(r)
 }
 
+// deleteUnanswered reports whether the controller sent r's delete, and no
+// answer came (a timeout, a 500): whether it was made, only a live read can
+// tell.
+func (e *revisionExpectations) deleteUnanswered(r *corev1.ConfigMap) bool {
+	e.mu.Lock()
+	d, ok := e.deleted[r.Namespace+"/"+r.Name]
+	e.mu.Unlock()
+	return ok && !d.done && d.uid == r.UID && e.deleting(r)
+}
+
 // notDeleted takes back deletedRevision: the API server refused the delete.
 func (e *revisionExpectations) notDeleted(r *corev1.ConfigMap) {
 	e.mu.Lock()
@@ -919,6 +929,13 @@ func (c *profileController) deleteStaleRevisions(ctx context.Context, profileKey
 		stale = append(stale, staleRevisions(revisions, keptNames, inUse, keep)...)
 	}
 	var errs []error
+	for _, obj := range objs {
+		if r := obj.(*corev1.ConfigMap); !slices.Contains(stale, r) && c.revisions.deleteUnanswered(r) {
+			if err := c.keepRevisionOfLostDelete(ctx, profileKey, r); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
 	for _, r := range stale {
 		if c.revisions.deletedAlready(r) {
 			continue // its delete event is on its way
@@ -946,6 +963,27 @@ func (c *profileController) deleteStaleRevisions(ctx context.Context, profileKey
 		}
 	}
 	return recheck, errors.Join(errs...)
+}
+
+// keepRevisionOfLostDelete settles a revision kept now whose delete was sent
+// when it was stale, and never answered. Until the controller knows, no
+// session may mount it, and the expectation's timeout, when it would be
+// mountable again, sends no event: a live read decides now. Still there, it
+// is available again, and the profile's sessions that wait for it hear of
+// it as of a new revision; gone, its delete event is on its way.
+func (c *profileController) keepRevisionOfLostDelete(ctx context.Context, profileKey string, r *corev1.ConfigMap) error {
+	live, err := c.kubeClient.CoreV1().ConfigMaps(r.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("reading revision %s, whose delete was not answered: %w", r.Name, err)
+	case live.UID != r.UID:
+		return nil // deleted and made again: the cache catches up
+	}
+	c.revisions.notDeleted(r)
+	c.fanOut.revisionCreated(profileKey)
+	return nil
 }
 
 // outOfSightRevisions are the revisions the Deployments of a profile's

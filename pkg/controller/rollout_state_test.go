@@ -468,6 +468,41 @@ func TestRevisionDeleteConflictIsNotADelete(t *testing.T) {
 	}
 }
 
+// A revision whose delete went unanswered (a 500) and that is kept again
+// by the next profile sync is read live: still there, it may be mounted at
+// once, not only when the expectation of its delete times out, which no
+// event announces (seed 99120355).
+func TestRevisionKeptAfterAnUnansweredDeleteIsReadAgain(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f, profile, _ := rolloutFixture(ctx, t, 1, nil)
+	f.c.profiles.revisionHistoryLimit = 0
+	olderProfile := withData(profile, map[string]string{"game.cfg": "older"})
+	stale := newRevision(olderProfile, ProfileHash(olderProfile), olderProfile.Namespace)
+	stale.UID, stale.ResourceVersion = "stale-uid", "3"
+	f.setCached(stale)
+	if err := f.kubeClient.Tracker().Add(stale); err != nil {
+		t.Fatal(err)
+	}
+	f.kubeClient.PrependReactor("delete", "configmaps", func(core.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewInternalError(errors.New("injected"))
+	})
+	f.expectKube(deleteConfigMap(testNamespace, stale.Name))
+	f.expectRolloutWrite(testNamespace, "classic")
+	if _, _, err := f.runSync(ctx, "arena/classic", f.c.profiles.syncProfile); err == nil {
+		t.Fatal("a delete answered 500 was not retried")
+	}
+	if f.c.profiles.revisionAvailable(testNamespace, "classic", ProfileHash(olderProfile)) {
+		t.Fatal("a revision whose delete may have been made is available to mount")
+	}
+
+	f.c.profiles.revisionHistoryLimit = 10 // kept now
+	f.expectKube(wantAction{verb: "get", resource: "configmaps", namespace: testNamespace, name: stale.Name})
+	f.runProfile(ctx, "arena/classic")
+	if !f.c.profiles.revisionAvailable(testNamespace, "classic", ProfileHash(olderProfile)) {
+		t.Error("a revision kept, that a live read finds after its unanswered delete, is not available to mount")
+	}
+}
+
 // The ProfileRollout is written per rollout step, not per session: the
 // sessions moving one by one within a tenth write nothing.
 func TestRolloutStatusIsWrittenPerStep(t *testing.T) {
