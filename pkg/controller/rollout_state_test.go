@@ -187,6 +187,37 @@ func TestSyncNothingToMountFindsItsDeploymentByItsReplicaSets(t *testing.T) {
 	}
 }
 
+// The same Deployment without a ReplicaSet (paused before it made one), its
+// session's status written for an earlier spec that had no Deployment: the
+// status tells nothing of a Deployment created since, so the session looks
+// for it rather than report none, which would let its revision be deleted
+// under it (seed 99169144).
+func TestSyncWithAStatusOfAnEarlierSpecLooksForItsDeployment(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f, profile, oldHash := rolloutFixture(ctx, t, 1, nil)
+	f.deleteCached(newRevision(profile, ProfileHash(profile), profile.Namespace))
+	d := f.storedDeployment(testNamespace, "s0")
+	f.deleteCached(d)
+	delete(d.Labels, LabelManagedBy)
+	if err := f.kubeClient.Tracker().Update(appsv1.SchemeGroupVersion.WithResource("deployments"), d, testNamespace); err != nil {
+		t.Fatal(err)
+	}
+	session := newSession(testNamespace, "s0", "classic")
+	session.Generation = 3
+	session.Status.ObservedGeneration = 2 // no Deployment then: no hash, no replicas
+	session.Status.Conditions = []metav1.Condition{{Type: gamesv1.ConditionReady, Status: metav1.ConditionFalse,
+		Reason: gamesv1.ReasonDeploymentDeleting, ObservedGeneration: 2}}
+	f.setCached(session)
+
+	f.expectKube(getDeployment(testNamespace, "s0"))
+	f.expectGame(updateSessionStatus(testNamespace, "s0"))
+	_, game := f.run(ctx, "arena/s0")
+	status := objectOf[*gamesv1.GameSession](t, game[0]).Status
+	if status.ProfileHash != oldHash || status.ProfileRevision != RevisionName("classic", oldHash) {
+		t.Errorf("status says profile hash %q, revision %q; want those the Deployment runs, %q", status.ProfileHash, status.ProfileRevision, oldHash)
+	}
+}
+
 // The same, when the ReplicaSet arrives after the session's last sync (the
 // restarted controller synced it before kube-controller-manager made one):
 // its arrival queues the session, which would otherwise look for its

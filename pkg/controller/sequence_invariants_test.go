@@ -71,17 +71,18 @@ func (w *world) checkControllerCreate(d *appsv1.Deployment) {
 // checkControllerGet allows a live read of a Deployment right after its
 // Create answered AlreadyExists, or for a session whose cached status
 // describes a Deployment the cache does not show, whose Deployment the
-// controller sent a write for, whose Deployment left the cache, or whose
+// controller sent a write for, whose Deployment left the cache, whose
 // Deployment's ReplicaSets the cache shows (one that lost its label, looked
 // for without a create when the session has nothing to mount; a restarted
-// controller knows it only by its ReplicaSets).
+// controller knows it only by its ReplicaSets), or whose cached status was
+// written for an earlier spec (a Deployment may have been made since).
 func (w *world) checkControllerGet(name string) {
 	afterCreate := w.lastCreate.name == name && w.lastCreate.alreadyExists
 	s := w.caches[sessionsResource].session(name)
 	deployments := w.caches[deploymentsResource]
 	lostFromCache := deployments.deployment(name) == nil && s != nil &&
 		(s.Status.ProfileHash != "" || s.Status.Replicas > 0 || w.controllerTried[name] || deployments.everHeld[worldNamespace+"/"+name] ||
-			w.replicaSetCachedOf(name))
+			w.replicaSetCachedOf(name) || s.Status.ObservedGeneration > 0 && s.Status.ObservedGeneration < s.Generation)
 	if !afterCreate && !lostFromCache {
 		w.violate("unexpected-request", "GET of Deployment %s other than right after a Create answered AlreadyExists, "+
 			"or of a Deployment its session's status describes and the cache does not show: syncs read the caches", name)

@@ -212,6 +212,7 @@ var foundByLongRuns = []struct {
 	{99240276, "harness: the same"},
 	{99132069, "budget: a Deployment written through a live read, out of the cache, that the cache then shows by an older version keeps its move's place"},
 	{99120355, "revision: a revision kept again after its delete went unanswered is read live, and mountable at once, not when the expectation times out"},
+	{99169144, "revision: a session whose status was written for an earlier spec looks for its Deployment outside the cache before it reports none"},
 	{99045289, "harness: a moved session whose Deployment completed and then rolls for its own spec is no move of its profile"},
 }
 

@@ -382,9 +382,13 @@ func (c *sessionController) writeSession(ctx context.Context, v *sessionView, d 
 // (deleted, or its label removed), as this process saw or as the
 // Deployment's ReplicaSets, which the cache still shows, tell a restarted
 // one (they carry the pod template's managed-by label, not the
-// Deployment's). A new session has none of these, and costs no request.
+// Deployment's). A status written for an earlier spec tells nothing of a
+// Deployment created since: created, stripped of its label and paused
+// before it made a ReplicaSet, across a restart, it shows nowhere else
+// (seed 99169144). A new session has none of these, and costs no request.
 func (c *sessionController) mayRunUncached(session *gamesv1.GameSession) bool {
-	if session.Status.ProfileHash != "" || session.Status.Replicas > 0 {
+	if session.Status.ProfileHash != "" || session.Status.Replicas > 0 ||
+		session.Status.ObservedGeneration > 0 && session.Status.ObservedGeneration < session.Generation {
 		return true
 	}
 	key := cache.MetaObjectToName(session).String()
