@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
@@ -112,51 +111,36 @@ func decideInputCanaries(n int, members []canaryMember) map[inputObject]inputCan
 	return canaries
 }
 
-// canaryMembers reads the profile's members for the canaries of its
-// rotations, in name order: the sessions that may use it whose Deployments
-// the cache shows and they may write (as rolloutMembers counts them), with
-// the objects each reads. Where a Deployment stands is read only for the
+// readingMember is a member of a profile's rollout whose pod template reads
+// labelled objects: its session and Deployment as the caches show them, and
+// what it reads. rolloutMembers collects them in its pass over the members.
+type readingMember struct {
+	name       string // as the rollout names members (memberName)
+	session    *gamesv1.GameSession
+	deployment *appsv1.Deployment
+	reads      []inputRead
+}
+
+// canaryMembers are the readers for the canaries of the profile's
+// rotations, in name order. Where a Deployment stands is read only for the
 // first n readers of an object, the only ones decideInputCanaries looks at:
 // a plan of thousands of sessions digests the inputs of a few.
-func (c *profileController) canaryMembers(profile *corev1.ConfigMap, n int) []canaryMember {
-	type reader struct {
-		session    *gamesv1.GameSession
-		deployment *appsv1.Deployment
-	}
-	var members []canaryMember
-	readers := map[string]reader{}
-	for _, key := range c.permittedSessionKeysOf(profile.Namespace, profile.Name) {
-		namespace, name, _ := cache.SplitMetaNamespaceKey(key)
-		session, err := c.sessionLister.GameSessions(namespace).Get(name)
-		if err != nil || session.DeletionTimestamp != nil {
-			continue
-		}
-		d, err := c.deploymentLister.Deployments(namespace).Get(name)
-		if err != nil || blocks(d, session) {
-			continue
-		}
-		reads := c.inputReads(session)
-		if len(reads) == 0 {
-			continue
-		}
-		member := memberName(profile.Namespace, key)
-		members = append(members, canaryMember{name: member, reads: reads})
-		readers[member] = reader{session, d}
-	}
-	slices.SortFunc(members, func(a, b canaryMember) int { return strings.Compare(a.name, b.name) })
+func (c *profileController) canaryMembers(readers []readingMember, n int) []canaryMember {
+	slices.SortFunc(readers, func(a, b readingMember) int { return strings.Compare(a.name, b.name) })
+	members := make([]canaryMember, len(readers))
 	picked := map[inputObject]int{}
-	for i := range members {
+	for i, r := range readers {
+		members[i] = canaryMember{name: r.name, reads: r.reads}
 		canary := false
-		for _, r := range members[i].reads {
-			if picked[r.object] < n {
-				picked[r.object]++
+		for _, read := range r.reads {
+			if picked[read.object] < n {
+				picked[read.object]++
 				canary = true
 			}
 		}
 		if !canary {
 			continue
 		}
-		r := readers[members[i].name]
 		have := c.observedInputs(r.deployment)
 		want, err := c.wantedInputs(r.session, have)
 		onWanted := err == nil && slices.Equal(want, have)

@@ -107,7 +107,8 @@ func templateReferences(t *corev1.PodTemplateSpec) podReferences {
 	if t == nil {
 		return refs
 	}
-	for _, v := range t.Spec.Volumes {
+	for i := range t.Spec.Volumes {
+		v := &t.Spec.Volumes[i]
 		if v.Secret != nil {
 			refs.secrets = append(refs.secrets, v.Secret.SecretName)
 		}
@@ -126,26 +127,35 @@ func templateReferences(t *corev1.PodTemplateSpec) podReferences {
 			}
 		}
 	}
-	for _, c := range slices.Concat(t.Spec.InitContainers, t.Spec.Containers) {
-		for _, from := range c.EnvFrom {
-			if from.SecretRef != nil {
-				refs.secrets = append(refs.secrets, from.SecretRef.Name)
-			}
-			if from.ConfigMapRef != nil {
-				refs.configMaps = append(refs.configMaps, from.ConfigMapRef.Name)
-			}
-		}
-		for _, env := range c.Env {
-			switch from := env.ValueFrom; {
-			case from != nil && from.SecretKeyRef != nil:
-				refs.secrets = append(refs.secrets, from.SecretKeyRef.Name)
-			case from != nil && from.ConfigMapKeyRef != nil:
-				refs.configMaps = append(refs.configMaps, from.ConfigMapKeyRef.Name)
-			}
+	for _, containers := range [][]corev1.Container{t.Spec.InitContainers, t.Spec.Containers} {
+		for i := range containers {
+			refs.addContainer(&containers[i])
 		}
 	}
 	refs.secrets, refs.configMaps = sortedNames(refs.secrets), sortedNames(refs.configMaps)
 	return refs
+}
+
+// addContainer adds what a container reads by env valueFrom and envFrom.
+// It takes the container by pointer: a plan walks the templates of
+// thousands of sessions, and a Container is a large struct to copy.
+func (refs *podReferences) addContainer(c *corev1.Container) {
+	for _, from := range c.EnvFrom {
+		if from.SecretRef != nil {
+			refs.secrets = append(refs.secrets, from.SecretRef.Name)
+		}
+		if from.ConfigMapRef != nil {
+			refs.configMaps = append(refs.configMaps, from.ConfigMapRef.Name)
+		}
+	}
+	for _, env := range c.Env {
+		switch from := env.ValueFrom; {
+		case from != nil && from.SecretKeyRef != nil:
+			refs.secrets = append(refs.secrets, from.SecretKeyRef.Name)
+		case from != nil && from.ConfigMapKeyRef != nil:
+			refs.configMaps = append(refs.configMaps, from.ConfigMapKeyRef.Name)
+		}
+	}
 }
 
 // sortedNames is names sorted, without repeats or empty names; nil for none.

@@ -473,11 +473,13 @@ func (c *profileController) planRollout(ctx context.Context, profile *corev1.Con
 	policy, policyErr := c.policyOf(profile)
 	in := rolloutInputs{
 		hash: hash, policy: policy, stored: c.storedRollout(profile), prev: c.plans.latest(key),
-		members: c.rolloutMembers(profile, hash), revision: revision, unavailableIn: unavailableIn,
+		revision: revision, unavailableIn: unavailableIn,
 		inputs: c.inputRollout(profile, policy), now: c.clock.Now(),
 	}
+	var readers []readingMember
+	in.members, readers = c.rolloutMembers(profile, hash, policy.AsksForCanary())
 	if policy.AsksForCanary() {
-		in.canaryMembers = c.canaryMembers(profile, policy.CanaryOf(len(in.members)))
+		in.canaryMembers = c.canaryMembers(readers, policy.CanaryOf(len(in.members)))
 	}
 	next := decideRollout(in)
 	c.plans.set(key, next)
@@ -612,10 +614,13 @@ func revisionNews(prev, next *profilePlan) bool {
 // their own, as the rollout policy sees them. The sessions come from the
 // profileRef index and their Deployments from the cache: no request.
 // Sessions without a Deployment they may write (none yet, being deleted,
-// blocked by a foreign one) are not part of the rollout.
-func (c *profileController) rolloutMembers(profile *corev1.ConfigMap, hash string) []rollout.Member {
+// blocked by a foreign one) are not part of the rollout. withReaders asks,
+// in the same pass, for the members whose Deployments the cache shows that
+// read labelled Secrets or ConfigMaps: the canaries of rotations are picked
+// among them (canaryMembers).
+func (c *profileController) rolloutMembers(profile *corev1.ConfigMap, hash string, withReaders bool) (members []rollout.Member, readers []readingMember) {
 	keys := c.permittedSessionKeysOf(profile.Namespace, profile.Name)
-	members := make([]rollout.Member, 0, len(keys))
+	members = make([]rollout.Member, 0, len(keys))
 	for _, key := range keys {
 		namespace, name, _ := cache.SplitMetaNamespaceKey(key)
 		member := memberName(profile.Namespace, key)
@@ -636,6 +641,11 @@ func (c *profileController) rolloutMembers(profile *corev1.ConfigMap, hash strin
 		}
 		if blocks(d, session) {
 			continue
+		}
+		if withReaders {
+			if reads := c.inputReads(session); len(reads) > 0 {
+				readers = append(readers, readingMember{name: member, session: session, deployment: d, reads: reads})
+			}
 		}
 		rolled := rolledProfileHash(d, refOfProfile(namespace, profile))
 		if rolled != hash {
@@ -658,7 +668,7 @@ func (c *profileController) rolloutMembers(profile *corev1.ConfigMap, hash strin
 			Busy:     isBusy(session),
 		})
 	}
-	return members
+	return members, readers
 }
 
 // memberName is the name of the session of key in the rollout of a profile
