@@ -471,9 +471,10 @@ func (e *revisionExpectations) lastWrite(sessionKey string) (pendingMount, bool)
 	return pending[len(pending)-1], true
 }
 
-// shownBy reports whether the Deployment d shows the write m and nothing
-// newer: the version the write produced or, for a write whose answer was
-// lost, its generation with its revision mounted.
+// shownBy reports whether the Deployment d shows the write m and no newer
+// spec: the version the write produced, or its generation with its revision
+// mounted (for a write whose answer was lost, or whose Deployment's status
+// the Deployment controller has written since: seed 99303926).
 func (m pendingMount) shownBy(d *appsv1.Deployment) bool {
 	if m.uid != "" && m.uid != d.UID {
 		return false
@@ -481,10 +482,7 @@ func (m pendingMount) shownBy(d *appsv1.Deployment) bool {
 	if m.revision != d.Namespace+"/"+mountedRevision(&d.Spec.Template) {
 		return false
 	}
-	if m.resourceVersion != "" {
-		return m.resourceVersion == d.ResourceVersion
-	}
-	return m.generation == d.Generation
+	return m.resourceVersion != "" && m.resourceVersion == d.ResourceVersion || m.generation == d.Generation
 }
 
 // setMounts replaces the pending writes of key in writes (mounts or

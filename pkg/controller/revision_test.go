@@ -165,6 +165,38 @@ func TestRevisionExpectationsHoldUntilShownRefusedOrExpired(t *testing.T) {
 	}
 }
 
+// A live read of the session's Deployment outside the cache that shows the
+// controller's answered write, its status written by the Deployment
+// controller since (a newer resourceVersion, the same generation), shows
+// the move: it keeps its place in the profile's rollout (lastMount), as the
+// version the write produced does (seed 99303926). A newer spec does not.
+func TestRevisionExpectationsLiveReadOfTheWriteWithANewerStatus(t *testing.T) {
+	e := newRevisionExpectations(clocktesting.NewFakeClock(lastTransition.Time))
+	session := newSession(testNamespace, "arena-1", "classic")
+	key := sessionKey(session)
+	hash := ProfileHash(newProfile(testNamespace, "classic", classicData))
+	notCached := func() string { return "" }
+
+	written := apiServerDeployment(session, hash)
+	written.UID, written.Generation, written.ResourceVersion = "d-1", 3, "53"
+	write := e.mounting(key, written.UID, 2, true, written)
+	e.wrote(key, write, written, nil)
+	statusSince := written.DeepCopy()
+	statusSince.ResourceVersion = "56"
+	statusSince.Status.ObservedGeneration = 3
+	e.liveRead(key, statusSince, true, notCached)
+	if _, got, answered, ok := e.lastMount(key); !ok || !answered || got != hash {
+		t.Errorf("a live read of the write with a newer status: lastMount %q answered %t ok %t, want the write's %q", got, answered, ok, hash)
+	}
+
+	specSince := statusSince.DeepCopy()
+	specSince.ResourceVersion, specSince.Generation = "60", 4
+	e.liveRead(key, specSince, true, notCached)
+	if _, _, _, ok := e.lastMount(key); ok {
+		t.Error("a live read of a newer spec than the write's is taken for the write")
+	}
+}
+
 // A live read that finds the session's Deployment orphaned (the garbage
 // collector removed its owner reference, the session's deletion not yet in
 // the cache) finds what that Deployment's pods mount: it carries the
