@@ -404,6 +404,34 @@ func (w *world) failedHoldPlacesAtRest(profile *corev1.ConfigMap, r *gamesv1.Pro
 	return false
 }
 
+// unendingMovesFillTheClusterBudget reports whether, at rest, the places of
+// the cluster-wide budget are all held by other sessions' moves that never
+// end: Deployments whose new pods never progress while they keep the
+// timed-out condition of an earlier ReplicaSet of another revision (a
+// failed move would have freed its cluster place). The session's change
+// waits for one of them, as the budget says it must (seed 99310449).
+func (w *world) unendingMovesFillTheClusterBudget(s *gamesv1.GameSession) bool {
+	if w.matchSafe.maxMoving == 0 {
+		return false
+	}
+	unending := 0
+	for _, other := range w.server.sessions() {
+		d := w.server.deployment(other.Name)
+		if other.Name == s.Name || d == nil || !controlledBy(d, other.UID) || d.Spec.Paused || deploymentComplete(d) {
+			continue
+		}
+		// Timed out on an earlier ReplicaSet, not on its own template's.
+		if cond := timedOutCondition(d); cond != nil && timedOutReplicaSet(cond.Message) != d.Name+"-"+w.templateHashOf(d) {
+			unending++
+		}
+	}
+	if unending < w.matchSafe.maxMoving {
+		return false
+	}
+	w.covered["input change held by unending moves in the cluster budget"]++
+	return true
+}
+
 // settledCanaryOnServer reports whether the server shows the session's
 // Deployment on the data of its inputs as the server holds them, complete,
 // Ready and not paused.

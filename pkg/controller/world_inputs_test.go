@@ -664,6 +664,9 @@ func (w *world) checkInputsAtRest() {
 			(w.canaryHoldsAtRest(s, r) || w.failedHoldPlacesAtRest(profile, r)) {
 			continue
 		}
+		if w.unendingMovesFillTheClusterBudget(s) {
+			continue
+		}
 		// An input gone that the session runs with and still reads holds
 		// the change of every kind.
 		if gone := w.goneInput(s, d); gone != nil {

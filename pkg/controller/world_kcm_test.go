@@ -201,6 +201,25 @@ func (w *world) kcmCreateReplicaSet(d *appsv1.Deployment, hash string) work {
 			}
 			_, err := w.server.create(byKCM, replicaSetsResource, rs)
 			must(err)
+			// Like the real one, it starts the new ReplicaSet's progress
+			// clock as it creates it: a timed-out condition of an earlier
+			// ReplicaSet stays only for a template whose ReplicaSet existed
+			// already (a rollback).
+			cur := w.server.deployment(d.Name)
+			if cur == nil || cur.UID != d.UID {
+				return
+			}
+			if cond := progressingOf(cur.Status); cond != nil && cond.Reason == "ProgressDeadlineExceeded" {
+				cur = copyOf(cur)
+				now := metav1.NewTime(w.clock.Now())
+				cond := progressingOf(cur.Status)
+				*cond = appsv1.DeploymentCondition{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue,
+					Reason: "NewReplicaSetCreated", Message: fmt.Sprintf("Created new replica set %q", rs.Name),
+					LastUpdateTime: now, LastTransitionTime: now}
+				_, err := w.server.updateStatus(byKCM, deploymentsResource, cur, false)
+				must(err)
+				w.covered["progress deadline reset by a new ReplicaSet"]++
+			}
 		},
 	}
 }
@@ -280,11 +299,12 @@ func (w *world) kcmStatus(d *appsv1.Deployment, newRS *appsv1.ReplicaSet, rss []
 	complete := newRS != nil && next.UpdatedReplicas == want && next.Replicas == want && next.AvailableReplicas == want
 	progressed := next.UpdatedReplicas > d.Status.UpdatedReplicas || next.ReadyReplicas > d.Status.ReadyReplicas
 	// The real controller resets a timed-out condition when it creates the
-	// ReplicaSet of a new template, not when the template's ReplicaSet
-	// exists already (a rollback): then the condition, and its message
-	// naming the ReplicaSet that timed out, stay until the new one makes
-	// progress, though the new generation is recorded as observed. The
-	// world keeps it whenever it names another ReplicaSet than the new one.
+	// ReplicaSet of a new template (kcmCreateReplicaSet), not when the
+	// template's ReplicaSet exists already (a rollback): then the
+	// condition, and its message naming the ReplicaSet that timed out,
+	// stay until the new one makes progress, though the new generation is
+	// recorded as observed. So does the world's, whenever it names another
+	// ReplicaSet than the new one.
 	staleTimeout := cur != nil && cur.Reason == "ProgressDeadlineExceeded" && newRS != nil &&
 		timedOutReplicaSet(cur.Message) != newRS.Name
 	switch {
