@@ -323,14 +323,22 @@ func runWorld(w *world) *world {
 	for w.step = 1; w.step <= steps && w.alive; w.step++ {
 		w.act()
 	}
-	if w.alive && w.settle() {
-		w.checkAtRest()
-		w.checkIdle()
-		if w.alive {
-			w.rotateAtRest()
-		}
+	if w.alive && w.settleAndCheck() {
+		w.rotateAtRest()
 	}
 	return w
+}
+
+// settleAndCheck lets the world come to rest, checks what must hold at
+// rest and at the idle resync, and reports whether the sequence goes on:
+// it settled and nothing ended it.
+func (w *world) settleAndCheck() bool {
+	if !w.settle() {
+		return false
+	}
+	w.checkAtRest()
+	w.checkIdle()
+	return w.alive
 }
 
 // world is everything one sequence plays with.

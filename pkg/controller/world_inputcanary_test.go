@@ -100,15 +100,8 @@ func (w *world) rotateAtRest() {
 	}
 	in := w.inputs[0]
 	name := in.names[0]
-	if w.canary.rng.IntN(8) > 0 && w.gatherReaders(in, name) {
-		if !w.settle() {
-			return
-		}
-		w.checkAtRest()
-		w.checkIdle()
-		if !w.alive {
-			return
-		}
+	if w.canary.rng.IntN(8) > 0 && w.gatherReaders(in, name) && !w.settleAndCheck() {
+		return
 	}
 	for range 1 + w.canary.rng.IntN(2) {
 		obj := w.server.get(in.resource, name)
@@ -133,12 +126,7 @@ func (w *world) rotateAtRest() {
 		updated, err := w.server.update(byUser, in.resource, obj, true)
 		must(err)
 		w.logf("user: rotate %s %s to fresh data %d (rv %s)", in.resource, name, w.canary.rotations, updated.GetResourceVersion())
-		if !w.settle() {
-			return
-		}
-		w.checkAtRest()
-		w.checkIdle()
-		if !w.alive {
+		if !w.settleAndCheck() {
 			return
 		}
 	}
