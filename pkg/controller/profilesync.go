@@ -726,11 +726,13 @@ func memberBlocked(session *gamesv1.GameSession, d *appsv1.Deployment) string {
 // waiting for the rollout of the Deployment's current template. A condition
 // left from before does not count: one of an earlier generation (a
 // fix-forward the Deployment controller has not seen yet), or one that names
-// a ReplicaSet whose pods mount another revision than the template does. The
-// Deployment controller keeps a timed-out condition, and its message naming
-// the old ReplicaSet, until the new ReplicaSet makes progress, though it
-// records the new generation as observed at once: a fix-forward would read
-// as failed on the fix.
+// a ReplicaSet whose pods mount another revision, or other data of their
+// Secrets and ConfigMaps, than the template does. The Deployment controller
+// keeps a timed-out condition, and its message naming the old ReplicaSet,
+// until the new ReplicaSet makes progress, though it records the new
+// generation as observed at once, when the new template's ReplicaSet
+// existed already: a move back to a profile's or a Secret's earlier data,
+// the fix of a bad change, would read as failed on the fix.
 func (c *caches) progressDeadlineExceeded(d *appsv1.Deployment) bool {
 	cond := timedOutCondition(d)
 	if cond == nil {
@@ -744,7 +746,17 @@ func (c *caches) progressDeadlineExceeded(d *appsv1.Deployment) bool {
 	if err != nil || !exists {
 		return true
 	}
-	return mountedRevision(&obj.(*appsv1.ReplicaSet).Spec.Template) == mountedRevision(&d.Spec.Template)
+	timedOut := &obj.(*appsv1.ReplicaSet).Spec.Template
+	if mountedRevision(timedOut) != mountedRevision(&d.Spec.Template) {
+		return false
+	}
+	for _, in := range c.inputs {
+		_, digest := in.annotations()
+		if timedOut.Annotations[digest] != d.Spec.Template.Annotations[digest] {
+			return false
+		}
+	}
+	return true
 }
 
 // timedOutCondition is the Deployment's Progressing condition if it says

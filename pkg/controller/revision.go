@@ -725,11 +725,12 @@ func mountedRevision(t *corev1.PodTemplateSpec) string {
 }
 
 // SlimReplicaSet is the transform of the ReplicaSet informer: it keeps what
-// tells which revision a ReplicaSet's pods mount, whether it has any and
-// whose it is (name, UID, replica counts, the profile volume, the
-// controller's owner reference) and drops the rest, so that the ten old
-// ReplicaSets a Deployment keeps by default cost the cache a few hundred
-// bytes each, not a pod template each.
+// tells which revision a ReplicaSet's pods mount and with which data of
+// their Secrets and ConfigMaps, whether it has any and whose it is (name,
+// UID, replica counts, the profile volume, the digest annotations of the
+// referenced inputs, the controller's owner reference) and drops the rest,
+// so that the ten old ReplicaSets a Deployment keeps by default cost the
+// cache a few hundred bytes each, not a pod template each.
 func SlimReplicaSet(obj interface{}) (interface{}, error) {
 	rs, ok := obj.(*appsv1.ReplicaSet)
 	if !ok {
@@ -752,6 +753,15 @@ func SlimReplicaSet(obj interface{}) (interface{}, error) {
 	}
 	if v := findByName(rs.Spec.Template.Spec.Volumes, profileVolumeName); v != nil {
 		slim.Spec.Template.Spec.Volumes = []corev1.Volume{*v}
+	}
+	for _, t := range (Informers{}).trackedInputs() {
+		_, digest := t.kind.annotations()
+		if value, ok := rs.Spec.Template.Annotations[digest]; ok {
+			if slim.Spec.Template.Annotations == nil {
+				slim.Spec.Template.Annotations = map[string]string{}
+			}
+			slim.Spec.Template.Annotations[digest] = value
+		}
 	}
 	return slim, nil
 }

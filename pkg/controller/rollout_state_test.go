@@ -276,6 +276,42 @@ func TestStaleProgressDeadlineIsNoFailure(t *testing.T) {
 	}
 }
 
+// The same for a move back to earlier data of a Secret: the Deployment
+// controller keeps the timed-out condition naming the ReplicaSet of the data
+// that failed, which mounts the same revision, while the ReplicaSet of the
+// earlier data, which exists already, scales up. That is no failure of the
+// move back; a timed-out condition naming the ReplicaSet of the data the
+// template runs is.
+func TestStaleProgressDeadlineOfOtherSecretDataIsNoFailure(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f, profile, _ := rolloutFixture(ctx, t, 1, nil)
+	hash := ProfileHash(profile)
+	d := apiServerDeployment(settled(newSession(testNamespace, "s0", "classic"), hash), hash)
+	d.Spec.Template.Annotations[gamesv1.SecretsAnnotation] = "blue"
+	d.Spec.Template.Annotations[gamesv1.SecretsHashAnnotation] = "earlier"
+	d.Status.ObservedGeneration = d.Generation
+	d.Status.ReadyReplicas = 0
+	broken := oldReplicaSet(d, RevisionName("classic", hash), 1)
+	raw := broken.DeepCopy()
+	raw.Spec.Template.Annotations = map[string]string{gamesv1.SecretsHashAnnotation: "failed", "kept": "no"}
+	slim, _ := SlimReplicaSet(raw)
+	broken = slim.(*appsv1.ReplicaSet)
+	if got := broken.Spec.Template.Annotations; len(got) != 1 || got[gamesv1.SecretsHashAnnotation] != "failed" {
+		t.Fatalf("the slim ReplicaSet keeps the template annotations %v, want the Secrets' digest only", got)
+	}
+	f.setCached(broken)
+	d.Status.Conditions = []appsv1.DeploymentCondition{{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionFalse,
+		Reason: "ProgressDeadlineExceeded", Message: fmt.Sprintf("ReplicaSet %q has timed out progressing.", broken.Name)}}
+	if f.c.caches.progressDeadlineExceeded(d) {
+		t.Error("a move back to earlier Secret data reads as failed on the timed-out condition of the data that failed")
+	}
+	onFailed := d.DeepCopy()
+	onFailed.Spec.Template.Annotations[gamesv1.SecretsHashAnnotation] = "failed"
+	if !f.c.caches.progressDeadlineExceeded(onFailed) {
+		t.Error("a Deployment timed out on the data its template runs does not read as failed")
+	}
+}
+
 // Case 3: a session that is not on its profile's content asks for a plan,
 // even after the rollout completed: a completed plan is not final.
 func TestSessionOffTargetAsksForAPlanAfterCompletion(t *testing.T) {
