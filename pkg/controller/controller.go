@@ -115,7 +115,7 @@ type Informers struct {
 	// ReplicaSets: matching ManagedDeploymentSelector too (a ReplicaSet
 	// carries its Deployment's pod template labels), slimmed by
 	// SlimReplicaSet. They say which revisions the pods of old ReplicaSets
-	// still mount.
+	// still mount, and with which data of their Secrets and ConfigMaps.
 	ReplicaSets appsinformers.ReplicaSetInformer
 	// Grants: every Gateway API ReferenceGrant (ReferenceGrantVersions),
 	// through a dynamic informer with SlimReferenceGrant as its transform;
