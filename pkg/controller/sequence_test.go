@@ -214,6 +214,7 @@ var foundByLongRuns = []struct {
 	{99120355, "revision: a revision kept again after its delete went unanswered is read live, and mountable at once, not when the expectation times out"},
 	{99169144, "revision: a session whose status was written for an earlier spec looks for its Deployment outside the cache before it reports none"},
 	{99303926, "rollout: a live read of a move outside the cache whose status the Deployment controller wrote since keeps the move's place in the profile's rollout"},
+	{99392748, "rollout: the same"},
 	{99310449, "harness: a rotation's canary waited at rest for the cluster-wide budget, held by a move that never timed out: the world's Deployment controller now resets the condition on a new ReplicaSet, as the real one does"},
 	{99364365, "harness: the world's Deployment controller, like the real one, resets a timed-out condition when it creates the new template's ReplicaSet; a rollout no longer waits for good on a start that never times out"},
 	{99395025, "harness: the same"},
