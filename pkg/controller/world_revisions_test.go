@@ -399,11 +399,19 @@ func (w *world) checkRevisionsAtRest() {
 		if profile == worldPlatformRef && !w.grantedOnServer() {
 			// A session whose Deployment is outside the controller's cache
 			// (its managed-by label removed) keeps the revision its status
-			// names: the Deployment may mount it still (revisionsOutOfSight).
+			// names, and those its ReplicaSets scaled to zero mount: the
+			// Deployment may mount them still, or roll back to one
+			// (revisionsOutOfSight; seeds 99414033, 99439428).
 			outOfSight := map[string]bool{}
 			for _, s := range w.server.sessions() {
 				if d := w.server.deployment(s.Name); d == nil || d.Labels[worldManagedByLabel] != worldManagedByValue {
 					outOfSight[s.Status.ProfileRevision] = true
+					for _, rs := range w.server.replicaSets() {
+						if ref := metav1.GetControllerOf(rs); ref != nil && ref.Name == s.Name &&
+							rs.Labels[worldManagedByLabel] == worldManagedByValue && ptr.Deref(rs.Spec.Replicas, 1) == 0 {
+							outOfSight[mountedRevision(&rs.Spec.Template)] = true
+						}
+					}
 				}
 			}
 			for _, name := range names {
