@@ -468,6 +468,7 @@ func TestFailedInputMoveLeavesTheProfileItsSessionLeft(t *testing.T) {
 	}
 	session.Spec.ProfileRef = "other"
 	w.f.setCached(session)
+	time.Sleep(2 * planInterval) // the plans asked for before come first
 	drainQueue(w.f.c.profiles.queue)
 	w.sync(t, sessionKey(session))
 	if moving, stalled, _ := w.f.c.sessions.moves.inputsOf(classic); moving != 0 || stalled != 0 {
@@ -481,6 +482,43 @@ func TestFailedInputMoveLeavesTheProfileItsSessionLeft(t *testing.T) {
 		return slices.Contains(drainQueue(w.f.c.profiles.queue), classic), nil
 	}); err != nil {
 		t.Error("the profile the session left was not asked for a plan: its ProfileRollout counts the move until a resync")
+	}
+}
+
+// A deleted session's move frees its profile's place, and its ProfileRollout
+// hears of it at once, not at the next resync (seed 99419688).
+func TestDeletedSessionLeavesItsProfilesPlace(t *testing.T) {
+	w := newSecretWorld(t, "blue-2")
+	for _, s := range w.all() {
+		w.complete(t, s.Name, false)
+	}
+	w.profile = w.profile.DeepCopy()
+	w.profile.Annotations = map[string]string{rollout.AnnotationMaxRolling: "1"}
+	w.f.setCached(w.profile)
+	w.rotate(t, "blue", "two")
+	moved := slices.Sorted(maps.Keys(w.syncAll(t)))
+	classic := profileKey(testNamespace, "classic")
+	if moving, _, _ := w.f.c.sessions.moves.inputsOf(classic); len(moved) != 1 || moving != 1 {
+		t.Fatalf("max-rolling 1 moved %v, %d in the ledger", moved, moving)
+	}
+	for _, s := range w.all() {
+		if s.Name == moved[0] {
+			w.f.deleteCached(s)
+		}
+	}
+	// The plans the moves asked for come planInterval after: let them come
+	// before the queue is emptied.
+	time.Sleep(2 * planInterval)
+	drainQueue(w.f.c.profiles.queue)
+	w.sync(t, testNamespace+"/"+moved[0])
+	if moving, _, _ := w.f.c.sessions.moves.inputsOf(classic); moving != 0 {
+		t.Errorf("the deleted session's move still counts among the profile's max-rolling (%d)", moving)
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return slices.Contains(drainQueue(w.f.c.profiles.queue), classic), nil
+	}); err != nil {
+		t.Error("the profile of a deleted session's move was not asked for a plan: its ProfileRollout counts the move until a resync")
 	}
 }
 

@@ -118,7 +118,12 @@ func (c *sessionController) syncGameSession(ctx context.Context, key string) err
 func (c *sessionController) forgetSession(key string) {
 	c.expectations.forget(key)
 	c.inputChanges.settled(key)
+	m, moving := c.moves.moveOf(key)
 	c.wake(c.moves.forget(key))
+	if moving && m.hasProfilePlace() {
+		// Its ProfileRollout counts the place no longer.
+		c.rollouts.requestPlanFor(m.profile)
+	}
 	// Its Deployment may run on (orphan propagation): the writes of it the
 	// cache does not show yet keep their revisions until it does.
 	c.revisions.forgetSession(key)
