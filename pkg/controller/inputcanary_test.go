@@ -267,6 +267,37 @@ func TestRotationLeavesThePlacesTheRolloutAdmitted(t *testing.T) {
 	}
 }
 
+// The same, while the revision of the new content cannot be had (a quota
+// refuses it): the session the plan admits cannot move, so its place is not
+// kept, and the rotation's canary moves (seed 99436407).
+func TestRotationTakesThePlaceOfAnAdmissionWithoutItsRevision(t *testing.T) {
+	w := canaryWorld(t)
+	w.profile = w.profile.DeepCopy()
+	w.profile.Annotations = map[string]string{rollout.AnnotationCanary: "1", rollout.AnnotationMaxRolling: "1"}
+	w.profile.Data = map[string]string{"game.cfg": "mode=classic\nmaxPlayers=64\n"}
+	w.profile.ResourceVersion = bumpVersion(w.profile.ResourceVersion)
+	w.f.setCached(w.profile)
+	w.plan(t)
+	if canary := slices.Sorted(maps.Keys(w.syncAll(t))); !slices.Equal(canary, []string{"blue-1"}) {
+		t.Fatalf("the content's canary moved %v, want blue-1", canary)
+	}
+	w.complete(t, "blue-1", false)
+	w.rotate(t, "blue", "two")
+	_, ctx := ktesting.NewTestContext(t)
+	unavailable := revisionState{reason: gamesv1.ReasonRevisionCreateFailed, message: "exceeded quota"}
+	if pp := w.f.c.profiles.planRollout(ctx, w.profile, ProfileHash(w.profile), unavailable, nil); !slices.Equal(pp.plan.Admitted, []string{"blue-2"}) {
+		t.Fatalf("the plan admits %v, want blue-2", pp.plan.Admitted)
+	}
+	kube, game := w.sync(t, sessionKey(w.blue))
+	w.f.observe(append(kube, game...)...)
+	for _, a := range kube {
+		if a.GetVerb() == "update" && a.GetResource().Resource == "deployments" {
+			return
+		}
+	}
+	t.Error("the rotation's canary waits for a place kept for a move whose revision cannot be had")
+}
+
 // BenchmarkRotationCanaryPlan is what the canary of rotations adds to a
 // profile's plan at the reference scale: 7,340 sessions of one profile, each
 // reading one labelled Secret. One op plans the profile under each policy,

@@ -414,9 +414,12 @@ func (v *sessionView) inputMoveLimit() int {
 }
 
 // admittedOthers counts the sessions other than member that the latest plan
-// of the rollout to target admits and that can move (not blocked).
+// of the rollout to target admits and that can move (not blocked): none
+// while the target's revision cannot be had (a quota refuses it, say), or
+// the places it keeps would hold a rotation back for as long (seed
+// 99436407).
 func admittedOthers(pp *profilePlan, target, member string) int {
-	if pp == nil || pp.hash != target {
+	if pp == nil || pp.hash != target || !pp.revision.available {
 		return 0
 	}
 	n := 0

@@ -218,6 +218,10 @@ var foundByLongRuns = []struct {
 	{99310449, "harness: a rotation's canary waited at rest for the cluster-wide budget, held by a move that never timed out: the world's Deployment controller now resets the condition on a new ReplicaSet, as the real one does"},
 	{99364365, "harness: the world's Deployment controller, like the real one, resets a timed-out condition when it creates the new template's ReplicaSet; a rollout no longer waits for good on a start that never times out"},
 	{99395025, "harness: the same"},
+	{99414033, "harness: an ungranted namespace keeps the revisions that the scaled-down ReplicaSets of a Deployment outside the cache mount"},
+	{99439428, "harness: the same"},
+	{99419688, "rollout: a deleted session's move frees its profile's place, and that profile's ProfileRollout hears of it"},
+	{99436407, "budget: a rotation takes the place the rollout's plan admitted a session into while the revision of its move cannot be had"},
 	{99045289, "harness: a moved session whose Deployment completed and then rolls for its own spec is no move of its profile"},
 }
 
