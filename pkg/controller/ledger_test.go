@@ -433,20 +433,9 @@ func TestSecretRotationBrakesOnFailedMoves(t *testing.T) {
 // profile's max-rolling, and its ProfileRollout hears of it at once, not at
 // the next resync (seed 99219757).
 func TestFailedInputMoveLeavesTheProfileItsSessionLeft(t *testing.T) {
-	w := newSecretWorld(t, "blue-2")
-	for _, s := range w.all() {
-		w.complete(t, s.Name, false)
-	}
-	w.profile = w.profile.DeepCopy()
-	w.profile.Annotations = map[string]string{rollout.AnnotationMaxRolling: "1"}
-	w.f.setCached(w.profile)
-	w.rotate(t, "blue", "broken")
-	moved := slices.Sorted(maps.Keys(w.syncAll(t)))
-	if len(moved) != 1 {
-		t.Fatalf("max-rolling 1 moved %v", moved)
-	}
-	w.complete(t, moved[0], true)
-	failed, err := w.f.c.caches.deploymentLister.Deployments(testNamespace).Get(moved[0])
+	w, moved := oneRotationUnderMaxRollingOne(t)
+	w.complete(t, moved, true)
+	failed, err := w.f.c.caches.deploymentLister.Deployments(testNamespace).Get(moved)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,7 +443,7 @@ func TestFailedInputMoveLeavesTheProfileItsSessionLeft(t *testing.T) {
 	failed.Status.Conditions = []appsv1.DeploymentCondition{{Type: appsv1.DeploymentProgressing,
 		Status: corev1.ConditionFalse, Reason: "ProgressDeadlineExceeded"}}
 	w.f.setCached(failed)
-	w.sync(t, testNamespace+"/"+moved[0])
+	w.sync(t, testNamespace+"/"+moved)
 	classic := profileKey(testNamespace, "classic")
 	if moving, stalled, _ := w.f.c.sessions.moves.inputsOf(classic); moving != 1 || stalled != 1 {
 		t.Fatalf("the failed move: %d moving, %d failed in the ledger, want 1 and 1", moving, stalled)
@@ -462,14 +451,13 @@ func TestFailedInputMoveLeavesTheProfileItsSessionLeft(t *testing.T) {
 
 	var session *gamesv1.GameSession
 	for _, s := range w.all() {
-		if s.Name == moved[0] {
+		if s.Name == moved {
 			session = s.DeepCopy()
 		}
 	}
 	session.Spec.ProfileRef = "other"
 	w.f.setCached(session)
-	time.Sleep(2 * planInterval) // the plans asked for before come first
-	drainQueue(w.f.c.profiles.queue)
+	emptyProfileQueue(w)
 	w.sync(t, sessionKey(session))
 	if moving, stalled, _ := w.f.c.sessions.moves.inputsOf(classic); moving != 0 || stalled != 0 {
 		t.Errorf("the session left the profile: %d moving, %d failed still count among its max-rolling", moving, stalled)
@@ -477,10 +465,7 @@ func TestFailedInputMoveLeavesTheProfileItsSessionLeft(t *testing.T) {
 	if _, ok := w.f.c.sessions.moves.moveOf(sessionKey(session)); ok {
 		t.Error("a failed move, its profile left, still holds a place")
 	}
-	_, ctx := ktesting.NewTestContext(t)
-	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		return slices.Contains(drainQueue(w.f.c.profiles.queue), classic), nil
-	}); err != nil {
+	if !profileQueued(t, w, classic) {
 		t.Error("the profile the session left was not asked for a plan: its ProfileRollout counts the move until a resync")
 	}
 }
@@ -488,6 +473,31 @@ func TestFailedInputMoveLeavesTheProfileItsSessionLeft(t *testing.T) {
 // A deleted session's move frees its profile's place, and its ProfileRollout
 // hears of it at once, not at the next resync (seed 99419688).
 func TestDeletedSessionLeavesItsProfilesPlace(t *testing.T) {
+	w, moved := oneRotationUnderMaxRollingOne(t)
+	classic := profileKey(testNamespace, "classic")
+	if moving, _, _ := w.f.c.sessions.moves.inputsOf(classic); moving != 1 {
+		t.Fatalf("%d moves of the profile in the ledger, want 1", moving)
+	}
+	for _, s := range w.all() {
+		if s.Name == moved {
+			w.f.deleteCached(s)
+		}
+	}
+	emptyProfileQueue(w)
+	w.sync(t, testNamespace+"/"+moved)
+	if moving, _, _ := w.f.c.sessions.moves.inputsOf(classic); moving != 0 {
+		t.Errorf("the deleted session's move still counts among the profile's max-rolling (%d)", moving)
+	}
+	if !profileQueued(t, w, classic) {
+		t.Error("the profile of a deleted session's move was not asked for a plan: its ProfileRollout counts the move until a resync")
+	}
+}
+
+// oneRotationUnderMaxRollingOne is a Secret world whose two readers of
+// Secret blue run it Ready, under max-rolling 1, after a rotation of blue:
+// one of them moved, the one it returns.
+func oneRotationUnderMaxRollingOne(t *testing.T) (*inputWorld, string) {
+	t.Helper()
 	w := newSecretWorld(t, "blue-2")
 	for _, s := range w.all() {
 		w.complete(t, s.Name, false)
@@ -497,29 +507,25 @@ func TestDeletedSessionLeavesItsProfilesPlace(t *testing.T) {
 	w.f.setCached(w.profile)
 	w.rotate(t, "blue", "two")
 	moved := slices.Sorted(maps.Keys(w.syncAll(t)))
-	classic := profileKey(testNamespace, "classic")
-	if moving, _, _ := w.f.c.sessions.moves.inputsOf(classic); len(moved) != 1 || moving != 1 {
-		t.Fatalf("max-rolling 1 moved %v, %d in the ledger", moved, moving)
+	if len(moved) != 1 {
+		t.Fatalf("max-rolling 1 moved %v", moved)
 	}
-	for _, s := range w.all() {
-		if s.Name == moved[0] {
-			w.f.deleteCached(s)
-		}
-	}
-	// The plans the moves asked for come planInterval after: let them come
-	// before the queue is emptied.
+	return w, moved[0]
+}
+
+// emptyProfileQueue empties the profile queue once the plans asked for so
+// far have come: they come planInterval after they are asked for.
+func emptyProfileQueue(w *inputWorld) {
 	time.Sleep(2 * planInterval)
 	drainQueue(w.f.c.profiles.queue)
-	w.sync(t, testNamespace+"/"+moved[0])
-	if moving, _, _ := w.f.c.sessions.moves.inputsOf(classic); moving != 0 {
-		t.Errorf("the deleted session's move still counts among the profile's max-rolling (%d)", moving)
-	}
+}
+
+// profileQueued reports whether the profile is queued within ten seconds.
+func profileQueued(t *testing.T, w *inputWorld, key string) bool {
 	_, ctx := ktesting.NewTestContext(t)
-	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		return slices.Contains(drainQueue(w.f.c.profiles.queue), classic), nil
-	}); err != nil {
-		t.Error("the profile of a deleted session's move was not asked for a plan: its ProfileRollout counts the move until a resync")
-	}
+	return wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return slices.Contains(drainQueue(w.f.c.profiles.queue), key), nil
+	}) == nil
 }
 
 // A rotation of a session that waits for its turn in its profile's paced
