@@ -229,13 +229,7 @@ func TestRotationWaitingForAnyReasonAsksForTheCanariesPlan(t *testing.T) {
 // the place the rollout admitted, and the plan that no longer keeps it
 // wakes the canary.
 func TestRotationLeavesThePlacesTheRolloutAdmitted(t *testing.T) {
-	w := canaryWorld(t)
-	w.profile = w.profile.DeepCopy()
-	w.profile.Annotations = map[string]string{rollout.AnnotationCanary: "1", rollout.AnnotationMaxRolling: "1"}
-	w.profile.Data = map[string]string{"game.cfg": "mode=classic\nmaxPlayers=64\n"}
-	w.profile.ResourceVersion = bumpVersion(w.profile.ResourceVersion)
-	w.f.setCached(w.profile)
-	w.plan(t)
+	w := canaryWorldWithNewContent(t)
 	moved := func() []string { return slices.Sorted(maps.Keys(w.syncAll(t))) }
 	if canary := moved(); !slices.Equal(canary, []string{"blue-1"}) {
 		t.Fatalf("the content's canary moved %v, want blue-1", canary)
@@ -271,13 +265,7 @@ func TestRotationLeavesThePlacesTheRolloutAdmitted(t *testing.T) {
 // refuses it): the session the plan admits cannot move, so its place is not
 // kept, and the rotation's canary moves (seed 99436407).
 func TestRotationTakesThePlaceOfAnAdmissionWithoutItsRevision(t *testing.T) {
-	w := canaryWorld(t)
-	w.profile = w.profile.DeepCopy()
-	w.profile.Annotations = map[string]string{rollout.AnnotationCanary: "1", rollout.AnnotationMaxRolling: "1"}
-	w.profile.Data = map[string]string{"game.cfg": "mode=classic\nmaxPlayers=64\n"}
-	w.profile.ResourceVersion = bumpVersion(w.profile.ResourceVersion)
-	w.f.setCached(w.profile)
-	w.plan(t)
+	w := canaryWorldWithNewContent(t)
 	if canary := slices.Sorted(maps.Keys(w.syncAll(t))); !slices.Equal(canary, []string{"blue-1"}) {
 		t.Fatalf("the content's canary moved %v, want blue-1", canary)
 	}
@@ -296,6 +284,20 @@ func TestRotationTakesThePlaceOfAnAdmissionWithoutItsRevision(t *testing.T) {
 		}
 	}
 	t.Error("the rotation's canary waits for a place kept for a move whose revision cannot be had")
+}
+
+// canaryWorldWithNewContent is a canaryWorld whose profile, under canary 1
+// and max-rolling 1, has new content, planned once.
+func canaryWorldWithNewContent(t *testing.T) *inputWorld {
+	t.Helper()
+	w := canaryWorld(t)
+	w.profile = w.profile.DeepCopy()
+	w.profile.Annotations = map[string]string{rollout.AnnotationCanary: "1", rollout.AnnotationMaxRolling: "1"}
+	w.profile.Data = map[string]string{"game.cfg": "mode=classic\nmaxPlayers=64\n"}
+	w.profile.ResourceVersion = bumpVersion(w.profile.ResourceVersion)
+	w.f.setCached(w.profile)
+	w.plan(t)
+	return w
 }
 
 // BenchmarkRotationCanaryPlan is what the canary of rotations adds to a

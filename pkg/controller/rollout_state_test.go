@@ -163,14 +163,7 @@ func TestRevisionStaysForAnUnaccountedSession(t *testing.T) {
 // the game servers that run, not none.
 func TestSyncNothingToMountFindsItsDeploymentByItsReplicaSets(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	f, profile, oldHash := rolloutFixture(ctx, t, 1, nil)
-	f.deleteCached(newRevision(profile, ProfileHash(profile), profile.Namespace))
-	d := f.storedDeployment(testNamespace, "s0")
-	f.deleteCached(d)
-	delete(d.Labels, LabelManagedBy)
-	if err := f.kubeClient.Tracker().Update(appsv1.SchemeGroupVersion.WithResource("deployments"), d, testNamespace); err != nil {
-		t.Fatal(err)
-	}
+	f, oldHash, d := uncachedDeploymentWithNothingToMount(ctx, t)
 	f.setCached(oldReplicaSet(d, RevisionName("classic", oldHash), 1))
 	f.setCached(newSession(testNamespace, "s0", "classic")) // no status written yet
 
@@ -187,13 +180,11 @@ func TestSyncNothingToMountFindsItsDeploymentByItsReplicaSets(t *testing.T) {
 	}
 }
 
-// The same Deployment without a ReplicaSet (paused before it made one), its
-// session's status written for an earlier spec that had no Deployment: the
-// status tells nothing of a Deployment created since, so the session looks
-// for it rather than report none, which would let its revision be deleted
-// under it (seed 99169144).
-func TestSyncWithAStatusOfAnEarlierSpecLooksForItsDeployment(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
+// uncachedDeploymentWithNothingToMount is a rolloutFixture of one session,
+// s0, whose profile's current revision is missing, and whose Deployment, on
+// the old content, lost its managed-by label and so left the cache.
+func uncachedDeploymentWithNothingToMount(ctx context.Context, t *testing.T) (*fixture, string, *appsv1.Deployment) {
+	t.Helper()
 	f, profile, oldHash := rolloutFixture(ctx, t, 1, nil)
 	f.deleteCached(newRevision(profile, ProfileHash(profile), profile.Namespace))
 	d := f.storedDeployment(testNamespace, "s0")
@@ -202,6 +193,17 @@ func TestSyncWithAStatusOfAnEarlierSpecLooksForItsDeployment(t *testing.T) {
 	if err := f.kubeClient.Tracker().Update(appsv1.SchemeGroupVersion.WithResource("deployments"), d, testNamespace); err != nil {
 		t.Fatal(err)
 	}
+	return f, oldHash, d
+}
+
+// The same Deployment without a ReplicaSet (paused before it made one), its
+// session's status written for an earlier spec that had no Deployment: the
+// status tells nothing of a Deployment created since, so the session looks
+// for it rather than report none, which would let its revision be deleted
+// under it (seed 99169144).
+func TestSyncWithAStatusOfAnEarlierSpecLooksForItsDeployment(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	f, oldHash, _ := uncachedDeploymentWithNothingToMount(ctx, t)
 	session := newSession(testNamespace, "s0", "classic")
 	session.Generation = 3
 	session.Status.ObservedGeneration = 2 // no Deployment then: no hash, no replicas
