@@ -48,8 +48,9 @@ var ErrHalted = errors.New("rollout halted")
 var errTimeout = errors.New("timeout")
 
 // settleGrace is how long a watch waits, once the ProfileRollout says
-// Complete, for the live counts to agree (see state.settled) before it
-// reports completion with the counts it has. A variable for the tests.
+// Complete or Halted, for the live counts to agree (see state.settled and
+// state.failuresShown) before it reports the end with the counts it has.
+// A variable for the tests.
 var settleGrace = 10 * time.Second
 
 // Status prints where the rollout of a profile stands and, with o.Watch,
@@ -166,8 +167,8 @@ func watchStatus(ctx context.Context, c Clients, r *reporter, o StatusOptions) e
 	if !cache.WaitForCacheSync(ctx.Done(), profileInformer.HasSynced, rolloutInformer.HasSynced, sessionInformer.HasSynced) {
 		return ended()
 	}
-	// settle runs while the ProfileRollout says Complete and the live
-	// counts do not agree yet; graceOver once it fired.
+	// settle runs while the ProfileRollout says Complete or Halted and the
+	// live counts do not agree yet; graceOver once it fired.
 	var settle *time.Timer
 	graceOver := false
 	defer func() {
@@ -196,11 +197,11 @@ func watchStatus(ctx context.Context, c Clients, r *reporter, o StatusOptions) e
 		}
 		s := assess(o.Profile, profile, pr, list, o.Now())
 		switch {
-		case !s.complete() && settle != nil:
+		case !s.ended() && settle != nil:
 			// Not Complete after all: a later Complete gets a grace of its own.
 			settle.Stop()
 			settle, graceOver = nil, false
-		case s.complete() && settle == nil:
+		case s.ended() && settle == nil:
 			settle = time.NewTimer(settleGrace)
 		}
 		if done, err := r.show(s, graceOver); done || err != nil {
@@ -284,6 +285,19 @@ func (s state) halted() bool {
 	return s.fresh() && s.rollout.Status.Phase == gamesv1.RolloutPhaseHalted
 }
 
+// failuresShown reports live counts that show at least the failures the
+// ProfileRollout counted. The controller halts on what the Deployments
+// report; the failed sessions' statuses say so a moment later.
+func (s state) failuresShown() bool {
+	return s.counts.Failed >= min(int(s.rollout.Status.FailedSessions), s.counts.Total)
+}
+
+// ended reports a ProfileRollout that says the rollout of the current
+// content is over, one way or the other.
+func (s state) ended() bool {
+	return s.complete() || s.halted()
+}
+
 // progressing reports a rollout that moves sessions now, the only one whose
 // rate says anything about the time left: a paused, halted or waiting one
 // may stand still for any time.
@@ -334,8 +348,8 @@ type reporter struct {
 }
 
 // show prints s. done is true once the rollout of the current content
-// completed and, unless anyway, the live counts agree; err is non-nil when
-// it halted.
+// completed or halted and, unless anyway, the live counts agree; err is
+// non-nil when it halted.
 func (r *reporter) show(s state, anyway bool) (done bool, err error) {
 	revision := controller.RevisionName(r.profile, s.target)
 	if s.target != r.target {
@@ -353,7 +367,7 @@ func (r *reporter) show(s state, anyway bool) (done bool, err error) {
 	c := s.counts
 	r.p.progress(progressLine(c, s.eta), fmt.Sprint(c.Total, c.Moved, c.Ready, c.Busy, c.Failed))
 	switch {
-	case s.halted():
+	case s.halted() && (anyway || s.failuresShown()):
 		r.p.done()
 		return true, fmt.Errorf("%w: profile %s, revision %s: %s", ErrHalted, r.profile, revision, s.rollout.Status.Message)
 	case s.complete() && (anyway || s.settled()):

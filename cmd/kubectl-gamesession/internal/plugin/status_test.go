@@ -302,6 +302,53 @@ func TestStatusWatchHalts(t *testing.T) {
 	}
 }
 
+// The controller halts on what the Deployments report, and the failed
+// session's status says so a moment later: Status waits for it, so the
+// last progress line shows the failure that halted the rollout.
+func TestStatusWatchHaltBeforeTheFailureShows(t *testing.T) {
+	target, old := hashOf(v2Data), hashOf(v1Data)
+	halted := newRollout("arena", target, old, gamesv1.RolloutPhaseHalted, false)
+	halted.Status.FailedSessions = 1
+	f, watching := watchedFakes(
+		newProfile("arena", v2Data),
+		halted,
+		newSession("a", "arena", target, notReady(gamesv1.ReasonDeploymentProgressing)),
+	)
+	out := newSyncBuffer()
+	done := startStatus(t, f, out, StatusOptions{})
+	waitFor(t, "the watches", watching)
+	out.waitForOutput(t, "Halted: message of Halted")
+	select {
+	case err := <-done:
+		t.Fatalf("Status returned before the session showed its failure: %v\n%s", err, out)
+	default:
+	}
+	_, err := f.game.GamesV1().GameSessions(ns).UpdateStatus(context.Background(),
+		newSession("a", "arena", target, notReady(gamesv1.ReasonProgressDeadlineExceeded)), metav1.UpdateOptions{})
+	mustNot(t, err)
+	err = waitFor(t, "Status to return", done)
+	if !errors.Is(err, ErrHalted) || !strings.HasSuffix(out.String(), "failed 1  eta ?\n") {
+		t.Errorf("Status: %v, want ErrHalted after a line with the failure\n%s", err, out)
+	}
+}
+
+// A halt whose failures the sessions never show (the failed session was
+// deleted) is reported after the grace, with the live counts.
+func TestStatusWatchHaltGrace(t *testing.T) {
+	defer func(g time.Duration) { settleGrace = g }(settleGrace)
+	settleGrace = 200 * time.Millisecond
+	target, old := hashOf(v2Data), hashOf(v1Data)
+	halted := newRollout("arena", target, old, gamesv1.RolloutPhaseHalted, false)
+	halted.Status.FailedSessions = 1
+	f, _ := watchedFakes(newProfile("arena", v2Data), halted,
+		newSession("a", "arena", target, notReady(gamesv1.ReasonDeploymentProgressing)))
+	out := newSyncBuffer()
+	err := waitFor(t, "Status to return", startStatus(t, f, out, StatusOptions{}))
+	if !errors.Is(err, ErrHalted) || !strings.Contains(out.String(), "failed 0") {
+		t.Errorf("Status: %v, want ErrHalted with the live counts\n%s", err, out)
+	}
+}
+
 func TestStatusWatchTimeout(t *testing.T) {
 	f, _ := watchedFakes(newProfile("arena", v2Data),
 		newRollout("arena", hashOf(v2Data), "", gamesv1.RolloutPhasePaused, false))
