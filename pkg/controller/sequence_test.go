@@ -423,6 +423,7 @@ type world struct {
 	disturbed     map[string]int
 	halts         map[string]haltRecord
 	moving        map[string]map[string]types.UID
+	profileMoving map[string]map[string]restartInProfile
 	moveCount     map[moveKey]int
 	// covered counts what the sequence exercised, for TestSequences to
 	// report: paced moves checked against a budget, halts recorded,
@@ -489,16 +490,17 @@ func newWorldOf(seed uint64, matchSafe, tenancy bool, inputs ...*worldInput) *wo
 		bursts:   map[string]*profileBurst{},
 		nonOwned: map[types.UID]nonOwnedFields{},
 
-		broken:       map[string]bool{},
-		quotaRefused: map[string]bool{},
-		profileEpoch: map[string]int{},
-		seenProfile:  map[string]string{},
-		refEpoch:     map[string]int{},
-		disturbed:    map[string]int{},
-		halts:        map[string]haltRecord{},
-		moving:       map[string]map[string]types.UID{},
-		moveCount:    map[moveKey]int{},
-		covered:      map[string]int{},
+		broken:        map[string]bool{},
+		quotaRefused:  map[string]bool{},
+		profileEpoch:  map[string]int{},
+		seenProfile:   map[string]string{},
+		refEpoch:      map[string]int{},
+		disturbed:     map[string]int{},
+		halts:         map[string]haltRecord{},
+		moving:        map[string]map[string]types.UID{},
+		profileMoving: map[string]map[string]restartInProfile{},
+		moveCount:     map[moveKey]int{},
+		covered:       map[string]int{},
 
 		templateHashes: map[string]string{},
 

@@ -503,9 +503,10 @@ func (w *world) checkInputsWrite(before, after *appsv1.Deployment) {
 			}
 			// A move like a profile's: it takes a place in the cluster's
 			// budget and rate.
+			what := "restarted for its " + strings.Join(changed, " and ") + "s"
 			w.checkClusterMove(s, after, clusterMove{uid: after.UID,
-				hash: after.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation], inputs: worldInputsRun(after)},
-				"restarted for its "+strings.Join(changed, " and ")+"s")
+				hash: after.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation], inputs: worldInputsRun(after)}, what)
+			w.checkProfileBudget(after, profile, what)
 		}
 	}
 	if w.credits[name] == 0 && w.inputMoves[name] > 0 {

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -32,6 +33,11 @@ import (
 //     max-rolling (resolved as generously as the server's and the cache's
 //     policy and session counts allow): a move into a full budget is a
 //     violation, a budget that shrank under sessions already moving is not;
+//   - profile-budget: the same max-rolling holds over every kind of move
+//     together: the sessions of a paced profile the controller restarted,
+//     for new content or for new data of their Secrets and ConfigMaps, and
+//     whose Deployments still roll that move (neither Ready nor failed on
+//     the server), never exceed it;
 //   - no session's Deployment moves onto one content twice, unless
 //     something in between (a profile edit, a profileRef change, someone
 //     else's edit of its profile volume, a new Deployment) set it back;
@@ -322,6 +328,7 @@ func (w *world) checkMove(before, after *appsv1.Deployment) {
 	}
 	w.checkMatchSafeMove(s, after, profile, hash, what)
 	w.checkBudget(after, profile, hash, what)
+	w.checkProfileBudget(after, profile, what)
 }
 
 // checkBudget checks a move of Deployment d onto content hash of profile
@@ -351,13 +358,56 @@ func (w *world) checkBudget(d *appsv1.Deployment, profile, hash, what string) {
 		w.covered["budget filled"]++
 	}
 	if len(set) > budget {
-		names := make([]string, 0, len(set))
-		for name := range set {
-			names = append(names, name)
-		}
-		slices.Sort(names)
 		w.violate("budget-exceeded", "Deployment %s %s onto revision %s: %d moved sessions not Ready (%s), max-rolling allows %d",
-			d.Name, what, worldRevisionName(profile, hash), len(set), strings.Join(names, ", "), budget)
+			d.Name, what, worldRevisionName(profile, hash), len(set), strings.Join(slices.Sorted(maps.Keys(set)), ", "), budget)
+	}
+}
+
+// restartInProfile is a move of a session's Deployment that counts among its
+// profile's max-rolling, whatever its kind: the Deployment, and the content
+// and inputs its template runs after it.
+type restartInProfile struct {
+	uid      types.UID
+	template string
+}
+
+// templateMoved is what a move moves a Deployment to: the content it runs
+// and the data of its inputs.
+func templateMoved(d *appsv1.Deployment) string {
+	return d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation] + "|" + worldInputsRun(d)
+}
+
+// checkProfileBudget checks a move of Deployment d, of any kind, against
+// its profile's max-rolling over every kind of move.
+func (w *world) checkProfileBudget(d *appsv1.Deployment, profile, what string) {
+	budget, paced := w.budgetOf(profile)
+	if !paced {
+		return
+	}
+	set := w.profileMoving[profile]
+	if set == nil {
+		set = map[string]restartInProfile{}
+		w.profileMoving[profile] = set
+	}
+	for name, m := range set {
+		// Still a member of the profile's rollouts, and still rolling what
+		// it moved to: a move that failed holds back moves of its own kind
+		// only, which the budget check and the brake cover.
+		cur, s := w.server.deployment(name), w.server.session(name)
+		if cur == nil || cur.UID != m.uid || templateMoved(cur) != m.template || deploymentComplete(cur) ||
+			cur.Spec.Paused || timedOutCondition(cur) != nil ||
+			s == nil || s.DeletionTimestamp != nil || !uses(s, profile) || !controlledBy(cur, s.UID) {
+			delete(set, name)
+		}
+	}
+	set[d.Name] = restartInProfile{uid: d.UID, template: templateMoved(d)}
+	w.covered["profile budget move"]++
+	if len(set) == budget {
+		w.covered["profile budget filled"]++
+	}
+	if len(set) > budget {
+		w.violate("profile-budget-exceeded", "Deployment %s %s: %d sessions of profile %s moving (%s), max-rolling allows %d",
+			d.Name, what, len(set), profile, strings.Join(slices.Sorted(maps.Keys(set)), ", "), budget)
 	}
 }
 
@@ -380,7 +430,9 @@ func (w *world) budgetOf(profile string) (int, bool) {
 	if len(policies) == 0 {
 		return 0, false
 	}
-	totals := []int{len(w.serverMembers(profile)), len(w.cachedMembers(profile))}
+	// The moves for new inputs count their max-rolling over every session
+	// that may use the profile, with a Deployment or not.
+	totals := []int{len(w.serverMembers(profile)), len(w.cachedMembers(profile)), w.sessionsUsing(profile)}
 	budget := 0
 	for _, policy := range policies {
 		for _, n := range totals {
@@ -415,6 +467,23 @@ func (w *world) serverMembers(profile string) []member {
 		}
 	}
 	return out
+}
+
+// sessionsUsing counts the sessions that may use the profile, in the
+// server or the cache, whichever has more.
+func (w *world) sessionsUsing(profile string) int {
+	server, cached := 0, 0
+	for _, s := range w.server.sessions() {
+		if uses(s, profile) && s.DeletionTimestamp == nil && (!crossNamespace(s) || w.grantedOnServer()) {
+			server++
+		}
+	}
+	for _, obj := range w.caches[sessionsResource].indexer.List() {
+		if s := obj.(*gamesv1.GameSession); uses(s, profile) && s.DeletionTimestamp == nil && (!crossNamespace(s) || w.grantedInCache()) {
+			cached++
+		}
+	}
+	return max(server, cached)
 }
 
 func (w *world) cachedMembers(profile string) []string {
