@@ -56,11 +56,6 @@ type sessionView struct {
 	// stored is what the ProfileRollout remembers of the rollout towards
 	// target: halted, and since when it runs.
 	stored rollout.Memory
-	// admittedByPlan counts the other sessions whose move to target the
-	// latest plan admitted (and that can take it): places of max-rolling
-	// the profile's rollout is about to fill, which a move for new inputs
-	// must leave them.
-	admittedByPlan int
 	// available holds, by hash, whether a revision the decision may mount
 	// exists and is not being deleted: target's, the Deployment's, the
 	// plan's stable one.
@@ -108,9 +103,19 @@ type sessionView struct {
 	stalledInProfile  int
 	inputMoveWouldFit bool
 	budget            string
-	// refused are the kinds of move the ledger refused this sync.
-	refused map[moveKind]bool
+	// refused are the kinds of move the ledger refused this sync, and by
+	// which limit.
+	refused map[moveKind]ledgerRefusal
 }
+
+// ledgerRefusal says which of the ledger's limits refused a move.
+type ledgerRefusal int
+
+const (
+	notRefused ledgerRefusal = iota
+	refusedByCluster
+	refusedByProfile
+)
 
 // sessionAction is what a decision does with the session's Deployment.
 type sessionAction int
@@ -205,12 +210,16 @@ func decideSession(v *sessionView) sessionDecision {
 	}
 	d.action = actWrite
 	if v.rolled != "" && v.rolled != v.target && d.choice.hash == v.target {
-		// A move of a running session, which the cluster-wide budget must
-		// grant; refused, its own spec is still applied, with the revision
-		// it runs.
-		if !v.refused[profileMove] {
-			d.move, d.profileLimit = &move{kind: profileMove, to: v.target}, unlimited
-		} else {
+		// A move of a running session, which the ledger must grant: the
+		// cluster-wide budget, and under a paced policy the profile's
+		// max-rolling, which the moves for new inputs count in too. Refused,
+		// its own spec is still applied, with the revision it runs.
+		switch v.refused[profileMove] {
+		case notRefused:
+			d.move, d.profileLimit = v.profileMove()
+		case refusedByProfile:
+			d.choice = waitingChoice(rollout.Plan{}, v.ref, v.rolled, v.target, v.policy)
+		default:
 			d.choice = revisionChoice{hash: v.rolled, reason: gamesv1.ReasonWaitingForClusterBudget,
 				message: fmt.Sprintf(MessageWaitingForClusterBudget, RevisionName(v.ref, v.rolled),
 					RevisionName(v.ref, v.target), v.budget)}
@@ -224,6 +233,18 @@ func decideSession(v *sessionView) sessionDecision {
 		d.requeueAfter = wait.requeueAfter
 	}
 	return d
+}
+
+// profileMove is the session's move to the profile's current content, and
+// the profile's limit on it: the max-rolling its plan resolved, when the
+// policy is paced.
+func (v *sessionView) profileMove() (*move, int) {
+	m := &move{kind: profileMove, to: v.target, content: v.target}
+	if v.policyErr != nil || v.policy.Unpaced() || v.plan == nil {
+		return m, unlimited
+	}
+	m.profile = profileKey(v.profile.Namespace, v.profile.Name)
+	return m, v.plan.plan.MaxRolling
 }
 
 // decideWithoutProfile decides for a session whose profile is missing. A

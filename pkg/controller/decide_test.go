@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/intstr"
+
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 	"github.com/example/gamesession-controller/pkg/rollout"
 )
@@ -23,8 +25,17 @@ func decisionView(oldHash, newHash string) *sessionView {
 		available:  map[string]bool{oldHash: true, newHash: true},
 		deployment: d, rolled: oldHash,
 		have: inputSets{}, want: inputSets{},
-		refused: map[moveKind]bool{},
+		refused: map[moveKind]ledgerRefusal{},
 	}
+}
+
+// paced gives a decision view a policy of max-rolling 1, and a plan that
+// admits the session, whose max-rolling resolved to 2.
+func paced(v *sessionView) {
+	v.policy.MaxRolling = intstr.FromInt32(1)
+	v.plan = &profilePlan{hash: v.target, policy: v.policy.String(), plan: rollout.Plan{Phase: rollout.PhaseRolling,
+		MaxRolling: 2, Admitted: []string{memberName(v.profile.Namespace, v.key)}}}
+	v.latest = v.plan
 }
 
 // decideSession reads nothing but its view, and changes nothing of it: two
@@ -66,7 +77,7 @@ func deepCopyView(v *sessionView) *sessionView {
 	for k, val := range v.available {
 		c.available[k] = val
 	}
-	c.refused = map[moveKind]bool{}
+	c.refused = map[moveKind]ledgerRefusal{}
 	for k, val := range v.refused {
 		c.refused[k] = val
 	}
@@ -88,10 +99,17 @@ func TestDecideSession(t *testing.T) {
 		requeueFor time.Duration
 	}{
 		{name: "an unpaced move asks the ledger for a profile move", view: func(*sessionView) {},
-			action: actWrite, hash: newHash, move: &move{kind: profileMove, to: newHash}},
+			action: actWrite, hash: newHash, move: &move{kind: profileMove, to: newHash, content: newHash}},
 		{name: "refused by the ledger, the Deployment keeps its revision and its spec is applied",
-			view:   func(v *sessionView) { v.refused[profileMove] = true },
+			view:   func(v *sessionView) { v.refused[profileMove] = refusedByCluster },
 			action: actWrite, hash: oldHash, reason: gamesv1.ReasonWaitingForClusterBudget},
+		{name: "a paced move asks for a place of the profile's max-rolling, as its plan resolved it",
+			view:   paced,
+			action: actWrite, hash: newHash,
+			move: &move{kind: profileMove, to: newHash, content: newHash, profile: testNamespace + "/classic"}},
+		{name: "refused by the profile's max-rolling, the session waits its turn",
+			view:   func(v *sessionView) { paced(v); v.refused[profileMove] = refusedByProfile },
+			action: actWrite, hash: oldHash, reason: gamesv1.ReasonWaitingForTurn},
 		{name: "the fan-out delay holds the move back",
 			view:   func(v *sessionView) { v.changeDelayed, v.changeDelay = true, 2*time.Second },
 			action: actWrite, hash: oldHash, reason: gamesv1.ReasonWaitingForTurn, requeueFor: 2 * time.Second},
@@ -119,7 +137,7 @@ func TestDecideSession(t *testing.T) {
 			action: actLeave, why: leaveProfileMissing},
 		{name: "a Deployment seen by a live read is looked at again",
 			view:   func(v *sessionView) { v.live = true },
-			action: actWrite, hash: newHash, move: &move{kind: profileMove, to: newHash}, requeueFor: uncachedRecheckInterval},
+			action: actWrite, hash: newHash, move: &move{kind: profileMove, to: newHash, content: newHash}, requeueFor: uncachedRecheckInterval},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -134,6 +152,9 @@ func TestDecideSession(t *testing.T) {
 			}
 			if !reflect.DeepEqual(d.move, tt.move) {
 				t.Errorf("move %+v, want %+v", d.move, tt.move)
+			}
+			if want := 2; tt.move != nil && tt.move.profile != "" && d.profileLimit != want {
+				t.Errorf("profile limit %d, want the plan's max-rolling %d", d.profileLimit, want)
 			}
 			if d.requeueAfter != tt.requeueFor {
 				t.Errorf("requeue after %s, want %s", d.requeueAfter, tt.requeueFor)

@@ -13,6 +13,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
@@ -225,10 +226,10 @@ func TestRotationWaitingForAnyReasonAsksForTheCanariesPlan(t *testing.T) {
 }
 
 // One plan can admit a session's move to new content and let a rotation's
-// canary go: under max-rolling 1 the canary's move for new data waits for
-// the place the rollout admitted, and the plan that no longer keeps it
-// wakes the canary.
-func TestRotationLeavesThePlacesTheRolloutAdmitted(t *testing.T) {
+// canary go. Under max-rolling 1 the ledger holds the one place for both
+// kinds: the first to ask takes it, the other waits its turn, and the end of
+// the first move wakes it.
+func TestRotationAndRolloutShareTheProfilesMaxRolling(t *testing.T) {
 	w := canaryWorldWithNewContent(t)
 	moved := func() []string { return slices.Sorted(maps.Keys(w.syncAll(t))) }
 	if canary := moved(); !slices.Equal(canary, []string{"blue-1"}) {
@@ -244,26 +245,41 @@ func TestRotationLeavesThePlacesTheRolloutAdmitted(t *testing.T) {
 	drainQueue(w.f.c.sessions.queue)
 	kube, game := w.sync(t, sessionKey(w.blue))
 	w.f.observe(append(kube, game...)...)
-	for _, a := range kube {
-		if a.GetVerb() == "update" && a.GetResource().Resource == "deployments" {
-			t.Fatalf("blue-1 moved for the rotation while the rollout's admitted move of blue-2 has the one place")
-		}
+	if m, ok := w.f.c.sessions.moves.moveOf(sessionKey(w.blue)); !ok || m.kind != inputMove {
+		t.Fatalf("the rotation's canary blue-1 has no place: %+v", m)
 	}
-	kube, game = w.sync(t, sessionKey(w.extra[0]))
+	blue2 := sessionKey(w.extra[0])
+	kube, game = w.sync(t, blue2)
+	w.f.observe(append(kube, game...)...)
+	if got := w.f.storedDeployment(testNamespace, "blue-2").Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]; got == ProfileHash(w.profile) {
+		t.Fatal("blue-2 moved to the new content while the rotation's canary has the one place")
+	}
+	// It waited for its turn before, and says so still.
+	stored, err := w.f.gameClient.Tracker().Get(gamesv1.SchemeGroupVersion.WithResource("gamesessions"), testNamespace, "blue-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectCondition(t, stored.(*gamesv1.GameSession).Status.Conditions, gamesv1.ConditionProfileUpToDate,
+		metav1.ConditionFalse, gamesv1.ReasonWaitingForTurn)
+
+	// The canary's move ends: the place goes to blue-2, which takes it.
+	drainQueue(w.f.c.sessions.queue)
+	w.complete(t, "blue-1", false)
+	w.sync(t, sessionKey(w.blue))
+	if woken := drainQueue(w.f.c.sessions.queue); !slices.Contains(woken, blue2) {
+		t.Fatalf("the end of the canary's move woke %v, want blue-2 among them", woken)
+	}
+	kube, game = w.sync(t, blue2)
 	w.f.observe(append(kube, game...)...)
 	if got := w.f.storedDeployment(testNamespace, "blue-2").Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]; got != ProfileHash(w.profile) {
-		t.Fatalf("blue-2 did not take the move its rollout admitted: runs %q", got)
-	}
-	drainQueue(w.f.c.sessions.queue)
-	w.plan(t) // blue-2 moved: the place it was kept is the rollout's Rolling now, not an admission
-	if woken := drainQueue(w.f.c.sessions.queue); !slices.Contains(woken, sessionKey(w.blue)) {
-		t.Errorf("the plan that keeps no place for an admitted move woke %v, want blue-1 among them", woken)
+		t.Fatalf("blue-2 did not take the place the canary left: runs %q", got)
 	}
 }
 
-// The same, while the revision of the new content cannot be had (a quota
-// refuses it): the session the plan admits cannot move, so its place is not
-// kept, and the rotation's canary moves (seed 99436407).
+// A plan keeps no place for the moves it admits: a place is taken by a
+// move, not by an admission. While the revision of the new content cannot
+// be had (a quota refuses it), the session the plan admits cannot move, and
+// the rotation's canary moves (seed 99436407).
 func TestRotationTakesThePlaceOfAnAdmissionWithoutItsRevision(t *testing.T) {
 	w := canaryWorldWithNewContent(t)
 	if canary := slices.Sorted(maps.Keys(w.syncAll(t))); !slices.Equal(canary, []string{"blue-1"}) {

@@ -401,34 +401,14 @@ func (v *sessionView) inputsChange(desired *appsv1.Deployment, ask bool) inputDe
 }
 
 // inputMoveLimit is the profile's max-rolling for the session's move for
-// new inputs: what its paced policy allows, less the moves of the profile's
-// rollout that its latest plan admitted. A plan that admits a session's
-// move to new content and lets a rotation's canary go in one step must not
-// restart two game servers where max-rolling allows one. unlimited without
-// a pace.
+// new inputs: what its paced policy allows, counted over the sessions that
+// may use the profile; unlimited without a pace. The ledger counts the
+// profile's moves to new content in it too.
 func (v *sessionView) inputMoveLimit() int {
 	if v.policyErr != nil || v.policy.Unpaced() {
 		return unlimited
 	}
-	return max(v.policy.MaxRollingOf(v.permitted)-v.admittedByPlan, 0)
-}
-
-// admittedOthers counts the sessions other than member that the latest plan
-// of the rollout to target admits and that can move (not blocked): none
-// while the target's revision cannot be had (a quota refuses it, say), or
-// the places it keeps would hold a rotation back for as long (seed
-// 99436407).
-func admittedOthers(pp *profilePlan, target, member string) int {
-	if pp == nil || pp.hash != target || !pp.revision.available {
-		return 0
-	}
-	n := 0
-	for _, name := range pp.plan.Admitted {
-		if name != member && !slices.ContainsFunc(pp.plan.Blocked, func(b rollout.BlockedMember) bool { return b.Name == name }) {
-			n++
-		}
-	}
-	return n
+	return v.policy.MaxRollingOf(v.permitted)
 }
 
 // keepInputs is a decision to keep the inputs the pods run with, and why.
@@ -481,17 +461,16 @@ func (v *sessionView) inputMove(ask bool) inputDecision {
 		return d
 	}
 	switch {
-	case ask && !v.refused[inputMove]:
-		return inputDecision{sets: want, noteSeen: true, profileLimit: limit,
-			move: &move{kind: inputMove, to: want.key(), profile: profileKey}}
+	case ask && v.refused[inputMove] == notRefused:
+		m := &move{kind: inputMove, to: want.key(), content: v.target}
+		if limit != unlimited {
+			m.profile = profileKey
+		}
+		return inputDecision{sets: want, noteSeen: true, profileLimit: limit, move: m}
 	case !ask && v.inputMoveWouldFit:
 		return inputDecision{sets: want, noteSeen: true}
 	}
 	d := keep(fmt.Sprintf("no place among the moves: the cluster-wide budget (%s) or the max-rolling of profile %s (%d) is full", v.budget, profileKey, limit), 0)
-	if v.admittedByPlan > 0 {
-		d.wait.reason = fmt.Sprintf("no place among the moves: the cluster-wide budget (%s) or the max-rolling of profile %s (%d, of which %d are kept for moves its rollout admitted) is full",
-			v.budget, profileKey, limit+v.admittedByPlan, v.admittedByPlan)
-	}
 	if limit == unlimited {
 		d.wait.reason = fmt.Sprintf("the cluster-wide budget (%s) is full", v.budget)
 	}

@@ -28,14 +28,20 @@ import (
 //     perMinute moves started in any minute, so that one GitOps sync editing
 //     fifty profiles, or a rotation of a Secret shared by every session,
 //     cannot restart every game server at once;
-//   - each profile's max-rolling, for input moves: a profile's revision
-//     moves are paced by its rollout plan (turn.go), its input moves here,
-//     at most max-rolling of its sessions moved and not yet Ready, less the
-//     revision moves the latest plan admitted (inputMoveLimit). An input
-//     move that fails (ProgressDeadlineExceeded) keeps its profile place,
-//     so a rotation that breaks game servers stops after max-rolling of
-//     them, as a brake would; it frees its cluster place, as a failed
-//     profile move does.
+//   - each paced profile's max-rolling, over both kinds together: at most
+//     max-rolling of its sessions moved and not yet Ready. The profile's
+//     rollout plan (turn.go) picks which sessions move to new content and
+//     when (the canary, busy sessions, windows); the ledger counts them
+//     with the moves for new inputs, so that a rotation and a rollout of
+//     the profile never restart more game servers than max-rolling
+//     between them. Each kind's failures (ProgressDeadlineExceeded) hold
+//     back that kind, as a brake would, and free their cluster place: a
+//     failed move to new content holds its place in its plan, which counts
+//     it among those rolling; a failed input move keeps its place here, so
+//     that a rotation that breaks game servers stops after max-rolling of
+//     them. It keeps it while the profile has the content it failed under:
+//     an edit of the profile starts a rollout of its own, with its own
+//     brake, as it ends a halt.
 //
 // A new session's first Deployment, or a change of a session's own spec,
 // restarts no running match and is not a move. A write that changes the
@@ -61,8 +67,8 @@ type moveLedger struct {
 	// moves maps a session key to its move.
 	moves map[string]move
 	// clusterMoving counts the moves that have a cluster place (not stalled);
-	// profileMoving counts each profile's input moves, stalled or not, and the
-	// moves found at the start.
+	// profileMoving counts the moves that have a place of each profile's
+	// max-rolling, stalled or not.
 	clusterMoving int
 	profileMoving map[string]int
 	// starts are the times of the moves started within the last minute,
@@ -76,9 +82,10 @@ type moveLedger struct {
 	reserved map[string]bool
 	// profileWaiting are the sessions a profile's max-rolling refused.
 	profileWaiting map[string][]string
-	// profileStalled counts each profile's failed input moves, for its
-	// max-failed.
-	profileStalled map[string]int
+	// inputsStalled counts each profile's failed input moves, for the
+	// max-failed of its input moves (a failed move to new content counts in
+	// its plan's).
+	inputsStalled map[string]int
 }
 
 // moveKind is what a move changes in a session's pod template.
@@ -111,8 +118,11 @@ type move struct {
 	// move or a seeded one, the inputSets.key for an input move.
 	to string
 	// profile is the key of the profile whose max-rolling the move counts
-	// in; "" for none.
+	// in; "" for none (an unpaced policy).
 	profile string
+	// content is the hash of the profile's content when the move was
+	// granted: a failed move keeps its profile place while it lasts.
+	content string
 	// stalled marks an input move whose Deployment failed: it keeps its
 	// profile place and frees its cluster place.
 	stalled bool
@@ -121,7 +131,7 @@ type move struct {
 // hasProfilePlace reports whether the move takes one of its profile's
 // max-rolling places.
 func (m move) hasProfilePlace() bool {
-	return m.profile != "" && (m.kind == inputMove || m.kind == seededMove)
+	return m.profile != ""
 }
 
 // ledgerWake says which waiting sessions to sync now, and which one to sync
@@ -142,7 +152,7 @@ func (w *ledgerWake) add(o ledgerWake) {
 func newMoveLedger(clk clock.PassiveClock, maxMoving, perMinute int) *moveLedger {
 	return &moveLedger{clock: clk, maxMoving: max(0, maxMoving), perMinute: max(0, perMinute),
 		moves: map[string]move{}, profileMoving: map[string]int{}, reserved: map[string]bool{},
-		profileWaiting: map[string][]string{}, profileStalled: map[string]int{}}
+		profileWaiting: map[string][]string{}, inputsStalled: map[string]int{}}
 }
 
 // limited reports whether the cluster's limits limit anything.
@@ -150,15 +160,16 @@ func (l *moveLedger) limited() bool {
 	return l.maxMoving > 0 || l.perMinute > 0
 }
 
-// admit grants the session move m if the cluster's limits, and for an input
-// move its profile's limit, leave room, and records it. A session granted
-// the same move before is granted again without counting twice (a write
-// retried after a conflict). A refused session waits for its wake.
+// admit grants the session move m if the cluster's limits, and for a move
+// with a profile place its profile's limit, leave room, and records it. A
+// session granted the same move before is granted again without counting
+// twice (a write retried after a conflict). A refused session waits for its
+// wake.
 //
-// A profile move is recorded only under cluster limits: its profile's
-// plan paces it, and without limits nothing needs to know of it.
+// Without a limit to keep, nothing needs to know of the move: an unpaced
+// profile's moves are recorded only under cluster limits.
 func (l *moveLedger) admit(key string, m move, profileLimit int) (bool, ledgerWake) {
-	if !l.limited() && (m.kind == profileMove || profileLimit == unlimited) {
+	if !l.limited() && profileLimit == unlimited {
 		return true, ledgerWake{}
 	}
 	l.mu.Lock()
@@ -168,8 +179,10 @@ func (l *moveLedger) admit(key string, m move, profileLimit int) (bool, ledgerWa
 	if moving && previous.kind == m.kind && previous.to == m.to && previous.profile == m.profile && !previous.stalled {
 		return true, l.wakeLocked(now)
 	}
-	if m.kind == inputMove {
-		hasPlace := moving && previous.hasProfilePlace() && previous.profile == m.profile
+	if m.hasProfilePlace() {
+		// A session that has a place of the profile moves again in it: to
+		// new data that may fix a failed move, or to new content.
+		hasPlace := moving && previous.profile == m.profile
 		if !hasPlace && l.profileMoving[m.profile] >= profileLimit {
 			if !slices.Contains(l.profileWaiting[m.profile], key) {
 				l.profileWaiting[m.profile] = append(l.profileWaiting[m.profile], key)
@@ -214,7 +227,7 @@ func (l *moveLedger) admit(key string, m move, profileLimit int) (bool, ledgerWa
 	return true, wake
 }
 
-// wouldAdmit reports whether admit would grant an input move now, without
+// wouldAdmit reports whether admit would grant move m now, without
 // recording anything.
 func (l *moveLedger) wouldAdmit(key string, m move, profileLimit int) bool {
 	l.mu.Lock()
@@ -223,7 +236,7 @@ func (l *moveLedger) wouldAdmit(key string, m move, profileLimit int) bool {
 	if moving && previous.kind == m.kind && previous.to == m.to && !previous.stalled {
 		return true
 	}
-	if !(moving && previous.hasProfilePlace() && previous.profile == m.profile) && l.profileMoving[m.profile] >= profileLimit {
+	if m.hasProfilePlace() && !(moving && previous.profile == m.profile) && l.profileMoving[m.profile] >= profileLimit {
 		return false
 	}
 	if !l.limited() {
@@ -242,8 +255,8 @@ func (l *moveLedger) putLocked(key string, m move) {
 	l.moves[key] = m
 	if !m.stalled {
 		l.clusterMoving++
-	} else {
-		l.profileStalled[m.profile]++
+	} else if m.kind == inputMove {
+		l.inputsStalled[m.profile]++
 	}
 	if m.hasProfilePlace() {
 		l.profileMoving[m.profile]++
@@ -260,8 +273,10 @@ func (l *moveLedger) dropLocked(key string) ledgerWake {
 	delete(l.moves, key)
 	if !m.stalled {
 		l.clusterMoving--
-	} else if l.profileStalled[m.profile]--; l.profileStalled[m.profile] <= 0 {
-		delete(l.profileStalled, m.profile)
+	} else if m.kind == inputMove {
+		if l.inputsStalled[m.profile]--; l.inputsStalled[m.profile] <= 0 {
+			delete(l.inputsStalled, m.profile)
+		}
 	}
 	if !m.hasProfilePlace() {
 		return ledgerWake{}
@@ -317,7 +332,9 @@ func (l *moveLedger) stall(key string) ledgerWake {
 	m.stalled = true
 	l.moves[key] = m
 	l.clusterMoving--
-	l.profileStalled[m.profile]++
+	if m.kind == inputMove {
+		l.inputsStalled[m.profile]++
+	}
 	return l.wakeLocked(l.clock.Now())
 }
 
@@ -369,20 +386,27 @@ func (l *moveLedger) moveOf(key string) (move, bool) {
 }
 
 // inputsOf returns how many of the profile's sessions have a place among its
-// max-rolling (moving, failed ones included), how many of those failed, and
-// how many wait for a place.
+// max-rolling for new inputs (moving, failed ones included), how many of
+// those failed, and how many sessions, of either kind of move, wait for a
+// place. The moves to new content are its plan's to count.
 func (l *moveLedger) inputsOf(profile string) (moving, failed, waiting int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.profileMoving[profile], l.profileStalled[profile], len(l.profileWaiting[profile])
+	for _, m := range l.moves {
+		if m.kind == inputMove && m.profile == profile {
+			moving++
+		}
+	}
+	return moving, l.inputsStalled[profile], len(l.profileWaiting[profile])
 }
 
-// profileWaiters returns the sessions waiting for a place among the
-// profile's max-rolling.
-func (l *moveLedger) profileWaiters(profile string) []string {
+// profileFull reports whether the profile's max-rolling, limit, leaves the
+// session no place: what refused it, when the cluster's limits did not.
+func (l *moveLedger) profileFull(key, profile string, limit int) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return slices.Clone(l.profileWaiting[profile])
+	m, moving := l.moves[key]
+	return profile != "" && !(moving && m.profile == profile) && l.profileMoving[profile] >= limit
 }
 
 // waitForPlace queues the session among those waiting for a place of the
@@ -399,7 +423,7 @@ func (l *moveLedger) waitForPlace(key, profile string) {
 func (l *moveLedger) stalledIn(profile string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.profileStalled[profile]
+	return l.inputsStalled[profile]
 }
 
 // hasProfilePlace reports whether the session has one of the profile's
@@ -556,7 +580,7 @@ func (c *sessionController) seedLedger() {
 			deploymentComplete(d) || c.progressDeadlineExceeded(d) {
 			continue
 		}
-		m := move{kind: seededMove, to: hash}
+		m := move{kind: seededMove, to: hash, content: hash}
 		if session, err := c.sessionLister.GameSessions(d.Namespace).Get(ref.Name); err == nil && session.UID == ref.UID {
 			m.profile = profileKey(profileOf(session))
 		}
@@ -582,9 +606,10 @@ func (c *sessionController) admitMove(key string, m move, profileLimit int) bool
 // the controller last wrote or saw it, in the cache or by a live read) no
 // longer rolls what it moved to: Ready, paused, moved elsewhere, or no
 // longer the session's to write (being deleted, or another owner's). A
-// failed move ends too, but for an input move, which keeps its profile place
-// (the brake of moveLedger). A Deployment the cache does not show is no
-// evidence of any of these: see settleUncachedMove.
+// failed move ends too, but for an input move with a profile place, which
+// keeps it while the profile has the content it failed under (the brake of
+// moveLedger). A Deployment the cache does not show is no evidence of any
+// of these: see settleUncachedMove.
 func (c *sessionController) settleMove(key string, session *gamesv1.GameSession, d *appsv1.Deployment) {
 	m, ok := c.moves.moveOf(key)
 	if !ok {
@@ -599,15 +624,30 @@ func (c *sessionController) settleMove(key string, session *gamesv1.GameSession,
 			return
 		}
 	}
+	failed := c.progressDeadlineExceeded(d)
 	switch {
 	case blocks(d, session) || d.Spec.Paused || !c.runsMove(d, m) || deploymentComplete(d):
 		c.endMove(key, m)
-	case m.kind == inputMove && m.profile != "" && c.progressDeadlineExceeded(d):
+	case (m.stalled || failed) && m.content != c.contentOf(session):
+		// The profile was edited since: what the failure held, the new
+		// content's rollout holds by its own brake.
+		c.endMove(key, m)
+	case failed && !m.stalled && m.kind == inputMove && m.hasProfilePlace():
 		c.wake(c.moves.stall(key))
 		c.rollouts.requestPlanFor(m.profile)
-	case c.progressDeadlineExceeded(d):
+	case failed && !m.stalled:
 		c.endMove(key, m)
 	}
+}
+
+// contentOf is the hash of the content of the session's profile as the
+// cache shows it, "" without one.
+func (c *sessionController) contentOf(session *gamesv1.GameSession) string {
+	profile, err := c.cachedProfile(profileOf(session))
+	if err != nil || profile == nil {
+		return ""
+	}
+	return c.profileHashes.hash(profile)
 }
 
 // runsMove reports whether d's pod template is what the move moved it to.

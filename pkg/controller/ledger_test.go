@@ -291,6 +291,45 @@ func TestLedgerCountsEveryKindOfMove(t *testing.T) {
 	}
 }
 
+// A paced profile's max-rolling is one count over both kinds of move: a
+// move to new content takes a place an input move then cannot, and the
+// other way round; the end of either wakes those waiting for a place.
+// Without cluster limits an unpaced profile's move is not recorded.
+func TestLedgerHoldsOneMaxRollingForEveryKindOfMove(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC))
+	l := newMoveLedger(clk, 0, 0)
+	const classic = "arena/classic"
+	content := move{kind: profileMove, to: "h2", content: "h2", profile: classic}
+	rotation := move{kind: inputMove, to: "s2", content: "h2", profile: classic}
+	if ok, _ := l.admit("arena/a", content, 1); !ok {
+		t.Fatal("a move to new content refused in an empty ledger")
+	}
+	if ok, _ := l.admit("arena/b", rotation, 1); ok {
+		t.Fatal("an input move granted while a move to new content has the one place")
+	}
+	if !l.profileFull("arena/b", classic, 1) || l.profileFull("arena/a", classic, 1) {
+		t.Error("profileFull does not tell the session without a place from the one with it")
+	}
+	if wake := l.release("arena/a"); !slices.Equal(wake.now, []string{"arena/b"}) {
+		t.Fatalf("the end of the move to new content woke %v, want arena/b", wake.now)
+	}
+	if ok, _ := l.admit("arena/b", rotation, 1); !ok {
+		t.Fatal("the input move refused the place it was woken for")
+	}
+	if ok, _ := l.admit("arena/a", content, 1); ok {
+		t.Fatal("a move to new content granted while an input move has the one place")
+	}
+	if moving, _, waiting := l.inputsOf(classic); moving != 1 || waiting != 1 {
+		t.Errorf("inputsOf: %d input moves, %d waiting, want 1 and 1", moving, waiting)
+	}
+	if ok, _ := l.admit("arena/u", move{kind: profileMove, to: "h9"}, unlimited); !ok {
+		t.Fatal("an unpaced move refused")
+	}
+	if _, ok := l.moveOf("arena/u"); ok {
+		t.Error("an unpaced move recorded without a limit to keep")
+	}
+}
+
 // A rotation of a Secret shared by every session goes through the
 // cluster-wide budget like a profile edit, and each move records its start
 // for a new leader's budget per minute (issue 30: rotations skipped it).
@@ -433,16 +472,7 @@ func TestSecretRotationBrakesOnFailedMoves(t *testing.T) {
 // profile's max-rolling, and its ProfileRollout hears of it at once, not at
 // the next resync (seed 99219757).
 func TestFailedInputMoveLeavesTheProfileItsSessionLeft(t *testing.T) {
-	w, moved := oneRotationUnderMaxRollingOne(t)
-	w.complete(t, moved, true)
-	failed, err := w.f.c.caches.deploymentLister.Deployments(testNamespace).Get(moved)
-	if err != nil {
-		t.Fatal(err)
-	}
-	failed = failed.DeepCopy()
-	failed.Status.Conditions = []appsv1.DeploymentCondition{{Type: appsv1.DeploymentProgressing,
-		Status: corev1.ConditionFalse, Reason: "ProgressDeadlineExceeded"}}
-	w.f.setCached(failed)
+	w, moved := failedRotationUnderMaxRollingOne(t)
 	w.sync(t, testNamespace+"/"+moved)
 	classic := profileKey(testNamespace, "classic")
 	if moving, stalled, _ := w.f.c.sessions.moves.inputsOf(classic); moving != 1 || stalled != 1 {
@@ -467,6 +497,40 @@ func TestFailedInputMoveLeavesTheProfileItsSessionLeft(t *testing.T) {
 	}
 	if !profileQueued(t, w, classic) {
 		t.Error("the profile the session left was not asked for a plan: its ProfileRollout counts the move until a resync")
+	}
+}
+
+// A failed input move holds its place of max-rolling while the profile has
+// the content it failed under. An edit of the profile starts a rollout with
+// a brake of its own: the failed move frees its place, and the rollout,
+// which counts in the same max-rolling, is not held up by it.
+func TestFailedInputMoveFreesItsPlaceForANewContent(t *testing.T) {
+	w, moved := failedRotationUnderMaxRollingOne(t)
+	key := testNamespace + "/" + moved
+	w.sync(t, key)
+	classic := profileKey(testNamespace, "classic")
+	if moving, stalled, _ := w.f.c.sessions.moves.inputsOf(classic); moving != 1 || stalled != 1 {
+		t.Fatalf("the failed move: %d moving, %d failed in the ledger, want 1 and 1", moving, stalled)
+	}
+
+	w.profile = w.profile.DeepCopy()
+	w.profile.Data = map[string]string{"game.cfg": "mode=classic\nmaxPlayers=64\n"}
+	w.profile.ResourceVersion = bumpVersion(w.profile.ResourceVersion)
+	w.f.setCached(w.profile)
+	w.sync(t, key)
+	if m, ok := w.f.c.sessions.moves.moveOf(key); ok && m.kind == inputMove {
+		t.Fatalf("the failed input move keeps its place after the profile's edit: %+v", m)
+	}
+	w.plan(t)
+	movedToContent := 0
+	for _, s := range w.all() {
+		w.sync(t, sessionKey(s))
+		if w.f.storedDeployment(testNamespace, s.Name).Spec.Template.Annotations[gamesv1.ProfileHashAnnotation] == ProfileHash(w.profile) {
+			movedToContent++
+		}
+	}
+	if movedToContent != 1 {
+		t.Errorf("under max-rolling 1, %d sessions moved to the new content, want 1", movedToContent)
 	}
 }
 
@@ -511,6 +575,23 @@ func oneRotationUnderMaxRollingOne(t *testing.T) (*inputWorld, string) {
 		t.Fatalf("max-rolling 1 moved %v", moved)
 	}
 	return w, moved[0]
+}
+
+// failedRotationUnderMaxRollingOne is oneRotationUnderMaxRollingOne whose
+// moved session's Deployment then failed, as the cache shows it.
+func failedRotationUnderMaxRollingOne(t *testing.T) (*inputWorld, string) {
+	t.Helper()
+	w, moved := oneRotationUnderMaxRollingOne(t)
+	w.complete(t, moved, true)
+	failed, err := w.f.c.caches.deploymentLister.Deployments(testNamespace).Get(moved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed = failed.DeepCopy()
+	failed.Status.Conditions = []appsv1.DeploymentCondition{{Type: appsv1.DeploymentProgressing,
+		Status: corev1.ConditionFalse, Reason: "ProgressDeadlineExceeded"}}
+	w.f.setCached(failed)
+	return w, moved
 }
 
 // emptyProfileQueue empties the profile queue once the plans asked for so

@@ -500,13 +500,6 @@ func (c *profileController) planRollout(ctx context.Context, profile *corev1.Con
 		// Sessions waiting for the revision say why: it cannot be created.
 		c.sessions.enqueueSessionsOf(key)
 	}
-	if prev != nil && admittedOthers(prev, hash, "") > admittedOthers(next, hash, "") {
-		// Places of max-rolling kept for the moves the rollout admitted are
-		// free again for moves for new inputs (inputMoveLimit).
-		for _, waiting := range c.moves.profileWaiters(key) {
-			c.sessions.enqueueKey(waiting)
-		}
-	}
 	if in.prev != nil && in.prev.policy == next.policy && !sameInputCanaries(in.prev.inputCanaries, next.inputCanaries) {
 		// A rotation's canary was picked, passed or failed: the sessions
 		// that wait for it hear of it.

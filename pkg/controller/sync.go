@@ -201,7 +201,7 @@ func (c *sessionController) view(session *gamesv1.GameSession, profile *corev1.C
 		deployment:      deployment,
 		inputs:          c.inputs,
 		available:       map[string]bool{},
-		refused:         map[moveKind]bool{},
+		refused:         map[moveKind]ledgerRefusal{},
 	}
 	if deployment != nil {
 		v.rolled = rolledProfileHash(deployment, v.ref)
@@ -253,7 +253,6 @@ func (c *sessionController) view(session *gamesv1.GameSession, profile *corev1.C
 		v.budget = c.moves.String()
 		if v.policyErr == nil && !v.policy.Unpaced() {
 			v.permitted = len(c.permittedSessionKeysOf(profile.Namespace, profile.Name))
-			v.admittedByPlan = admittedOthers(v.latest, v.target, v.member)
 		}
 		v.inputMoveWouldFit = c.moves.wouldAdmit(v.key, m, v.inputMoveLimit())
 	}
@@ -326,7 +325,10 @@ func (c *sessionController) act(ctx context.Context, v *sessionView) (actResult,
 		case actWrite:
 			if d.move != nil && !c.admitMove(v.key, *d.move, d.profileLimit) {
 				// No room in the ledger: decide again without the move.
-				v.refused[d.move.kind] = true
+				v.refused[d.move.kind] = refusedByCluster
+				if c.moves.profileFull(v.key, d.move.profile, d.profileLimit) {
+					v.refused[d.move.kind] = refusedByProfile
+				}
 				v.budget = c.moves.String()
 				inBudget, waiting := c.moves.counts()
 				klog.FromContext(ctx).V(4).Info("Move waits for the ledger of moves", "kind", d.move.kind, "moving", inBudget, "waiting", waiting)

@@ -201,17 +201,18 @@ type InputRolloutStatus struct {
 	MovingSessions int32 `json:"movingSessions"`
 	// failedSessions is the number of them whose Deployment exceeded its
 	// progress deadline. They keep their places among max-rolling until new
-	// data moves them again.
+	// data moves them again, or the profile's content changes.
 	// +optional
 	FailedSessions int32 `json:"failedSessions"`
 	// waitingSessions is the number of sessions whose move waits for a
-	// place among max-rolling.
+	// place among max-rolling, for new data or for new content: both kinds
+	// of move count in it together.
 	// +optional
 	WaitingSessions int32 `json:"waitingSessions"`
 	// halted reports the brake: more moves failed than the policy's
 	// max-failed allows, and no other session moves for its Secrets or
 	// ConfigMaps until new data moves the failed ones again and they are
-	// Ready, or the policy changes.
+	// Ready, the policy changes, or the profile's content changes.
 	// +optional
 	Halted bool `json:"halted,omitempty"`
 	// canaries are the rotations whose canary has not passed yet, at most
