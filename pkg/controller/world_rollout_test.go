@@ -223,6 +223,11 @@ func (w *world) noteRolloutChange(ch change) {
 					delete(set, d.Name)
 				}
 			}
+			for _, set := range w.profileMoving {
+				if set[d.Name].uid == d.UID {
+					delete(set, d.Name)
+				}
+			}
 		}
 		if ch.author == byController || ch.old == nil || ch.new == nil {
 			return
@@ -502,8 +507,9 @@ func (w *world) cachedMembers(profile string) []string {
 
 // failedOnTarget reports whether the Deployment controller gave up on d's
 // current template: its condition is of the current generation, and does
-// not name a ReplicaSet of another revision (one kept from before a
-// rollback, see kcmStatus).
+// not name a ReplicaSet of another revision or of other data of its inputs
+// (one kept from before a rollback, see kcmStatus), as the controller's
+// progressDeadlineExceeded judges it.
 func (w *world) failedOnTarget(d *appsv1.Deployment) bool {
 	c := progressingOf(d.Status)
 	if d.Status.ObservedGeneration < d.Generation || c == nil ||
@@ -511,7 +517,11 @@ func (w *world) failedOnTarget(d *appsv1.Deployment) bool {
 		return false
 	}
 	rs, ok := w.server.get(replicaSetsResource, timedOutReplicaSet(c.Message)).(*appsv1.ReplicaSet)
-	return !ok || rs == nil || mountedRevision(&rs.Spec.Template) == mountedRevision(&d.Spec.Template)
+	if !ok || rs == nil {
+		return true
+	}
+	ofReplicaSet := &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Template: rs.Spec.Template}}
+	return mountedRevision(&rs.Spec.Template) == mountedRevision(&d.Spec.Template) && worldInputsRun(ofReplicaSet) == worldInputsRun(d)
 }
 
 // waitsForRollout reports whether a session, as the sync just run left its
