@@ -208,9 +208,11 @@ func (v *sessionView) canaryWait() string {
 
 // canaryPlanStale names an object whose new data the session wants and the
 // profile's latest plan has not picked canaries for (an empty one when
-// there is no plan under this policy), nil if there is none. Whether or not
-// the session may move now, the plan is to see the new data: the
-// ProfileRollout names the canaries of every rotation under way.
+// there is no plan under this policy), or one the plan has a canary for that
+// the session's template reads and the caches no longer hold; nil if there
+// is none. Whether or not the session may move now, the plan is to see the
+// change: the ProfileRollout names the canaries of every rotation under way,
+// and of none that is over.
 func (v *sessionView) canaryPlanStale() *inputObject {
 	if v.live || !v.policy.AsksForCanary() {
 		return nil
@@ -224,5 +226,29 @@ func (v *sessionView) canaryPlanStale() *inputObject {
 			return &r.object
 		}
 	}
+	for object := range pp.inputCanaries {
+		if v.readsGone(object) {
+			return &object
+		}
+	}
 	return nil
+}
+
+// readsGone reports whether the session's template reads object, and the
+// caches do not hold it (it is gone, or lost its label).
+func (v *sessionView) readsGone(object inputObject) bool {
+	if slices.ContainsFunc(v.reads, func(r inputRead) bool { return r.object == object }) {
+		return false
+	}
+	for _, in := range v.inputs {
+		if in.kind() != object.kind {
+			continue
+		}
+		for _, name := range in.read(v.session.Spec.Template) {
+			if v.session.Namespace+"/"+name == object.key {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -302,6 +302,36 @@ func TestRotationTakesThePlaceOfAnAdmissionWithoutItsRevision(t *testing.T) {
 	t.Error("the rotation's canary waits for a place kept for a move whose revision cannot be had")
 }
 
+// A rotation whose object goes (deleted, or its label removed) before its
+// canary passed is over: a reader that finds the latest plan still naming
+// its canary asks for a plan, even when nothing else of it changed, and the
+// plan names it no longer. Before, the ProfileRollout kept naming it until
+// an idle resync rewrote it: the plan had run just before the cache showed
+// the delete (seed 99772718).
+func TestRotationOfAnObjectGoneAsksForAPlan(t *testing.T) {
+	w := canaryWorld(t)
+	w.plan(t)
+	w.rotate(t, "blue", "two")
+	blue := inputObject{kind: "Secret", key: testNamespace + "/blue"}
+	if pp := w.plan(t); pp.inputCanaries[blue].digest == "" {
+		t.Fatalf("the plan picked no canary for the rotation of blue: %v", pp.inputCanaries)
+	}
+	gone := cachedSecretNamed(t, w.f.c, "blue")
+	w.f.deleteCached(gone)
+	w.f.c.sessions.inputEventHandlers(w.f.c.caches.inputs[0]).OnDelete(gone)
+	reader := sessionKey(w.extra[0])
+	kube, game := w.sync(t, reader) // its status says why its change waits
+	w.f.observe(append(kube, game...)...)
+	emptyProfileQueue(w)
+	w.sync(t, reader)
+	if classic := profileKey(testNamespace, "classic"); !profileQueued(t, w, classic) {
+		t.Fatal("a reader of the object gone did not ask for a plan: the ProfileRollout names the canary of a rotation that is over")
+	}
+	if pp := w.plan(t); pp.inputCanaries[blue].digest != "" {
+		t.Errorf("the plan after the object went has a canary for it: %v", pp.inputCanaries)
+	}
+}
+
 // canaryWorldWithNewContent is a canaryWorld whose profile, under canary 1
 // and max-rolling 1, has new content, planned once.
 func canaryWorldWithNewContent(t *testing.T) *inputWorld {

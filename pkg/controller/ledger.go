@@ -134,6 +134,15 @@ func (m move) hasProfilePlace() bool {
 	return m.profile != ""
 }
 
+// placeIn reports whether the move gives its session a place of profile's
+// max-rolling to move again in. One found rolling at the start does not: it
+// may have rolled for the session's own spec, not a move, and counts only to
+// keep the limit on the safe side until it ends (seedLedger); a move of the
+// session then needs a place like any other's.
+func (m move) placeIn(profile string) bool {
+	return m.profile == profile && m.kind != seededMove
+}
+
 // ledgerWake says which waiting sessions to sync now, and which one to sync
 // after a delay (the budget per minute frees room then).
 type ledgerWake struct {
@@ -182,7 +191,7 @@ func (l *moveLedger) admit(key string, m move, profileLimit int) (bool, ledgerWa
 	if m.hasProfilePlace() {
 		// A session that has a place of the profile moves again in it: to
 		// new data that may fix a failed move, or to new content.
-		hasPlace := moving && previous.profile == m.profile
+		hasPlace := moving && previous.placeIn(m.profile)
 		if !hasPlace && l.profileMoving[m.profile] >= profileLimit {
 			if !slices.Contains(l.profileWaiting[m.profile], key) {
 				l.profileWaiting[m.profile] = append(l.profileWaiting[m.profile], key)
@@ -236,7 +245,7 @@ func (l *moveLedger) wouldAdmit(key string, m move, profileLimit int) bool {
 	if moving && previous.kind == m.kind && previous.to == m.to && !previous.stalled {
 		return true
 	}
-	if m.hasProfilePlace() && !(moving && previous.profile == m.profile) && l.profileMoving[m.profile] >= profileLimit {
+	if m.hasProfilePlace() && !(moving && previous.placeIn(m.profile)) && l.profileMoving[m.profile] >= profileLimit {
 		return false
 	}
 	if !l.limited() {
@@ -406,7 +415,7 @@ func (l *moveLedger) profileFull(key, profile string, limit int) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	m, moving := l.moves[key]
-	return profile != "" && !(moving && m.profile == profile) && l.profileMoving[profile] >= limit
+	return profile != "" && !(moving && m.placeIn(profile)) && l.profileMoving[profile] >= limit
 }
 
 // waitForPlace queues the session among those waiting for a place of the

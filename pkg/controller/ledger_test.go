@@ -330,6 +330,35 @@ func TestLedgerHoldsOneMaxRollingForEveryKindOfMove(t *testing.T) {
 	}
 }
 
+// A session found rolling at a restart holds a place of its profile, to
+// keep max-rolling on the safe side, but may have rolled for its own spec:
+// a move of it needs a place like any other's, not the one it was found in
+// (seed 99775510: two found rolling under max-rolling 1, and the second
+// restarted for its Secrets beside the first).
+func TestLedgerSeededMoveGivesNoPlaceToMoveIn(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC))
+	l := newMoveLedger(clk, 0, 0)
+	const classic = "arena/classic"
+	l.seed(map[string]move{
+		"arena/a": {kind: seededMove, to: "h1", content: "h1", profile: classic},
+		"arena/b": {kind: seededMove, to: "h1", content: "h1", profile: classic},
+	}, nil)
+	rotation := move{kind: inputMove, to: "s2", content: "h1", profile: classic}
+	if ok, _ := l.admit("arena/b", rotation, 1); ok {
+		t.Fatal("a session found rolling moved in its place beside another found rolling, under max-rolling 1")
+	}
+	if wake := l.release("arena/a"); !slices.Equal(wake.now, []string{"arena/b"}) {
+		t.Fatalf("the end of the other's rollout woke %v, want arena/b", wake.now)
+	}
+	if ok, _ := l.admit("arena/b", rotation, 1); ok {
+		t.Fatal("the session moved beside its own rollout found at the start, under max-rolling 1")
+	}
+	l.release("arena/b")
+	if ok, _ := l.admit("arena/b", rotation, 1); !ok {
+		t.Error("the move refused in an empty ledger")
+	}
+}
+
 // A rotation of a Secret shared by every session goes through the
 // cluster-wide budget like a profile edit, and each move records its start
 // for a new leader's budget per minute (issue 30: rotations skipped it).

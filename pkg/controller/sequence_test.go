@@ -221,8 +221,11 @@ var foundByLongRuns = []struct {
 	{99414033, "harness: an ungranted namespace keeps the revisions that the scaled-down ReplicaSets of a Deployment outside the cache mount"},
 	{99439428, "harness: the same"},
 	{99419688, "rollout: a deleted session's move frees its profile's place, and that profile's ProfileRollout hears of it"},
-	{99436407, "budget: a rotation takes the place the rollout's plan admitted a session into while the revision of its move cannot be had"},
+	{99436407, "budget: a rotation's canary is not held back by a move the rollout admitted whose revision cannot be had"},
 	{99045289, "harness: a moved session whose Deployment completed and then rolls for its own spec is no move of its profile"},
+	{99775510, "profile-budget: a session found rolling at a restart has no place of its own to move again in: its move needs one like any other"},
+	{99797636, "harness: a moved session whose Deployment completed and then rolls for its own spec holds no place of the profile's max-rolling over every kind"},
+	{99772718, "canary: a reader of an object gone asks for a plan while the latest names that object's canary"},
 }
 
 func TestSequenceRegressions(t *testing.T) {
