@@ -29,7 +29,8 @@ import (
 //
 // What must hold, checked as the controller writes:
 //   - budget: the sessions the controller moved onto a content (from another
-//     revision of the profile) that are not Ready on the server never exceed
+//     revision of the profile) that are not Ready on the server, nor being
+//     deleted (their game servers go, they do not restart), never exceed
 //     max-rolling (resolved as generously as the server's and the cache's
 //     policy and session counts allow): a move into a full budget is a
 //     violation, a budget that shrank under sessions already moving is not;
@@ -350,9 +351,10 @@ func (w *world) checkBudget(d *appsv1.Deployment, profile, hash, what string) {
 	}
 	for name, uid := range set {
 		// Still a member of the rollout (its session there, referencing the
-		// profile, controlling the Deployment) and moving.
+		// profile, controlling the Deployment, not being deleted: its game
+		// servers then go, they do not restart) and moving.
 		cur, s := w.server.deployment(name), w.server.session(name)
-		if cur == nil || cur.UID != uid || !mountsRevision(cur, profile, hash) || deploymentComplete(cur) ||
+		if cur == nil || cur.UID != uid || cur.DeletionTimestamp != nil || !mountsRevision(cur, profile, hash) || deploymentComplete(cur) ||
 			s == nil || s.DeletionTimestamp != nil || !uses(s, profile) || !controlledBy(cur, s.UID) {
 			delete(set, name)
 		}
@@ -399,7 +401,7 @@ func (w *world) checkProfileBudget(d *appsv1.Deployment, profile, what string) {
 		// it moved to: a move that failed holds back moves of its own kind
 		// only, which the budget check and the brake cover.
 		cur, s := w.server.deployment(name), w.server.session(name)
-		if cur == nil || cur.UID != m.uid || templateMoved(cur) != m.template || deploymentComplete(cur) ||
+		if cur == nil || cur.UID != m.uid || cur.DeletionTimestamp != nil || templateMoved(cur) != m.template || deploymentComplete(cur) ||
 			cur.Spec.Paused || timedOutCondition(cur) != nil ||
 			s == nil || s.DeletionTimestamp != nil || !uses(s, profile) || !controlledBy(cur, s.UID) {
 			delete(set, name)
