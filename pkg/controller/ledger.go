@@ -613,8 +613,9 @@ func (c *sessionController) admitMove(key string, m move, profileLimit int) bool
 
 // settleMove ends a session's move in the ledger once its Deployment d (as
 // the controller last wrote or saw it, in the cache or by a live read) no
-// longer rolls what it moved to: Ready, paused, moved elsewhere, or no
-// longer the session's to write (being deleted, or another owner's). A
+// longer rolls what it moved to: Ready, paused, moved elsewhere and done
+// rolling, or no longer the session's to write (being deleted, or another
+// owner's). A
 // failed move ends too, but for an input move with a profile place, which
 // keeps it while the profile has the content it failed under (the brake of
 // moveLedger). A Deployment the cache does not show is no evidence of any
@@ -635,8 +636,17 @@ func (c *sessionController) settleMove(key string, session *gamesv1.GameSession,
 	}
 	failed := c.progressDeadlineExceeded(d)
 	switch {
-	case blocks(d, session) || d.Spec.Paused || !c.runsMove(d, m) || deploymentComplete(d):
+	case blocks(d, session) || d.Spec.Paused || deploymentComplete(d):
 		c.endMove(key, m)
+	case !c.runsMove(d, m):
+		// Moved elsewhere: the write of the move was refused (a conflict)
+		// after the ledger granted it, or another write overtook it. While
+		// the Deployment still rolls what it runs now, game servers
+		// restart: the place is kept until that rollout ends (seed
+		// 99837506).
+		if failed {
+			c.endMove(key, m)
+		}
 	case (m.stalled || failed) && m.content != c.contentOf(session):
 		// The profile was edited since: what the failure held, the new
 		// content's rollout holds by its own brake.

@@ -387,6 +387,43 @@ func TestSecretRotationTakesTheClusterBudget(t *testing.T) {
 	}
 }
 
+// A move the ledger granted whose write was then refused (a conflict) leaves
+// the ledger recording a move the Deployment does not run, while it still
+// rolls the session's move before. That rollout restarts game servers: the
+// place is kept until it ends, not given to the next session (seed
+// 99837506: two sessions moving under a budget of one).
+func TestMoveOvertakenKeepsItsPlaceWhileTheDeploymentRolls(t *testing.T) {
+	w := newSecretWorldWithOptions(t, Options{MaxMovingSessions: 1}, "blue-2")
+	for _, s := range w.all() {
+		w.complete(t, s.Name, false)
+	}
+	w.rotate(t, "blue", "two")
+	moved := slices.Sorted(maps.Keys(w.syncAll(t)))
+	if len(moved) != 1 {
+		t.Fatalf("a budget of 1 moving session moved %v", moved)
+	}
+	key := testNamespace + "/" + moved[0]
+	m, _ := w.f.c.sessions.moves.moveOf(key)
+	// Granted again, to newer data, and the write refused.
+	refused := m
+	refused.to = "newer data"
+	if ok, _ := w.f.c.sessions.moves.admit(key, refused, unlimited); !ok {
+		t.Fatal("the moving session refused a move in its own place")
+	}
+	w.sync(t, key)
+	if _, ok := w.f.c.sessions.moves.moveOf(key); !ok {
+		t.Fatal("the move ended while its Deployment still rolls the data before")
+	}
+	if again := slices.Sorted(maps.Keys(w.syncAll(t))); len(again) != 0 {
+		t.Fatalf("with %s rolling, the budget of 1 moved %v too", moved[0], again)
+	}
+	w.complete(t, moved[0], false)
+	w.sync(t, key)
+	if _, ok := w.f.c.sessions.moves.moveOf(key); ok {
+		t.Error("the move outlived the end of the Deployment's rollout")
+	}
+}
+
 // A restart keeps a paced profile's max-rolling: the new ledger counts the
 // Deployments still rolling in their profile's places (issue 30, bug 1:
 // the input pacer's places were lost, and max-rolling more started). A

@@ -226,6 +226,8 @@ var foundByLongRuns = []struct {
 	{99775510, "profile-budget: a session found rolling at a restart has no place of its own to move again in: its move needs one like any other"},
 	{99797636, "harness: a moved session whose Deployment completed and then rolls for its own spec holds no place of the profile's max-rolling over every kind"},
 	{99772718, "canary: a reader of an object gone asks for a plan while the latest names that object's canary"},
+	{99837506, "cluster-budget: a move granted and then refused a write keeps its place while the Deployment rolls the session's move before"},
+	{99842182, "harness: a Deployment being deleted restarts no game server: it holds no place of max-rolling"},
 }
 
 func TestSequenceRegressions(t *testing.T) {
