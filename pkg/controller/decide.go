@@ -239,7 +239,7 @@ func decideSession(v *sessionView) sessionDecision {
 // the profile's limit on it: the max-rolling its plan resolved, when the
 // policy is paced.
 func (v *sessionView) profileMove() (*move, int) {
-	m := &move{kind: profileMove, to: v.target, content: v.target}
+	m := &move{kind: profileMove, to: v.target}
 	if v.policyErr != nil || v.policy.Unpaced() || v.plan == nil {
 		return m, unlimited
 	}

@@ -35,13 +35,13 @@ import (
 //     with the moves for new inputs, so that a rotation and a rollout of
 //     the profile never restart more game servers than max-rolling
 //     between them. Each kind's failures (ProgressDeadlineExceeded) hold
-//     back that kind, as a brake would, and free their cluster place: a
+//     back that kind only, as its brake, and free their cluster place: a
 //     failed move to new content holds its place in its plan, which counts
-//     it among those rolling; a failed input move keeps its place here, so
-//     that a rotation that breaks game servers stops after max-rolling of
-//     them. It keeps it while the profile has the content it failed under:
-//     an edit of the profile starts a rollout of its own, with its own
-//     brake, as it ends a halt.
+//     it among those rolling; a failed input move keeps its place here,
+//     against other input moves, so that a rotation that breaks game
+//     servers stops after max-rolling of them. Held against the other kind
+//     too, a failure of a session the other kind does not move first (its
+//     canary, fixed by name) would hold that kind for good.
 //
 // A new session's first Deployment, or a change of a session's own spec,
 // restarts no running match and is not a move. A write that changes the
@@ -120,9 +120,6 @@ type move struct {
 	// profile is the key of the profile whose max-rolling the move counts
 	// in; "" for none (an unpaced policy).
 	profile string
-	// content is the hash of the profile's content when the move was
-	// granted: a failed move keeps its profile place while it lasts.
-	content string
 	// stalled marks an input move whose Deployment failed: it keeps its
 	// profile place and frees its cluster place.
 	stalled bool
@@ -192,7 +189,7 @@ func (l *moveLedger) admit(key string, m move, profileLimit int) (bool, ledgerWa
 		// A session that has a place of the profile moves again in it: to
 		// new data that may fix a failed move, or to new content.
 		hasPlace := moving && previous.placeIn(m.profile)
-		if !hasPlace && l.profileMoving[m.profile] >= profileLimit {
+		if !hasPlace && l.placesTakenLocked(m.profile, m.kind) >= profileLimit {
 			if !slices.Contains(l.profileWaiting[m.profile], key) {
 				l.profileWaiting[m.profile] = append(l.profileWaiting[m.profile], key)
 			}
@@ -245,7 +242,7 @@ func (l *moveLedger) wouldAdmit(key string, m move, profileLimit int) bool {
 	if moving && previous.kind == m.kind && previous.to == m.to && !previous.stalled {
 		return true
 	}
-	if m.hasProfilePlace() && !(moving && previous.placeIn(m.profile)) && l.profileMoving[m.profile] >= profileLimit {
+	if m.hasProfilePlace() && !(moving && previous.placeIn(m.profile)) && l.placesTakenLocked(m.profile, m.kind) >= profileLimit {
 		return false
 	}
 	if !l.limited() {
@@ -410,12 +407,23 @@ func (l *moveLedger) inputsOf(profile string) (moving, failed, waiting int) {
 }
 
 // profileFull reports whether the profile's max-rolling, limit, leaves the
-// session no place: what refused it, when the cluster's limits did not.
-func (l *moveLedger) profileFull(key, profile string, limit int) bool {
+// session no place for a move of kind: what refused it, when the cluster's
+// limits did not.
+func (l *moveLedger) profileFull(key, profile string, kind moveKind, limit int) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	m, moving := l.moves[key]
-	return profile != "" && !(moving && m.placeIn(profile)) && l.profileMoving[profile] >= limit
+	return profile != "" && !(moving && m.placeIn(profile)) && l.placesTakenLocked(profile, kind) >= limit
+}
+
+// placesTakenLocked counts the places of the profile's max-rolling that
+// hold back a move of kind: every move still rolling, of either kind, and
+// for an input move the failed input moves too (the brake of moveLedger).
+func (l *moveLedger) placesTakenLocked(profile string, kind moveKind) int {
+	if kind == inputMove {
+		return l.profileMoving[profile]
+	}
+	return l.profileMoving[profile] - l.inputsStalled[profile]
 }
 
 // waitForPlace queues the session among those waiting for a place of the
@@ -589,7 +597,7 @@ func (c *sessionController) seedLedger() {
 			deploymentComplete(d) || c.progressDeadlineExceeded(d) {
 			continue
 		}
-		m := move{kind: seededMove, to: hash, content: hash}
+		m := move{kind: seededMove, to: hash}
 		if session, err := c.sessionLister.GameSessions(d.Namespace).Get(ref.Name); err == nil && session.UID == ref.UID {
 			m.profile = profileKey(profileOf(session))
 		}
@@ -617,9 +625,8 @@ func (c *sessionController) admitMove(key string, m move, profileLimit int) bool
 // rolling, or no longer the session's to write (being deleted, or another
 // owner's). A
 // failed move ends too, but for an input move with a profile place, which
-// keeps it while the profile has the content it failed under (the brake of
-// moveLedger). A Deployment the cache does not show is no evidence of any
-// of these: see settleUncachedMove.
+// keeps it (the brake of moveLedger). A Deployment the cache does not show
+// is no evidence of any of these: see settleUncachedMove.
 func (c *sessionController) settleMove(key string, session *gamesv1.GameSession, d *appsv1.Deployment) {
 	m, ok := c.moves.moveOf(key)
 	if !ok {
@@ -647,26 +654,12 @@ func (c *sessionController) settleMove(key string, session *gamesv1.GameSession,
 		if failed {
 			c.endMove(key, m)
 		}
-	case (m.stalled || failed) && m.content != c.contentOf(session):
-		// The profile was edited since: what the failure held, the new
-		// content's rollout holds by its own brake.
-		c.endMove(key, m)
 	case failed && !m.stalled && m.kind == inputMove && m.hasProfilePlace():
 		c.wake(c.moves.stall(key))
 		c.rollouts.requestPlanFor(m.profile)
 	case failed && !m.stalled:
 		c.endMove(key, m)
 	}
-}
-
-// contentOf is the hash of the content of the session's profile as the
-// cache shows it, "" without one.
-func (c *sessionController) contentOf(session *gamesv1.GameSession) string {
-	profile, err := c.cachedProfile(profileOf(session))
-	if err != nil || profile == nil {
-		return ""
-	}
-	return c.profileHashes.hash(profile)
 }
 
 // runsMove reports whether d's pod template is what the move moved it to.

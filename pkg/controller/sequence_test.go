@@ -228,6 +228,7 @@ var foundByLongRuns = []struct {
 	{99772718, "canary: a reader of an object gone asks for a plan while the latest names that object's canary"},
 	{99837506, "cluster-budget: a move granted and then refused a write keeps its place while the Deployment rolls the session's move before"},
 	{99842182, "harness: a Deployment being deleted restarts no game server: it holds no place of max-rolling"},
+	{99880284, "profile-budget: a failed rotation of a session off the new content holds back no move to it: the canary moves"},
 }
 
 func TestSequenceRegressions(t *testing.T) {

@@ -201,7 +201,7 @@ type InputRolloutStatus struct {
 	MovingSessions int32 `json:"movingSessions"`
 	// failedSessions is the number of them whose Deployment exceeded its
 	// progress deadline. They keep their places among max-rolling until new
-	// data moves them again, or the profile's content changes.
+	// data moves them again.
 	// +optional
 	FailedSessions int32 `json:"failedSessions"`
 	// waitingSessions is the number of sessions whose move waits for a
@@ -212,7 +212,7 @@ type InputRolloutStatus struct {
 	// halted reports the brake: more moves failed than the policy's
 	// max-failed allows, and no other session moves for its Secrets or
 	// ConfigMaps until new data moves the failed ones again and they are
-	// Ready, the policy changes, or the profile's content changes.
+	// Ready, or the policy changes.
 	// +optional
 	Halted bool `json:"halted,omitempty"`
 	// canaries are the rotations whose canary has not passed yet, at most

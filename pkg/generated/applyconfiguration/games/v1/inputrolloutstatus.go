@@ -31,7 +31,7 @@ type InputRolloutStatusApplyConfiguration struct {
 	MovingSessions *int32 `json:"movingSessions,omitempty"`
 	// failedSessions is the number of them whose Deployment exceeded its
 	// progress deadline. They keep their places among max-rolling until new
-	// data moves them again, or the profile's content changes.
+	// data moves them again.
 	FailedSessions *int32 `json:"failedSessions,omitempty"`
 	// waitingSessions is the number of sessions whose move waits for a
 	// place among max-rolling, for new data or for new content: both kinds
@@ -40,7 +40,7 @@ type InputRolloutStatusApplyConfiguration struct {
 	// halted reports the brake: more moves failed than the policy's
 	// max-failed allows, and no other session moves for its Secrets or
 	// ConfigMaps until new data moves the failed ones again and they are
-	// Ready, the policy changes, or the profile's content changes.
+	// Ready, or the policy changes.
 	Halted *bool `json:"halted,omitempty"`
 	// canaries are the rotations whose canary has not passed yet, at most
 	// 10, by kind, namespace and name: the object whose data changed, and
