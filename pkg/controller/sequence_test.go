@@ -229,6 +229,7 @@ var foundByLongRuns = []struct {
 	{99837506, "cluster-budget: a move granted and then refused a write keeps its place while the Deployment rolls the session's move before"},
 	{99842182, "harness: a Deployment being deleted restarts no game server: it holds no place of max-rolling"},
 	{99880284, "profile-budget: a failed rotation of a session off the new content holds back no move to it: the canary moves"},
+	{99922090, "harness: a session outside the cache whose status predates its spec keeps every revision of its profile, as revisionsOutOfSight says"},
 }
 
 func TestSequenceRegressions(t *testing.T) {

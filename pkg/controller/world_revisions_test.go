@@ -337,6 +337,37 @@ func (w *world) checkSessionRevision(s *gamesv1.GameSession, profile *corev1.Con
 	}
 }
 
+// revisionsOutOfSight returns the revisions of the profile that the
+// controller keeps for sessions whose Deployments are outside its cache
+// (none, or its managed-by label removed), as revisionsOutOfSight keeps
+// them: the revision a session's status names, and those its ReplicaSets
+// scaled to zero mount, as the Deployment may mount them still or roll
+// back to one (seeds 99414033, 99439428); and whether one of those
+// sessions has a status of an earlier spec, or none, which keeps every
+// revision of its namespace (seed 99922090).
+func (w *world) revisionsOutOfSight(profile string) (outOfSight map[string]bool, unaccounted bool) {
+	outOfSight = map[string]bool{}
+	for _, s := range w.server.sessions() {
+		if !uses(s, profileNameOf(profile)) && profile != worldPlatformRef {
+			continue
+		}
+		if d := w.server.deployment(s.Name); d != nil && d.Labels[worldManagedByLabel] == worldManagedByValue {
+			continue
+		}
+		if len(s.Status.Conditions) == 0 || s.Status.ObservedGeneration < s.Generation {
+			unaccounted = true
+		}
+		outOfSight[s.Status.ProfileRevision] = true
+		for _, rs := range w.server.replicaSets() {
+			if ref := metav1.GetControllerOf(rs); ref != nil && ref.Name == s.Name &&
+				rs.Labels[worldManagedByLabel] == worldManagedByValue && ptr.Deref(rs.Spec.Replicas, 1) == 0 {
+				outOfSight[mountedRevision(&rs.Spec.Template)] = true
+			}
+		}
+	}
+	return outOfSight, unaccounted
+}
+
 // checkRevisionsAtRest checks every revision on the server, and every
 // revision a Deployment the controller can see mounts.
 func (w *world) checkRevisionsAtRest() {
@@ -396,24 +427,8 @@ func (w *world) checkRevisionsAtRest() {
 	// mounted while it is not.
 	for _, profile := range slices.Sorted(maps.Keys(byProfile)) {
 		names := byProfile[profile]
+		outOfSight, unaccounted := w.revisionsOutOfSight(profile)
 		if profile == worldPlatformRef && !w.grantedOnServer() {
-			// A session whose Deployment is outside the controller's cache
-			// (its managed-by label removed) keeps the revision its status
-			// names, and those its ReplicaSets scaled to zero mount: the
-			// Deployment may mount them still, or roll back to one
-			// (revisionsOutOfSight; seeds 99414033, 99439428).
-			outOfSight := map[string]bool{}
-			for _, s := range w.server.sessions() {
-				if d := w.server.deployment(s.Name); d == nil || d.Labels[worldManagedByLabel] != worldManagedByValue {
-					outOfSight[s.Status.ProfileRevision] = true
-					for _, rs := range w.server.replicaSets() {
-						if ref := metav1.GetControllerOf(rs); ref != nil && ref.Name == s.Name &&
-							rs.Labels[worldManagedByLabel] == worldManagedByValue && ptr.Deref(rs.Spec.Replicas, 1) == 0 {
-							outOfSight[mountedRevision(&rs.Spec.Template)] = true
-						}
-					}
-				}
-			}
 			for _, name := range names {
 				if len(mounted[name]) == 0 && !outOfSight[name] {
 					w.violate("revision-left-ungranted", "revision %s of %s stays in namespace %s, which no grant permits and no pod mounts it from",
@@ -422,9 +437,15 @@ func (w *world) checkRevisionsAtRest() {
 			}
 			continue
 		}
+		if unaccounted {
+			// A session outside the cache whose status does not say what
+			// its Deployment mounts keeps every revision of its namespace.
+			w.covered["revisions kept for a session out of sight"]++
+			continue
+		}
 		inUse := 0
 		for _, name := range names {
-			if len(mounted[name]) > 0 {
+			if len(mounted[name]) > 0 || outOfSight[name] {
 				inUse++
 			}
 		}
