@@ -185,16 +185,11 @@ func (l *moveLedger) admit(key string, m move, profileLimit int) (bool, ledgerWa
 	if moving && previous.kind == m.kind && previous.to == m.to && previous.profile == m.profile && !previous.stalled {
 		return true, l.wakeLocked(now)
 	}
-	if m.hasProfilePlace() {
-		// A session that has a place of the profile moves again in it: to
-		// new data that may fix a failed move, or to new content.
-		hasPlace := moving && previous.placeIn(m.profile)
-		if !hasPlace && l.placesTakenLocked(m.profile, m.kind) >= profileLimit {
-			if !slices.Contains(l.profileWaiting[m.profile], key) {
-				l.profileWaiting[m.profile] = append(l.profileWaiting[m.profile], key)
-			}
-			return false, ledgerWake{}
+	if l.profileRefusesLocked(key, m, profileLimit) {
+		if !slices.Contains(l.profileWaiting[m.profile], key) {
+			l.profileWaiting[m.profile] = append(l.profileWaiting[m.profile], key)
 		}
+		return false, ledgerWake{}
 	}
 	if l.limited() {
 		// The places kept for the other woken sessions are not this one's.
@@ -242,7 +237,7 @@ func (l *moveLedger) wouldAdmit(key string, m move, profileLimit int) bool {
 	if moving && previous.kind == m.kind && previous.to == m.to && !previous.stalled {
 		return true
 	}
-	if m.hasProfilePlace() && !(moving && previous.placeIn(m.profile)) && l.placesTakenLocked(m.profile, m.kind) >= profileLimit {
+	if l.profileRefusesLocked(key, m, profileLimit) {
 		return false
 	}
 	if !l.limited() {
@@ -407,13 +402,21 @@ func (l *moveLedger) inputsOf(profile string) (moving, failed, waiting int) {
 }
 
 // profileFull reports whether the profile's max-rolling, limit, leaves the
-// session no place for a move of kind: what refused it, when the cluster's
-// limits did not.
-func (l *moveLedger) profileFull(key, profile string, kind moveKind, limit int) bool {
+// session no place for move m: what refused it, when the cluster's limits
+// did not.
+func (l *moveLedger) profileFull(key string, m move, limit int) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	m, moving := l.moves[key]
-	return profile != "" && !(moving && m.placeIn(profile)) && l.placesTakenLocked(profile, kind) >= limit
+	return l.profileRefusesLocked(key, m, limit)
+}
+
+// profileRefusesLocked reports whether the profile's max-rolling, limit,
+// leaves the session no place for move m. A session that has a place of the
+// profile moves again in it: to new data that may fix a failed move, or to
+// new content.
+func (l *moveLedger) profileRefusesLocked(key string, m move, limit int) bool {
+	previous, moving := l.moves[key]
+	return m.hasProfilePlace() && !(moving && previous.placeIn(m.profile)) && l.placesTakenLocked(m.profile, m.kind) >= limit
 }
 
 // placesTakenLocked counts the places of the profile's max-rolling that
@@ -623,10 +626,9 @@ func (c *sessionController) admitMove(key string, m move, profileLimit int) bool
 // the controller last wrote or saw it, in the cache or by a live read) no
 // longer rolls what it moved to: Ready, paused, moved elsewhere and done
 // rolling, or no longer the session's to write (being deleted, or another
-// owner's). A
-// failed move ends too, but for an input move with a profile place, which
-// keeps it (the brake of moveLedger). A Deployment the cache does not show
-// is no evidence of any of these: see settleUncachedMove.
+// owner's). A failed move ends too, but for an input move with a profile
+// place, which keeps it (the brake of moveLedger). A Deployment the cache
+// does not show is no evidence of any of these: see settleUncachedMove.
 func (c *sessionController) settleMove(key string, session *gamesv1.GameSession, d *appsv1.Deployment) {
 	m, ok := c.moves.moveOf(key)
 	if !ok {

@@ -307,7 +307,7 @@ func TestLedgerHoldsOneMaxRollingForEveryKindOfMove(t *testing.T) {
 	if ok, _ := l.admit("arena/b", rotation, 1); ok {
 		t.Fatal("an input move granted while a move to new content has the one place")
 	}
-	if !l.profileFull("arena/b", classic, inputMove, 1) || l.profileFull("arena/a", classic, inputMove, 1) {
+	if !l.profileFull("arena/b", rotation, 1) || l.profileFull("arena/a", rotation, 1) {
 		t.Error("profileFull does not tell the session without a place from the one with it")
 	}
 	if wake := l.release("arena/a"); !slices.Equal(wake.now, []string{"arena/b"}) {

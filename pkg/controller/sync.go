@@ -326,7 +326,7 @@ func (c *sessionController) act(ctx context.Context, v *sessionView) (actResult,
 			if d.move != nil && !c.admitMove(v.key, *d.move, d.profileLimit) {
 				// No room in the ledger: decide again without the move.
 				v.refused[d.move.kind] = refusedByCluster
-				if c.moves.profileFull(v.key, d.move.profile, d.move.kind, d.profileLimit) {
+				if c.moves.profileFull(v.key, *d.move, d.profileLimit) {
 					v.refused[d.move.kind] = refusedByProfile
 				}
 				v.budget = c.moves.String()
