@@ -102,7 +102,7 @@ type sessionView struct {
 	hasProfilePlace   bool
 	stalledInProfile  int
 	inputMoveWouldFit bool
-	budget            string
+	budget            budgetShare
 	// refused are the kinds of move the ledger refused this sync, and by
 	// which limit.
 	refused map[moveKind]ledgerRefusal
@@ -239,7 +239,7 @@ func decideSession(v *sessionView) sessionDecision {
 // the profile's limit on it: the max-rolling its plan resolved, when the
 // policy is paced.
 func (v *sessionView) profileMove() (*move, int) {
-	m := &move{kind: profileMove, to: v.target}
+	m := &move{kind: profileMove, to: v.target, named: profileKey(v.profile.Namespace, v.profile.Name)}
 	if v.policyErr != nil || v.policy.Unpaced() || v.plan == nil {
 		return m, unlimited
 	}

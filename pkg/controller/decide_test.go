@@ -99,14 +99,14 @@ func TestDecideSession(t *testing.T) {
 		requeueFor time.Duration
 	}{
 		{name: "an unpaced move asks the ledger for a profile move", view: func(*sessionView) {},
-			action: actWrite, hash: newHash, move: &move{kind: profileMove, to: newHash}},
+			action: actWrite, hash: newHash, move: &move{kind: profileMove, to: newHash, named: testNamespace + "/classic"}},
 		{name: "refused by the ledger, the Deployment keeps its revision and its spec is applied",
 			view:   func(v *sessionView) { v.refused[profileMove] = refusedByCluster },
 			action: actWrite, hash: oldHash, reason: gamesv1.ReasonWaitingForClusterBudget},
 		{name: "a paced move asks for a place of the profile's max-rolling, as its plan resolved it",
 			view:   paced,
 			action: actWrite, hash: newHash,
-			move: &move{kind: profileMove, to: newHash, profile: testNamespace + "/classic"}},
+			move: &move{kind: profileMove, to: newHash, profile: testNamespace + "/classic", named: testNamespace + "/classic"}},
 		{name: "refused by the profile's max-rolling, the session waits its turn",
 			view:   func(v *sessionView) { paced(v); v.refused[profileMove] = refusedByProfile },
 			action: actWrite, hash: oldHash, reason: gamesv1.ReasonWaitingForTurn},
@@ -137,7 +137,7 @@ func TestDecideSession(t *testing.T) {
 			action: actLeave, why: leaveProfileMissing},
 		{name: "a Deployment seen by a live read is looked at again",
 			view:   func(v *sessionView) { v.live = true },
-			action: actWrite, hash: newHash, move: &move{kind: profileMove, to: newHash}, requeueFor: uncachedRecheckInterval},
+			action: actWrite, hash: newHash, move: &move{kind: profileMove, to: newHash, named: testNamespace + "/classic"}, requeueFor: uncachedRecheckInterval},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -462,7 +462,7 @@ func (v *sessionView) inputMove(ask bool) inputDecision {
 	}
 	switch {
 	case ask && v.refused[inputMove] == notRefused:
-		m := &move{kind: inputMove, to: want.key()}
+		m := &move{kind: inputMove, to: want.key(), named: profileKey}
 		if limit != unlimited {
 			m.profile = profileKey
 		}

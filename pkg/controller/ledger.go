@@ -71,15 +71,22 @@ type moveLedger struct {
 	// max-rolling, stalled or not.
 	clusterMoving int
 	profileMoving map[string]int
-	// starts are the times of the moves started within the last minute,
-	// oldest first.
-	starts []time.Time
-	// waiting are the sessions the cluster's limits refused, in the order
-	// they were.
-	waiting []string
+	// nsMoving, nsKept and nsStarted count by namespace the cluster
+	// places held, kept for woken sessions, and the moves started within
+	// the last minute: what the fair queue serves the namespaces by.
+	nsMoving, nsKept, nsStarted map[string]int
+	// starts are the moves started within the last minute, oldest first.
+	starts []moveStarted
+	// The cluster's limits are shared by namespace (fairQueue): the
+	// sessions they refused wait in their namespace's queue, and a place
+	// that frees goes to the namespace that holds the fewest.
+	clusterQueue fairQueue
 	// reserved are the woken sessions, each with a place kept for it until
 	// its next sync: one that syncs for another reason must not take it.
 	reserved map[string]bool
+	// wokenLater is the woken session whose place the budget per minute
+	// frees only later (wakeLocked): one at a time.
+	wokenLater string
 	// profileWaiting are the sessions a profile's max-rolling refused.
 	profileWaiting map[string][]string
 	// inputsStalled counts each profile's failed input moves, for the
@@ -123,6 +130,17 @@ type move struct {
 	// stalled marks an input move whose Deployment failed: it keeps its
 	// profile place and frees its cluster place.
 	stalled bool
+	// named is the key of the profile the session names, paced or not: its
+	// ProfileRollout counts the session while it waits for the cluster's
+	// limits.
+	named string
+}
+
+// moveStarted is a move started within the last minute, and the namespace
+// of its session.
+type moveStarted struct {
+	at        time.Time
+	namespace string
 }
 
 // hasProfilePlace reports whether the move takes one of its profile's
@@ -146,10 +164,14 @@ type ledgerWake struct {
 	now   []string
 	later string
 	after time.Duration
+	// profiles are those whose sessions waiting for the cluster's limits
+	// went from none to some or back: their ProfileRollouts say so.
+	profiles []string
 }
 
 func (w *ledgerWake) add(o ledgerWake) {
 	w.now = append(w.now, o.now...)
+	w.profiles = append(w.profiles, o.profiles...)
 	if o.later != "" {
 		w.later, w.after = o.later, o.after
 	}
@@ -158,7 +180,8 @@ func (w *ledgerWake) add(o ledgerWake) {
 func newMoveLedger(clk clock.PassiveClock, maxMoving, perMinute int) *moveLedger {
 	return &moveLedger{clock: clk, maxMoving: max(0, maxMoving), perMinute: max(0, perMinute),
 		moves: map[string]move{}, profileMoving: map[string]int{}, reserved: map[string]bool{},
-		profileWaiting: map[string][]string{}, inputsStalled: map[string]int{}}
+		profileWaiting: map[string][]string{}, inputsStalled: map[string]int{}, clusterQueue: newFairQueue(),
+		nsMoving: map[string]int{}, nsKept: map[string]int{}, nsStarted: map[string]int{}}
 }
 
 // limited reports whether the cluster's limits limit anything.
@@ -192,34 +215,33 @@ func (l *moveLedger) admit(key string, m move, profileLimit int) (bool, ledgerWa
 		return false, ledgerWake{}
 	}
 	if l.limited() {
-		// The places kept for the other woken sessions are not this one's.
-		// A session this process let move has its place among those
-		// moving: a new move of it takes no other. One found rolling at
-		// the start may have rolled for another reason (its own spec), so
-		// its first move here needs a place like any other.
-		others := len(l.reserved)
-		if l.reserved[key] {
-			others--
-		}
 		hasClusterPlace := moving && previous.kind != seededMove && !previous.stalled
-		if l.rateRoomLocked(now) <= others || (!hasClusterPlace && l.movingRoom() <= others) {
-			// Woken and refused all the same (another took the room
-			// first): it waits again, at the end.
-			delete(l.reserved, key)
-			if !slices.Contains(l.waiting, key) {
-				l.waiting = append(l.waiting, key)
+		// A session neither woken nor moving takes no place while others
+		// wait: room that time freed (the minute's oldest start left it)
+		// goes to them first, fairly, this one among them. Woken and
+		// refused all the same (another took the room first), it waits
+		// again, at the end of its namespace's queue.
+		queueFirst := !hasClusterPlace && !l.reserved[key] && l.clusterQueue.len() > 0
+		if queueFirst || !l.clusterRoomLocked(key, now, hasClusterPlace) {
+			l.unkeepLocked(key)
+			var wake ledgerWake
+			if l.clusterQueue.push(key, m.named) {
+				wake.profiles = append(wake.profiles, m.named)
 			}
-			return false, l.wakeLocked(now)
+			wake.add(l.wakeLocked(now))
+			return false, wake
 		}
-		l.starts = append(l.starts, now)
+		l.startLocked(key, now)
 	}
 	var wake ledgerWake
 	if moving {
 		wake = l.dropLocked(key)
 	}
 	l.putLocked(key, m)
-	delete(l.reserved, key)
-	l.waiting = slices.DeleteFunc(l.waiting, func(k string) bool { return k == key })
+	l.unkeepLocked(key)
+	if profile, last := l.clusterQueue.remove(key); last {
+		wake.profiles = append(wake.profiles, profile)
+	}
 	l.profileWaiting[m.profile] = slices.DeleteFunc(l.profileWaiting[m.profile], func(k string) bool { return k == key })
 	if len(l.profileWaiting[m.profile]) == 0 {
 		delete(l.profileWaiting, m.profile)
@@ -243,12 +265,54 @@ func (l *moveLedger) wouldAdmit(key string, m move, profileLimit int) bool {
 	if !l.limited() {
 		return true
 	}
+	return l.clusterRoomLocked(key, l.clock.Now(), moving && previous.kind != seededMove && !previous.stalled)
+}
+
+// clusterRoomLocked reports whether the cluster's limits leave the session
+// room for a move now, beside the places kept for the other woken
+// sessions: they are not its own. A session this process let move has its
+// place among those moving: a new move of it takes no other. One found
+// rolling at the start may have rolled for another reason (its own spec),
+// so its first move here needs a place like any other.
+func (l *moveLedger) clusterRoomLocked(key string, now time.Time, hasClusterPlace bool) bool {
 	others := len(l.reserved)
 	if l.reserved[key] {
 		others--
 	}
-	hasClusterPlace := moving && previous.kind != seededMove && !previous.stalled
-	return l.rateRoomLocked(l.clock.Now()) > others && (hasClusterPlace || l.movingRoom() > others)
+	return l.rateRoomLocked(now) > others && (hasClusterPlace || l.movingRoom() > others)
+}
+
+// startLocked records a move of the session started at now.
+func (l *moveLedger) startLocked(key string, now time.Time) {
+	namespace := namespaceOfKey(key)
+	l.starts = append(l.starts, moveStarted{at: now, namespace: namespace})
+	l.nsStarted[namespace]++
+}
+
+// keepLocked keeps a place for the woken session until its next sync.
+func (l *moveLedger) keepLocked(key string) {
+	if !l.reserved[key] {
+		l.reserved[key] = true
+		l.nsKept[namespaceOfKey(key)]++
+	}
+}
+
+// unkeepLocked gives up the place kept for the session, if any.
+func (l *moveLedger) unkeepLocked(key string) {
+	if l.reserved[key] {
+		delete(l.reserved, key)
+		decrement(l.nsKept, namespaceOfKey(key))
+	}
+	if l.wokenLater == key {
+		l.wokenLater = ""
+	}
+}
+
+// decrement counts one less of key in counts, forgetting a count of none.
+func decrement(counts map[string]int, key string) {
+	if counts[key]--; counts[key] <= 0 {
+		delete(counts, key)
+	}
 }
 
 // putLocked records m, counting its places.
@@ -256,6 +320,7 @@ func (l *moveLedger) putLocked(key string, m move) {
 	l.moves[key] = m
 	if !m.stalled {
 		l.clusterMoving++
+		l.nsMoving[namespaceOfKey(key)]++
 	} else if m.kind == inputMove {
 		l.inputsStalled[m.profile]++
 	}
@@ -274,6 +339,7 @@ func (l *moveLedger) dropLocked(key string) ledgerWake {
 	delete(l.moves, key)
 	if !m.stalled {
 		l.clusterMoving--
+		decrement(l.nsMoving, namespaceOfKey(key))
 	} else if m.kind == inputMove {
 		if l.inputsStalled[m.profile]--; l.inputsStalled[m.profile] <= 0 {
 			delete(l.inputsStalled, m.profile)
@@ -302,7 +368,7 @@ func (l *moveLedger) sweep(key string) ledgerWake {
 	if !l.reserved[key] {
 		return ledgerWake{}
 	}
-	delete(l.reserved, key)
+	l.unkeepLocked(key)
 	return l.wakeLocked(l.clock.Now())
 }
 
@@ -333,6 +399,7 @@ func (l *moveLedger) stall(key string) ledgerWake {
 	m.stalled = true
 	l.moves[key] = m
 	l.clusterMoving--
+	decrement(l.nsMoving, namespaceOfKey(key))
 	if m.kind == inputMove {
 		l.inputsStalled[m.profile]++
 	}
@@ -360,10 +427,13 @@ func (l *moveLedger) leaveProfile(key string) ledgerWake {
 
 // forget drops a deleted session, moving or waiting.
 func (l *moveLedger) forget(key string) ledgerWake {
-	wake := l.release(key)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.waiting = slices.DeleteFunc(l.waiting, func(k string) bool { return k == key })
+	// Out of the queues first, so that the room it frees goes to others.
+	var wake ledgerWake
+	if profile, last := l.clusterQueue.remove(key); last {
+		wake.profiles = append(wake.profiles, profile)
+	}
 	for profile, waiting := range l.profileWaiting {
 		if waiting = slices.DeleteFunc(waiting, func(k string) bool { return k == key }); len(waiting) == 0 {
 			delete(l.profileWaiting, profile)
@@ -371,10 +441,11 @@ func (l *moveLedger) forget(key string) ledgerWake {
 			l.profileWaiting[profile] = waiting
 		}
 	}
-	if l.reserved[key] {
-		delete(l.reserved, key)
-		wake.add(l.wakeLocked(l.clock.Now()))
+	l.unkeepLocked(key)
+	if _, ok := l.moves[key]; ok {
+		wake.add(l.dropLocked(key))
 	}
+	wake.add(l.wakeLocked(l.clock.Now()))
 	return wake
 }
 
@@ -460,13 +531,13 @@ func (l *moveLedger) hasProfilePlace(key, profile string) bool {
 func (l *moveLedger) counts() (moving, waiting int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.clusterMoving, len(l.waiting)
+	return l.clusterMoving, l.clusterQueue.len()
 }
 
 // seed records what a controller finds when it starts: the sessions whose
 // Deployments still roll, each as moving, and the moves started within the
 // last minute, at their times.
-func (l *moveLedger) seed(moving map[string]move, starts []time.Time) {
+func (l *moveLedger) seed(moving map[string]move, starts []moveStarted) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for key, m := range moving {
@@ -474,8 +545,11 @@ func (l *moveLedger) seed(moving map[string]move, starts []time.Time) {
 			l.putLocked(key, m)
 		}
 	}
+	for _, s := range starts {
+		l.nsStarted[s.namespace]++
+	}
 	l.starts = append(l.starts, starts...)
-	slices.SortFunc(l.starts, time.Time.Compare)
+	slices.SortFunc(l.starts, func(a, b moveStarted) int { return a.at.Compare(b.at) })
 }
 
 // moveStarts is the gamesv1.MoveStartsAnnotation of a Deployment whose move
@@ -523,7 +597,8 @@ func (l *moveLedger) movingRoom() int {
 // It forgets the starts older than a minute.
 func (l *moveLedger) rateRoomLocked(now time.Time) int {
 	i := 0
-	for i < len(l.starts) && now.Sub(l.starts[i]) >= time.Minute {
+	for i < len(l.starts) && now.Sub(l.starts[i].at) >= time.Minute {
+		decrement(l.nsStarted, l.starts[i].namespace)
 		i++
 	}
 	l.starts = l.starts[i:]
@@ -539,25 +614,41 @@ func (l *moveLedger) roomLocked(now time.Time) int {
 }
 
 // wakeLocked takes as many waiting sessions off the queue as there is room
-// for now, beside the places kept already, and keeps a place for each. A
+// for now, beside the places kept already, and keeps a place for each: each
+// the session of the namespace holding the fewest places (fairQueue). A
 // release wakes the others.
 func (l *moveLedger) wakeLocked(now time.Time) ledgerWake {
 	var wake ledgerWake
 	room := max(0, l.roomLocked(now)-len(l.reserved))
-	n := min(room, len(l.waiting))
-	wake.now = slices.Clone(l.waiting[:n])
-	l.waiting = l.waiting[n:]
-	for _, key := range wake.now {
-		l.reserved[key] = true
+	for ; room > 0; room-- {
+		key, ok := l.nextWaitingLocked(&wake)
+		if !ok {
+			break
+		}
+		wake.now = append(wake.now, key)
 	}
-	// When only the budget per minute keeps the first one waiting, it is
+	// When only the budget per minute keeps the next one waiting, it is
 	// woken, with its place kept, once the oldest start leaves the minute.
-	if len(l.waiting) > 0 && room == 0 && l.movingRoom() > len(l.reserved) && len(l.starts) > 0 {
-		wake.later, wake.after = l.waiting[0], l.starts[0].Add(time.Minute).Sub(now)
-		l.waiting = l.waiting[1:]
-		l.reserved[wake.later] = true
+	if l.clusterQueue.len() > 0 && room == 0 && l.movingRoom() > len(l.reserved) && len(l.starts) > 0 && l.wokenLater == "" {
+		key, _ := l.nextWaitingLocked(&wake)
+		wake.later, wake.after = key, l.starts[0].at.Add(time.Minute).Sub(now)
+		l.wokenLater = key
 	}
 	return wake
+}
+
+// nextWaitingLocked takes the session due the next place off the queue and
+// keeps a place for it; wake learns of its profile's last waiting session.
+func (l *moveLedger) nextWaitingLocked(wake *ledgerWake) (string, bool) {
+	key, ok := l.clusterQueue.next(l.usageLocked)
+	if !ok {
+		return "", false
+	}
+	if profile, last := l.clusterQueue.remove(key); last {
+		wake.profiles = append(wake.profiles, profile)
+	}
+	l.keepLocked(key)
+	return key, true
 }
 
 // seedLedger gives a starting controller's ledger what the caches just
@@ -585,7 +676,7 @@ func (l *moveLedger) wakeLocked(now time.Time) ledgerWake {
 // deleted or stripped of its managed-by label within the minute.
 func (c *sessionController) seedLedger() {
 	moving := map[string]move{}
-	var starts []time.Time
+	var starts []moveStarted
 	deployments, err := c.deploymentLister.List(labels.Everything())
 	if err != nil {
 		return // a lister over a synced cache does not fail
@@ -593,7 +684,9 @@ func (c *sessionController) seedLedger() {
 	now := c.clock.Now()
 	for _, d := range deployments {
 		recorded, known := d.Annotations[gamesv1.MoveStartsAnnotation]
-		starts = append(starts, parseMoveStarts(recorded, now)...)
+		for _, at := range parseMoveStarts(recorded, now) {
+			starts = append(starts, moveStarted{at: at, namespace: d.Namespace})
+		}
 		ref := metav1.GetControllerOf(d)
 		hash := d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]
 		if ref == nil || ref.Kind != gameSessionKind.Kind || hash == "" || d.Spec.Paused ||
@@ -606,7 +699,7 @@ func (c *sessionController) seedLedger() {
 		}
 		moving[d.Namespace+"/"+ref.Name] = m
 		if !known {
-			starts = append(starts, now)
+			starts = append(starts, moveStarted{at: now, namespace: d.Namespace})
 		}
 	}
 	c.moves.seed(moving, starts)
@@ -730,6 +823,9 @@ func (c *sessionController) endMove(key string, m move) {
 func (c *sessionController) wake(w ledgerWake) {
 	for _, key := range w.now {
 		c.queue.Add(key)
+	}
+	for _, profile := range w.profiles {
+		c.rollouts.requestPlanFor(profile)
 	}
 	if w.later != "" {
 		c.queue.AddAfter(w.later, w.after)

@@ -85,7 +85,7 @@ func TestClusterBudgetSeedCountsAsStarted(t *testing.T) {
 	b := newMoveLedger(clk, 3, 3)
 	// Both found rolling, and both started now (seedLedger: their starts
 	// recorded so, or not recorded at all).
-	b.seed(map[string]move{"ns/a": {kind: seededMove, to: "h"}, "ns/b": {kind: seededMove, to: "h"}}, []time.Time{clk.Now(), clk.Now()})
+	b.seed(map[string]move{"ns/a": {kind: seededMove, to: "h"}, "ns/b": {kind: seededMove, to: "h"}}, []moveStarted{{at: clk.Now(), namespace: "ns"}, {at: clk.Now(), namespace: "ns"}})
 	if ok, _ := b.admit("ns/c", move{kind: profileMove, to: "h"}, unlimited); !ok {
 		t.Fatal("refused with one place left")
 	}

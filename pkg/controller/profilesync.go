@@ -98,6 +98,9 @@ type profilePlan struct {
 	// inputs is where the profile's input moves stood in the ledger when
 	// the plan was made, with the canaries of its rotations.
 	inputs gamesv1.InputRolloutStatus
+	// clusterBudget is whose share of the cluster's limits the profile's
+	// sessions waited for when the plan was made; nil if none waited.
+	clusterBudget *gamesv1.ClusterBudgetWait
 	// inputCanaries are the canaries of the rotations of the objects its
 	// sessions read, by object (inputcanary.go); nil when the policy has no
 	// canary.
@@ -410,6 +413,7 @@ type rolloutInputs struct {
 	revision      revisionState
 	unavailableIn map[string]revisionState
 	inputs        gamesv1.InputRolloutStatus
+	clusterBudget *gamesv1.ClusterBudgetWait
 	// canaryMembers are the members as the canaries of rotations see them,
 	// read only when the policy has a canary.
 	canaryMembers []canaryMember
@@ -453,7 +457,7 @@ func decideRollout(in rolloutInputs) *profilePlan {
 	next := &profilePlan{hash: hash, policy: in.policy.String(), plan: plan, revision: in.revision,
 		unavailableIn: in.unavailableIn, started: memory.Started, window: windowString(in.policy), unpaced: in.policy.Unpaced(),
 		memory: rollout.Memory{Halted: plan.Phase == rollout.PhaseHalted, StableHash: memory.StableHash, Started: memory.Started},
-		inputs: in.inputs}
+		inputs: in.inputs, clusterBudget: in.clusterBudget}
 	if in.policy.AsksForCanary() {
 		next.inputCanaries = decideInputCanaries(in.policy.CanaryOf(len(in.members)), in.canaryMembers)
 		next.inputs.Canaries = inputCanaryStatus(next.inputCanaries)
@@ -474,7 +478,7 @@ func (c *profileController) planRollout(ctx context.Context, profile *corev1.Con
 	in := rolloutInputs{
 		hash: hash, policy: policy, stored: c.storedRollout(profile), prev: c.plans.latest(key),
 		revision: revision, unavailableIn: unavailableIn,
-		inputs: c.inputRollout(profile, policy), now: c.clock.Now(),
+		inputs: c.inputRollout(profile, policy), clusterBudget: c.clusterBudgetWait(key), now: c.clock.Now(),
 	}
 	var readers []readingMember
 	in.members, readers = c.rolloutMembers(profile, hash, policy.AsksForCanary())
@@ -800,6 +804,24 @@ func (c *profileController) inputRollout(profile *corev1.ConfigMap, policy rollo
 		WaitingSessions: int32(waiting), Halted: brake && failed > maxFailed}
 }
 
+// clusterBudgetWait is whose share of the cluster's limits the profile's
+// sessions wait for, from the ledger's fair queue; nil if none waits.
+func (c *profileController) clusterBudgetWait(profileKey string) *gamesv1.ClusterBudgetWait {
+	namespaces := c.moves.clusterWaitOf(profileKey)
+	if len(namespaces) == 0 {
+		return nil
+	}
+	wait := &gamesv1.ClusterBudgetWait{}
+	for i, n := range namespaces {
+		wait.WaitingSessions += int32(n.waiting)
+		if i < 10 {
+			wait.Namespaces = append(wait.Namespaces, gamesv1.NamespaceShare{Namespace: n.namespace,
+				WaitingSessions: int32(n.waiting), HeldPlaces: int32(n.held), FairShare: int32(n.share)})
+		}
+	}
+	return wait
+}
+
 // recordRollout writes the profile's ProfileRollout when the plan changed it
 // by a rollout step: a phase, the target or stable revision, the halt, the
 // blocked sessions, the revision's availability, a failure, or a tenth of
@@ -890,6 +912,7 @@ func rolloutStatus(profile *corev1.ConfigMap, pp *profilePlan, prev *gamesv1.Pro
 	if !equality.Semantic.DeepEqual(pp.inputs, gamesv1.InputRolloutStatus{}) {
 		s.Inputs = ptr.To(pp.inputs)
 	}
+	s.ClusterBudget = pp.clusterBudget
 	for _, b := range p.Blocked[:min(len(p.Blocked), 10)] {
 		s.Blocked = append(s.Blocked, gamesv1.BlockedSession{Name: b.Name, Reason: b.Reason})
 	}
@@ -1056,14 +1079,26 @@ func rolloutStepped(prev, next *gamesv1.ProfileRolloutStatus) bool {
 		(a.MovingSessions == 0) != (b.MovingSessions == 0) || (a.WaitingSessions == 0) != (b.WaitingSessions == 0) ||
 		tenth(a.MovingSessions, next.TotalSessions) != tenth(b.MovingSessions, next.TotalSessions) ||
 		tenth(a.WaitingSessions, next.TotalSessions) != tenth(b.WaitingSessions, next.TotalSessions)
-	if inputs || joined || deferred || prev.FailedSessions != next.FailedSessions ||
+	// The cluster's budget: sessions start or stop waiting for it, a tenth
+	// more or fewer wait, or other namespaces share it.
+	var c, d gamesv1.ClusterBudgetWait
+	if prev.ClusterBudget != nil {
+		c = *prev.ClusterBudget
+	}
+	if next.ClusterBudget != nil {
+		d = *next.ClusterBudget
+	}
+	budget := (c.WaitingSessions == 0) != (d.WaitingSessions == 0) ||
+		tenth(c.WaitingSessions, next.TotalSessions) != tenth(d.WaitingSessions, next.TotalSessions) ||
+		!slices.EqualFunc(c.Namespaces, d.Namespaces, func(a, b gamesv1.NamespaceShare) bool { return a.Namespace == b.Namespace })
+	if inputs || budget || joined || deferred || prev.FailedSessions != next.FailedSessions ||
 		tenth(prev.MovedSessions, next.TotalSessions) != tenth(next.MovedSessions, next.TotalSessions) ||
 		tenth(prev.ReadySessions, next.TotalSessions) != tenth(next.ReadySessions, next.TotalSessions) {
 		return true
 	}
 	x, y := *prev, *next
-	x.TotalSessions, x.MovedSessions, x.ReadySessions, x.DeferredSessions, x.Inputs = 0, 0, 0, 0, nil
-	y.TotalSessions, y.MovedSessions, y.ReadySessions, y.DeferredSessions, y.Inputs = 0, 0, 0, 0, nil
+	x.TotalSessions, x.MovedSessions, x.ReadySessions, x.DeferredSessions, x.Inputs, x.ClusterBudget = 0, 0, 0, 0, nil, nil
+	y.TotalSessions, y.MovedSessions, y.ReadySessions, y.DeferredSessions, y.Inputs, y.ClusterBudget = 0, 0, 0, 0, nil, nil
 	return !equality.Semantic.DeepEqual(x, y)
 }
 

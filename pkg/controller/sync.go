@@ -250,7 +250,7 @@ func (c *sessionController) view(session *gamesv1.GameSession, profile *corev1.C
 		v.member, v.reads = memberName(profile.Namespace, v.key), c.inputReads(session)
 		v.hasProfilePlace = c.moves.hasProfilePlace(v.key, key)
 		v.stalledInProfile = c.moves.stalledIn(key)
-		v.budget = c.moves.String()
+		v.budget = c.moves.shareOf(session.Namespace)
 		if v.policyErr == nil && !v.policy.Unpaced() {
 			v.permitted = len(c.permittedSessionKeysOf(profile.Namespace, profile.Name))
 		}
@@ -329,7 +329,7 @@ func (c *sessionController) act(ctx context.Context, v *sessionView) (actResult,
 				if c.moves.profileFull(v.key, *d.move, d.profileLimit) {
 					v.refused[d.move.kind] = refusedByProfile
 				}
-				v.budget = c.moves.String()
+				v.budget = c.moves.shareOf(v.session.Namespace)
 				inBudget, waiting := c.moves.counts()
 				klog.FromContext(ctx).V(4).Info("Move waits for the ledger of moves", "kind", d.move.kind, "moving", inBudget, "waiting", waiting)
 				continue

@@ -34,6 +34,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 	// Group=games.example.com, Version=v1
 	case v1.SchemeGroupVersion.WithKind("BlockedSession"):
 		return &gamesv1.BlockedSessionApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("ClusterBudgetWait"):
+		return &gamesv1.ClusterBudgetWaitApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("GameServerPort"):
 		return &gamesv1.GameServerPortApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("GameServerResources"):
@@ -48,6 +50,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &gamesv1.InputCanaryApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("InputRolloutStatus"):
 		return &gamesv1.InputRolloutStatusApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("NamespaceShare"):
+		return &gamesv1.NamespaceShareApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("ProfileRollout"):
 		return &gamesv1.ProfileRolloutApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("ProfileRolloutStatus"):

@@ -156,6 +156,16 @@ type ProfileRolloutStatus struct {
 	// +optional
 	Inputs *InputRolloutStatus `json:"inputs,omitempty"`
 
+	// clusterBudget says whose share of the controller's cluster-wide budget
+	// (--max-moving-sessions, --max-moves-per-minute) the profile's sessions
+	// wait for. The budget is shared by namespace: a place that frees goes
+	// to a waiting session of the namespace that holds the fewest, so a
+	// namespace waits behind another's rollout for no more than its share,
+	// and a rollout alone in the cluster takes every place. Unset when none
+	// of the profile's sessions waits for it.
+	// +optional
+	ClusterBudget *ClusterBudgetWait `json:"clusterBudget,omitempty"`
+
 	// blocked names sessions that hold a canary or budget slot and cannot
 	// progress, with why (at most 10 of them).
 	// +optional
@@ -223,6 +233,43 @@ type InputRolloutStatus struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=10
 	Canaries []InputCanary `json:"canaries,omitempty"`
+}
+
+// ClusterBudgetWait is where the profile's sessions that wait for the
+// cluster-wide budget stand.
+type ClusterBudgetWait struct {
+	// waitingSessions is the number of the profile's sessions that wait.
+	WaitingSessions int32 `json:"waitingSessions"`
+	// namespaces are the namespaces of the waiting sessions, and those that
+	// hold more places than their fair share: at most 10, those with the
+	// most sessions waiting first. A namespace that holds its share waits
+	// for its own places to free; one below it, for the places of those
+	// beyond theirs.
+	// +optional
+	// +listType=map
+	// +listMapKey=namespace
+	// +kubebuilder:validation:MaxItems=10
+	Namespaces []NamespaceShare `json:"namespaces,omitempty"`
+}
+
+// NamespaceShare is a namespace's part of the cluster-wide budget.
+type NamespaceShare struct {
+	Namespace string `json:"namespace"`
+	// waitingSessions is the number of the profile's sessions in the
+	// namespace that wait.
+	// +optional
+	WaitingSessions int32 `json:"waitingSessions"`
+	// heldPlaces is the number of places the namespace's sessions hold, for
+	// every profile: moving and not yet Ready (or, with only a budget per
+	// minute, moves started within the minute), or kept for a session woken
+	// to move.
+	// +optional
+	HeldPlaces int32 `json:"heldPlaces"`
+	// fairShare is the number of places the namespace is due while every
+	// namespace that holds or waits for one wants more: the budget divided
+	// among them, rounded up.
+	// +optional
+	FairShare int32 `json:"fairShare"`
 }
 
 // InputCanary is the canary of a rotation: with a canary in its policy, a

@@ -72,6 +72,14 @@ type ProfileRolloutStatusApplyConfiguration struct {
 	// they go under the profile's rollout policy too. Unset when none moves,
 	// fails or waits.
 	Inputs *InputRolloutStatusApplyConfiguration `json:"inputs,omitempty"`
+	// clusterBudget says whose share of the controller's cluster-wide budget
+	// (--max-moving-sessions, --max-moves-per-minute) the profile's sessions
+	// wait for. The budget is shared by namespace: a place that frees goes
+	// to a waiting session of the namespace that holds the fewest, so a
+	// namespace waits behind another's rollout for no more than its share,
+	// and a rollout alone in the cluster takes every place. Unset when none
+	// of the profile's sessions waits for it.
+	ClusterBudget *ClusterBudgetWaitApplyConfiguration `json:"clusterBudget,omitempty"`
 	// blocked names sessions that hold a canary or budget slot and cannot
 	// progress, with why (at most 10 of them).
 	Blocked []BlockedSessionApplyConfiguration `json:"blocked,omitempty"`
@@ -206,6 +214,14 @@ func (b *ProfileRolloutStatusApplyConfiguration) WithDeferralEndTime(value metav
 // If called multiple times, the Inputs field is set to the value of the last call.
 func (b *ProfileRolloutStatusApplyConfiguration) WithInputs(value *InputRolloutStatusApplyConfiguration) *ProfileRolloutStatusApplyConfiguration {
 	b.Inputs = value
+	return b
+}
+
+// WithClusterBudget sets the ClusterBudget field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ClusterBudget field is set to the value of the last call.
+func (b *ProfileRolloutStatusApplyConfiguration) WithClusterBudget(value *ClusterBudgetWaitApplyConfiguration) *ProfileRolloutStatusApplyConfiguration {
+	b.ClusterBudget = value
 	return b
 }
 
