@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -190,12 +191,16 @@ func TestWindowOpenTimeProperties(t *testing.T) {
 		"Mon 03:00-04:00", "Sat 22:00-04:00", "00:00-24:00", "Mon-Fri 02:00-06:00 Europe/Berlin",
 		"01:00-06:00 Europe/Berlin", "02:00-02:30 Europe/Berlin", "02:30-02:00 Europe/Berlin",
 		"Sun 00:30-03:00 America/New_York", "Sat,Sun 01:30-01:15 America/New_York", "Sat 23:00-05:00 Australia/Sydney",
+		"00:00-24:00 America/New_York", "Sat 23:30-23:15 America/New_York", "Sun 02:00-03:00 America/New_York",
+		"Sun 02:00-03:00 Australia/Sydney", "01:45-02:15 Australia/Lord_Howe",
 	}
-	// Days around changes of the clocks in Berlin, New York and Sydney.
+	// Days around changes of the clocks in Berlin, New York, Sydney and
+	// Lord Howe Island.
 	changes := []time.Time{
 		time.Date(2026, 10, 24, 0, 0, 0, 0, time.UTC), time.Date(2026, 10, 31, 0, 0, 0, 0, time.UTC),
 		time.Date(2027, 3, 13, 0, 0, 0, 0, time.UTC), time.Date(2027, 3, 27, 0, 0, 0, 0, time.UTC),
-		time.Date(2027, 4, 3, 0, 0, 0, 0, time.UTC),
+		time.Date(2027, 4, 3, 0, 0, 0, 0, time.UTC), time.Date(2027, 10, 2, 0, 0, 0, 0, time.UTC),
+		time.Date(2027, 10, 30, 0, 0, 0, 0, time.UTC), time.Date(2027, 11, 6, 0, 0, 0, 0, time.UTC),
 	}
 	for seed := range uint64(500) {
 		rng := rand.New(rand.NewPCG(seed, 0x51ed))
@@ -426,5 +431,173 @@ func TestLongWindowAcrossChangesOfTheClocks(t *testing.T) {
 				t.Errorf("OpenDuration(%v, %v) = %v, want %v", at, closes, got, want)
 			}
 		})
+	}
+}
+
+// changesOfTheClocks returns the instants the clocks of loc change from
+// from to to.
+func changesOfTheClocks(loc *time.Location, from, to time.Time) []time.Time {
+	var changes []time.Time
+	for t := from; ; {
+		_, next := t.In(loc).ZoneBounds()
+		if next.IsZero() || !next.Before(to) {
+			return changes
+		}
+		changes = append(changes, next)
+		t = next
+	}
+}
+
+// clockOf is what the clocks of loc show at t, written as if in UTC, so
+// that two of them compare as the clocks do.
+func clockOf(t time.Time, loc *time.Location) time.Time {
+	l := t.In(loc)
+	return time.Date(l.Year(), l.Month(), l.Day(), l.Hour(), l.Minute(), l.Second(), l.Nanosecond(), time.UTC)
+}
+
+// For random windows that open once a week, on the day of a change of the
+// clocks or the day before, at times around it: the opening starts when the
+// clocks first show its start, or jump past it, and lasts the window's
+// length; any day-long span that holds it is open that long; Open, openTimes
+// and AfterOpen agree.
+func TestWindowOpeningsLastTheirLength(t *testing.T) {
+	zones := []string{"America/New_York", "Europe/Berlin", "Australia/Sydney", "Australia/Lord_Howe"}
+	changes := make(map[string][]time.Time)
+	for _, zone := range zones {
+		changes[zone] = changesOfTheClocks(mustZone(t, zone), time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC), time.Date(2028, 1, 1, 0, 0, 0, 0, time.UTC))
+		if len(changes[zone]) != 3 {
+			t.Fatalf("%s changes its clocks at %v, want three times from June 2026 to 2027", zone, changes[zone])
+		}
+	}
+	dayNames := []string{"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"}
+	for seed := range uint64(2000) {
+		rng := rand.New(rand.NewPCG(seed, 0xd57))
+		zone := zones[rng.IntN(len(zones))]
+		loc := mustZone(t, zone)
+		change := changes[zone][rng.IntN(len(changes[zone]))]
+		// The day of the change or the one before, and a start within
+		// three hours of the clocks at the change, mostly in a quarter
+		// hour, so that it falls in the time skipped or repeated.
+		shown := clockOf(change, loc)
+		day := time.Date(shown.Year(), shown.Month(), shown.Day()-rng.IntN(2), 0, 0, 0, 0, time.UTC)
+		around := shown.Hour()*60 + shown.Minute() - 3*60 + rng.IntN(6*60)
+		if rng.IntN(4) > 0 {
+			around -= around % 15
+		}
+		start := (around + 24*60) % (24 * 60)
+		length := 1 + rng.IntN(3*60)
+		if rng.IntN(3) == 0 {
+			length = 1 + rng.IntN(24*60)
+		}
+		end := fmt.Sprintf("%02d:%02d", (start+length)/60%24, (start+length)%60)
+		if length == 24*60 {
+			start, end = 0, "24:00"
+		}
+		spec := fmt.Sprintf("%s %02d:%02d-%s %s", dayNames[day.Weekday()], start/60, start%60, end, zone)
+		w, err := ParseWindow(spec)
+		if err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		fail := func(format string, args ...any) {
+			t.Helper()
+			t.Fatalf("seed %d: %q around the change at %v: %s", seed, spec, change.In(loc), fmt.Sprintf(format, args...))
+		}
+		lasts := time.Duration(length) * time.Minute
+		// Two days before the day, at a time before it in any zone; the
+		// week's opening before has closed.
+		before := day.AddDate(0, 0, -2).Add(-14 * time.Hour)
+		if w.Open(before) {
+			fail("open at %v", before)
+		}
+		opens := w.NextOpen(before)
+		closes := w.NextClose(opens)
+		if got := closes.Sub(opens); got != lasts {
+			fail("opens at %v, closes at %v: open %v, want %v", opens, closes, got, lasts)
+		}
+		want := day.Add(time.Duration(start) * time.Minute)
+		if got := clockOf(opens, loc); !got.Equal(want) && !(clockOf(opens.Add(-time.Nanosecond), loc).Before(want) && got.After(want)) {
+			fail("opens at %v, neither at %v on the clocks nor as they jump past it", opens.In(loc), want.Format("2006-01-02 15:04"))
+		}
+		for at := opens.Add(-3 * time.Hour); at.Before(opens); at = at.Add(time.Minute) {
+			if !clockOf(at, loc).Before(want) {
+				fail("opens at %v, but the clocks showed %v already at %v", opens.In(loc), want.Format("15:04"), at.In(loc))
+			}
+		}
+		// Any day-long span that holds the opening.
+		from := closes.Add(-24 * time.Hour).Add(time.Duration(rng.Int64N(int64(24*time.Hour-lasts) + 1)))
+		if got := w.OpenDuration(from, from.Add(24*time.Hour)); got != lasts {
+			fail("open %v from %v for a day, want %v", got, from, lasts)
+		}
+		var times [][2]time.Time
+		for start, end := range w.openTimes(before, 5) {
+			times = append(times, [2]time.Time{start, end})
+		}
+		if len(times) != 1 || !times[0][0].Equal(opens) || !times[0][1].Equal(closes) {
+			fail("openTimes(%v, 5) = %v, want only [%v, %v)", before, times, opens, closes)
+		}
+		for range 20 {
+			at := opens.Add(-6*time.Hour + time.Duration(rng.Int64N(int64(lasts+12*time.Hour))))
+			if got, want := w.Open(at), !at.Before(opens) && at.Before(closes); got != want {
+				fail("Open(%v) = %v, want %v", at.In(loc), got, want)
+			}
+		}
+		d := time.Duration(1 + rng.Int64N(int64(lasts)))
+		if got := w.AfterOpen(before, d); !got.Equal(opens.Add(d)) {
+			fail("AfterOpen(%v, %v) = %v, want %v", before, d, got, opens.Add(d))
+		}
+	}
+}
+
+// For random windows on random days, from instants around changes of the
+// clocks, openTimes yields ordered intervals that do not overlap, and Open
+// is true at exactly their instants.
+func TestWindowOpenAgreesWithOpenTimes(t *testing.T) {
+	zones := []string{"America/New_York", "Europe/Berlin", "Australia/Sydney", "Australia/Lord_Howe"}
+	dayNames := []string{"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"}
+	for seed := range uint64(1000) {
+		rng := rand.New(rand.NewPCG(seed, 0x0be4))
+		zone := zones[rng.IntN(len(zones))]
+		loc := mustZone(t, zone)
+		changes := changesOfTheClocks(loc, time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2028, 1, 1, 0, 0, 0, 0, time.UTC))
+		change := changes[rng.IntN(len(changes))]
+		var days []string
+		for _, name := range dayNames {
+			if rng.IntN(2) == 0 {
+				days = append(days, name)
+			}
+		}
+		if len(days) == 0 {
+			days = dayNames
+		}
+		start, length := rng.IntN(24*4)*15, 15+rng.IntN(24*4)*15
+		end := fmt.Sprintf("%02d:%02d", (start+length)/60%24, (start+length)%60)
+		if length >= 24*60 {
+			start, end = 0, "24:00"
+		}
+		spec := fmt.Sprintf("%s %02d:%02d-%s %s", strings.Join(days, ","), start/60, start%60, end, zone)
+		w, err := ParseWindow(spec)
+		if err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		from := change.Add(-36*time.Hour + time.Duration(rng.Int64N(int64(72*time.Hour))))
+		var times [][2]time.Time
+		for start, end := range w.openTimes(from, 3) {
+			if start.Before(from) || !end.After(start) || len(times) > 0 && start.Before(times[len(times)-1][1]) {
+				t.Fatalf("seed %d: %q: openTimes(%v) yields [%v, %v) after %v", seed, spec, from, start, end, times)
+			}
+			times = append(times, [2]time.Time{start, end})
+		}
+		// openTimes yields the openings that start in the three days
+		// after from's: all of those of the next two days.
+		for range 50 {
+			at := from.Add(time.Duration(rng.Int64N(int64(48 * time.Hour))))
+			want := false
+			for _, o := range times {
+				want = want || !at.Before(o[0]) && at.Before(o[1])
+			}
+			if got := w.Open(at); got != want {
+				t.Fatalf("seed %d: %q: Open(%v) = %v, but openTimes(%v) yields %v", seed, spec, at.In(loc), got, from, times)
+			}
+		}
 	}
 }
