@@ -22,8 +22,15 @@ import (
 // commas; without DAYS the window opens every day. A window whose end is not
 // after its start ends the next day: "Sat 22:00-04:00" opens Saturday night
 // and closes on Sunday morning. "24:00" ends a window at midnight. ZONE is an
-// IANA time zone name, UTC if absent. Times are wall-clock times of the
-// zone: on a day the clocks change, the window is an hour longer or shorter.
+// IANA time zone name, UTC if absent.
+//
+// Each opening starts when the zone's clocks first show the start time that
+// day, or when they jump past it if they skip it, and lasts the written
+// length (end minus start) in real time, so a change of the clocks neither
+// shortens nor lengthens it, nor makes it vanish: "Sun 02:00-03:00
+// America/New_York" opens at 03:00 EDT the Sunday 02:00 EST becomes 03:00
+// EDT, and closes at 04:00 EDT. A window of 24 hours is therefore closed for
+// an hour the day the clocks go back.
 type Window struct {
 	days       [7]bool // by time.Weekday
 	start, end int     // minutes since midnight; end may be <= start (the next day)
@@ -150,7 +157,7 @@ func (w *Window) String() string { return w.spec }
 
 // Open reports whether t is within the window.
 func (w *Window) Open(t time.Time) bool {
-	for _, o := range w.openings(t, -1, 0) {
+	for _, o := range w.openings(t, -openingSpanDays, 0) {
 		if !t.Before(o[0]) && t.Before(o[1]) {
 			return true
 		}
@@ -172,11 +179,13 @@ func (w *Window) NextOpen(t time.Time) time.Time {
 }
 
 // NextClose returns when the window open at t closes; the zero time if it
-// is not open at t.
+// is not open at t. An opening that the next one starts within (one longer
+// than a day the clocks go forward) closes when that one does.
 func (w *Window) NextClose(t time.Time) time.Time {
 	var closes time.Time
-	for _, o := range w.openings(t, -1, 0) {
-		if !t.Before(o[0]) && t.Before(o[1]) && o[1].After(closes) {
+	for _, o := range w.openings(t, -openingSpanDays, openingSpanDays) {
+		covers := !t.Before(o[0]) && t.Before(o[1])
+		if (covers || o[0].Before(closes)) && o[1].After(closes) {
 			closes = o[1]
 		}
 	}
@@ -236,10 +245,9 @@ const openHorizonDays = 10 * 366
 
 // mostOpenWithin bounds how long openTimes can yield over days days: each
 // weekday the window opens on comes at most days/7+2 times in them and the
-// day before, and each opening lasts at most an hour more than its clock
-// hours (a change of the clocks adds at most one).
+// openingSpanDays before, and each opening lasts the window's length.
 func (w *Window) mostOpenWithin(days int) time.Duration {
-	opening := time.Duration((w.end-w.start+24*60-1)%(24*60)+1)*time.Minute + time.Hour
+	opening := w.length()
 	open := 0
 	for _, set := range w.days {
 		if set {
@@ -249,16 +257,31 @@ func (w *Window) mostOpenWithin(days int) time.Duration {
 	return time.Duration(open*(days/7+2)) * opening
 }
 
+// length is how long each opening lasts: from start to end on the clock,
+// the next day's end if it is not after the start, 24 hours for
+// "00:00-24:00".
+func (w *Window) length() time.Duration {
+	return time.Duration((w.end-w.start+24*60-1)%(24*60)+1) * time.Minute
+}
+
+// openingSpanDays is how many days before a day an opening that is still
+// open on it can start: an opening lasts at most 24 hours, and a day the
+// clocks go forward is shorter than that, so an opening can run past the
+// next midnight into a third day, never a fourth.
+const openingSpanDays = 2
+
 // openTimes yields the times the window is open from from on, as intervals
 // [start, end) in order, that neither overlap nor start before from: the
-// openings that start on the days from the one before from's to days after
-// it, in the window's zone, cut to what follows from and to what earlier
-// openings did not cover. So they are the instants at which Open is true.
+// openings that start on the days from openingSpanDays before from's to days
+// after it, in the window's zone, cut to what follows from and to what
+// earlier openings did not cover (an opening that runs across a day shorter
+// than itself overlaps the next one). So they are the instants at which Open
+// is true.
 func (w *Window) openTimes(from time.Time, days int) iter.Seq2[time.Time, time.Time] {
 	return func(yield func(time.Time, time.Time) bool) {
 		local := from.In(w.location)
 		covered := from
-		for offset := -1; offset <= days; offset++ {
+		for offset := -openingSpanDays; offset <= days; offset++ {
 			start, end, ok := w.openingOn(local, offset)
 			if !ok {
 				continue
@@ -267,7 +290,7 @@ func (w *Window) openTimes(from time.Time, days int) iter.Seq2[time.Time, time.T
 				start = covered
 			}
 			if !end.After(start) {
-				continue // over before from, or empty: a day the clocks skip its hours
+				continue // over before from, or covered by the opening before
 			}
 			if !yield(start, end) {
 				return
@@ -298,16 +321,32 @@ func (w *Window) openingOn(local time.Time, offset int) (start, end time.Time, o
 	if !w.days[((int(local.Weekday())+offset)%7+7)%7] {
 		return start, end, false
 	}
-	endOffset := offset
-	if w.end <= w.start {
-		endOffset++
-	}
-	return w.clockOn(local, offset, w.start), w.clockOn(local, endOffset, w.end), true
+	start = w.firstShowing(time.Date(local.Year(), local.Month(), local.Day()+offset, w.start/60, w.start%60, 0, 0, time.UTC))
+	return start, start.Add(w.length()), true
 }
 
-// clockOn is the wall-clock time minutes after midnight of the day offset
-// days after local's day, in the window's zone; time.Date carries the days
-// over into the months and years.
-func (w *Window) clockOn(local time.Time, offset, minutes int) time.Time {
-	return time.Date(local.Year(), local.Month(), local.Day()+offset, minutes/60, minutes%60, 0, 0, w.location)
+// firstShowing returns the first instant at which the clocks of the
+// window's zone show clock, a wall-clock time written as if in UTC, or a
+// later time: the first of two instants that show it the day the clocks go
+// back, the instant they jump past it the day they skip it. time.Date does
+// not do this: which of the zone's offsets it takes for such a time is left
+// unsaid, and it is not the same in every zone.
+//
+// It walks the zone's periods of one offset from the one in force 15 hours
+// before clock read as UTC, when no zone's clocks show it yet (none is 15
+// hours from UTC), and stops at the first whose clocks reach clock.
+func (w *Window) firstShowing(clock time.Time) time.Time {
+	for t := clock.Add(-15 * time.Hour); ; {
+		local := t.In(w.location)
+		_, offset := local.Zone()
+		from, until := local.ZoneBounds() // zero: the period has no bound on that side
+		at := clock.Add(-time.Duration(offset) * time.Second)
+		if !from.IsZero() && at.Before(from) {
+			return from.In(w.location) // the clocks jumped past clock as this period began
+		}
+		if until.IsZero() || at.Before(until) {
+			return at.In(w.location)
+		}
+		t = until
+	}
 }
