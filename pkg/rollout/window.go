@@ -29,8 +29,9 @@ import (
 // length (end minus start) in real time, so a change of the clocks neither
 // shortens nor lengthens it, nor makes it vanish: "Sun 02:00-03:00
 // America/New_York" opens at 03:00 EDT the Sunday 02:00 EST becomes 03:00
-// EDT, and closes at 04:00 EDT. A window of 24 hours is therefore closed for
-// an hour the day the clocks go back.
+// EDT, and closes at 04:00 EDT. The exception is a whole day,
+// "00:00-24:00": it is open the whole day, however long the change of the
+// clocks makes it.
 type Window struct {
 	days       [7]bool // by time.Weekday
 	start, end int     // minutes since midnight; end may be <= start (the next day)
@@ -245,9 +246,13 @@ const openHorizonDays = 10 * 366
 
 // mostOpenWithin bounds how long openTimes can yield over days days: each
 // weekday the window opens on comes at most days/7+2 times in them and the
-// openingSpanDays before, and each opening lasts the window's length.
+// openingSpanDays before, and each opening lasts the window's length, a
+// whole day at most 25 hours.
 func (w *Window) mostOpenWithin(days int) time.Duration {
 	opening := w.length()
+	if w.wholeDay() {
+		opening += time.Hour
+	}
 	open := 0
 	for _, set := range w.days {
 		if set {
@@ -259,7 +264,7 @@ func (w *Window) mostOpenWithin(days int) time.Duration {
 
 // length is how long each opening lasts: from start to end on the clock,
 // the next day's end if it is not after the start, 24 hours for
-// "00:00-24:00".
+// "00:00-24:00" (whose opening lasts its day instead: openingOn).
 func (w *Window) length() time.Duration {
 	return time.Duration((w.end-w.start+24*60-1)%(24*60)+1) * time.Minute
 }
@@ -322,7 +327,18 @@ func (w *Window) openingOn(local time.Time, offset int) (start, end time.Time, o
 		return start, end, false
 	}
 	start = w.firstShowing(time.Date(local.Year(), local.Month(), local.Day()+offset, w.start/60, w.start%60, 0, 0, time.UTC))
+	if w.wholeDay() {
+		// The whole day, however long the change of the clocks makes it:
+		// "00:00-24:00" means every moment of the day, which a user reads
+		// as always open.
+		return start, w.firstShowing(time.Date(local.Year(), local.Month(), local.Day()+offset+1, 0, 0, 0, 0, time.UTC)), true
+	}
 	return start, start.Add(w.length()), true
+}
+
+// wholeDay reports whether the window is written 00:00-24:00.
+func (w *Window) wholeDay() bool {
+	return w.start == 0 && w.end == 24*60
 }
 
 // firstShowing returns the first instant at which the clocks of the

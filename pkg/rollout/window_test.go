@@ -379,9 +379,11 @@ func TestWindowAcrossChangesOfTheClocks(t *testing.T) {
 	}
 }
 
-// A window of a day or nearly lasts it in real time too: closed for the
-// hour the clocks go back, and, the day they go forward, open into the next
-// day, across the start of the next opening if there is one.
+// A whole day, 00:00-24:00, is the whole day however long the change of
+// the clocks makes it: open for the 25 hours of the day the clocks go back,
+// the 23 of the day they go forward. A window of nearly a day lasts its
+// written length in real time: the day the clocks go forward it runs into
+// the next day, across the start of the next opening if there is one.
 func TestLongWindowAcrossChangesOfTheClocks(t *testing.T) {
 	tests := []struct {
 		name, window string
@@ -391,15 +393,14 @@ func TestLongWindowAcrossChangesOfTheClocks(t *testing.T) {
 		nextOpen     string // NextOpen when closed
 	}{
 		// New York, autumn: 2027-11-07 02:00 EDT becomes 01:00 EST; the day
-		// is 25 hours long, the opening 24.
-		{"whole day, autumn", "00:00-24:00 America/New_York", "2027-11-07 12:00 -0500", true, "2027-11-07 23:00 -0500", ""},
-		{"whole day, autumn, the last hour", "00:00-24:00 America/New_York", "2027-11-07 23:30 -0500", false, "", "2027-11-08 00:00 -0500"},
-		// New York, spring: 2027-03-14 is 23 hours long; the opening runs
-		// to 01:00 on Monday, an hour into Monday's, which closes at the
-		// end of Monday.
-		{"whole day, spring", "00:00-24:00 America/New_York", "2027-03-14 12:00 -0400", true, "2027-03-16 00:00 -0400", ""},
+		// is 25 hours long, and so is the opening.
+		{"whole day, autumn", "00:00-24:00 America/New_York", "2027-11-07 12:00 -0500", true, "2027-11-08 00:00 -0500", ""},
+		{"whole day, autumn, the last hour", "00:00-24:00 America/New_York", "2027-11-07 23:30 -0500", true, "2027-11-08 00:00 -0500", ""},
+		// New York, spring: 2027-03-14 is 23 hours long, and so is the
+		// opening; Monday's follows it.
+		{"whole day, spring", "00:00-24:00 America/New_York", "2027-03-14 12:00 -0400", true, "2027-03-15 00:00 -0400", ""},
 		{"whole day, spring, the day after", "00:00-24:00 America/New_York", "2027-03-15 00:30 -0400", true, "2027-03-16 00:00 -0400", ""},
-		{"Sunday only, spring", "Sun 00:00-24:00 America/New_York", "2027-03-15 00:30 -0400", true, "2027-03-15 01:00 -0400", ""},
+		{"Sunday only, spring", "Sun 00:00-24:00 America/New_York", "2027-03-15 00:30 -0400", false, "", "2027-03-21 00:00 -0400"},
 		// Saturday's opening of nearly a day, across Sunday's change, ends
 		// on Monday: two days after it started.
 		{"nearly a day, into a third day", "Sat 23:30-23:15 America/New_York", "2027-03-15 00:05 -0400", true, "2027-03-15 00:15 -0400", ""},
@@ -487,12 +488,11 @@ func TestWindowOpeningsLastTheirLength(t *testing.T) {
 		start := (around + 24*60) % (24 * 60)
 		length := 1 + rng.IntN(3*60)
 		if rng.IntN(3) == 0 {
-			length = 1 + rng.IntN(24*60)
+			// Short of a whole day, which lasts its day instead
+			// (TestLongWindowAcrossChangesOfTheClocks).
+			length = 1 + rng.IntN(24*60-1)
 		}
 		end := fmt.Sprintf("%02d:%02d", (start+length)/60%24, (start+length)%60)
-		if length == 24*60 {
-			start, end = 0, "24:00"
-		}
 		spec := fmt.Sprintf("%s %02d:%02d-%s %s", dayNames[day.Weekday()], start/60, start%60, end, zone)
 		w, err := ParseWindow(spec)
 		if err != nil {
