@@ -47,9 +47,11 @@ import (
 // restarts no running match and is not a move. A write that changes the
 // template anyway takes a pending input change along, as one move.
 //
-// Refused sessions wait: for the cluster's limits in a first-come queue,
-// where a release or a freed minute wakes as many as there is room for and
-// keeps their places until their next sync; for a profile's max-rolling all
+// Refused sessions wait: for the cluster's limits in their namespace's
+// queue (fairQueue: the limits are shared fairly by namespace), where a
+// release or a freed minute wakes as many as there is room for, each of the
+// namespace holding the fewest places, and keeps their places until their
+// next sync; for a profile's max-rolling all
 // together, queued again when one of its places frees. Waiting costs no
 // polling.
 //
