@@ -591,12 +591,40 @@ func TestRolloutStatusIsWrittenPerStep(t *testing.T) {
 		{"a tenth joined", func(s *gamesv1.ProfileRolloutStatus) { s.TotalSessions = 111 }, true},
 		{"phase", func(s *gamesv1.ProfileRolloutStatus) { s.Phase = gamesv1.RolloutPhaseHalted }, true},
 		{"blocked", func(s *gamesv1.ProfileRolloutStatus) { s.Blocked = []gamesv1.BlockedSession{{Name: "s1"}} }, true},
+		{"sessions wait for the cluster's budget", func(s *gamesv1.ProfileRolloutStatus) {
+			s.ClusterBudget = &gamesv1.ClusterBudgetWait{WaitingSessions: 3, Namespaces: []gamesv1.NamespaceShare{{Namespace: "arena", WaitingSessions: 3}}}
+		}, true},
 	} {
 		next := base.DeepCopy()
 		tc.edit(next)
 		if got := rolloutStepped(base, next); got != tc.want {
 			t.Errorf("%s: stepped %v, want %v", tc.name, got, tc.want)
 		}
+	}
+
+	waiting := base.DeepCopy()
+	waiting.ClusterBudget = &gamesv1.ClusterBudgetWait{WaitingSessions: 35, Namespaces: []gamesv1.NamespaceShare{
+		{Namespace: "arena", WaitingSessions: 35, HeldPlaces: 4, FairShare: 2}}}
+	for _, tc := range []struct {
+		name string
+		edit func(*gamesv1.ClusterBudgetWait)
+		want bool
+	}{
+		{"one fewer waits", func(b *gamesv1.ClusterBudgetWait) { b.WaitingSessions, b.Namespaces[0].WaitingSessions = 34, 34 }, false},
+		{"a place more held", func(b *gamesv1.ClusterBudgetWait) { b.Namespaces[0].HeldPlaces = 5 }, false},
+		{"a tenth fewer wait", func(b *gamesv1.ClusterBudgetWait) { b.WaitingSessions, b.Namespaces[0].WaitingSessions = 19, 19 }, true},
+		{"another namespace shares it", func(b *gamesv1.ClusterBudgetWait) {
+			b.Namespaces = append(b.Namespaces, gamesv1.NamespaceShare{Namespace: "tenant-b", HeldPlaces: 3, FairShare: 2})
+		}, true},
+	} {
+		next := waiting.DeepCopy()
+		tc.edit(next.ClusterBudget)
+		if got := rolloutStepped(waiting, next); got != tc.want {
+			t.Errorf("cluster budget, %s: stepped %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if next := waiting.DeepCopy(); !rolloutStepped(waiting, func() *gamesv1.ProfileRolloutStatus { next.ClusterBudget = nil; return next }()) {
+		t.Error("the last waiting session gone is no step")
 	}
 }
 
