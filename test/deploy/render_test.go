@@ -294,6 +294,7 @@ func TestInvalidValuesAreRefused(t *testing.T) {
 			map[string]any{"rbac": map[string]any{"scope": "namespace"}, "leaderElection": map[string]any{"namespace": "elsewhere"}}, "leaderElection.namespace"},
 		{"a misspelt controller value", map[string]any{"controller": map[string]any{"worker": 4}}, "worker"},
 		{"a controller value of the wrong type", map[string]any{"controller": map[string]any{"workers": "many"}}, "workers"},
+		{"the admission policy switch of the wrong type", map[string]any{"admissionPolicy": map[string]any{"enabled": "no"}}, "enabled"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := renderManifest(t, systemNamespace, tc.values)
@@ -347,5 +348,41 @@ func TestPrometheusRule(t *testing.T) {
 	}
 	if !reflect.DeepEqual(rule.Object["spec"], want[0].Object) {
 		t.Errorf("PrometheusRule spec:\n%v\nwant files/prometheus-rules.yaml:\n%v", rule.Object["spec"], want[0].Object)
+	}
+}
+
+// TestChartAdmissionPolicy: the chart's pod rights policy is the one of
+// artifacts/admission, byte for byte; default values render it and its
+// binding, admissionPolicy.enabled=false leaves out both and nothing else,
+// and a namespace-scoped install, whose tenant cannot create cluster-scoped
+// objects, renders neither.
+func TestChartAdmissionPolicy(t *testing.T) {
+	want, err := os.ReadFile(filepath.Join(artifactsDir, "admission", "pod-rights.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied := filepath.Join(chartDir, "files", "admission-pod-rights.yaml")
+	if got, err := os.ReadFile(copied); err != nil || !bytes.Equal(got, want) {
+		t.Errorf("%s differs from artifacts/admission/pod-rights.yaml (%v): cp artifacts/admission/pod-rights.yaml %s", copied, err, copied)
+	}
+
+	admissionKinds := []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+	withoutPolicy := func(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+		for _, kind := range admissionKinds {
+			objs = without(objs, kind)
+		}
+		return objs
+	}
+	defaults := render(t, systemNamespace, clusterValues)
+	for _, kind := range admissionKinds {
+		if got := only(defaults, kind); len(got) != 1 || got[0].GetName() != "gamesession-pod-rights" {
+			t.Errorf("default values render %s %v, want gamesession-pod-rights", kind, sortedKeys(got))
+		}
+	}
+	off := render(t, systemNamespace, map[string]any{"admissionPolicy": map[string]any{"enabled": false}})
+	compareObjects(t, "admissionPolicy.enabled=false", off, "the default values less the policy", withoutPolicy(defaults))
+	namespaced := render(t, systemNamespace, namespaceValues)
+	if got := withoutPolicy(namespaced); len(got) != len(namespaced) {
+		t.Errorf("rbac.scope=namespace renders the cluster-scoped admission policy: %v", sortedKeys(namespaced))
 	}
 }

@@ -38,7 +38,7 @@ func TestArtifactsApplyWithServerSideDryRun(t *testing.T) {
 
 	clusterWide := renderKustomization(t, artifactsDir, "")
 	wantKinds := []string{"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "CustomResourceDefinition", "Deployment",
-		"Namespace", "Role", "RoleBinding", "Service", "ServiceAccount"}
+		"Namespace", "Role", "RoleBinding", "Service", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 	if got := kindsOf(clusterWide); !slices.Equal(got, wantKinds) {
 		t.Fatalf("artifacts/ renders %v, want %v", got, wantKinds)
 	}
@@ -235,6 +235,7 @@ type kustomization struct {
 var namespacedKinds = map[string]bool{
 	"CustomResourceDefinition": false, "Namespace": false, "ClusterRole": false, "ClusterRoleBinding": false,
 	"Role": true, "RoleBinding": true, "ServiceAccount": true, "Deployment": true, "Service": true,
+	"ValidatingAdmissionPolicy": false, "ValidatingAdmissionPolicyBinding": false,
 }
 
 // renderKustomization builds dir the way `kustomize build` does, for the

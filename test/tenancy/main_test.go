@@ -14,6 +14,7 @@ package tenancy
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"sync"
 	"testing"
@@ -184,6 +185,14 @@ func (rc *runningController) count(what string) int {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	return rc.answered[what]
+}
+
+// answers returns how many requests were answered as each "METHOD path[
+// watch] code".
+func (rc *runningController) answers() map[string]int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return maps.Clone(rc.answered)
 }
 
 // apiextensionsClient is the CRD client, for the test that removes the
