@@ -15,7 +15,7 @@ import (
 // the session controller to make a session's Deployment, the profile
 // controller to plan a profile's rollout. Nothing here is written by a sync
 // but the memo of profile hashes; the informers fill it, and the read helpers
-// on it (cachedProfile, sessionKeysOf, referencePermitted, wantedInputs...)
+// on it (cachedProfile, sessionKeysOf, referencePermitted, sessionInputs...)
 // are queries of it.
 type caches struct {
 	sessionLister     gameslisters.GameSessionLister
@@ -80,6 +80,9 @@ func (i Informers) synced() []cache.InformerSynced {
 	if i.Grants != nil {
 		synced = append(synced, i.Grants.HasSynced)
 	}
+	if i.DigestKeySecret != nil {
+		synced = append(synced, i.DigestKeySecret.Informer().HasSynced)
+	}
 	return synced
 }
 
@@ -107,7 +110,7 @@ type trackedInput struct {
 // of caches.inputs. A new kind is one line here.
 func (i Informers) trackedInputs() []trackedInput {
 	return []trackedInput{
-		{secretKind{}, informerOrNil(i.Secrets)},
+		{secretKind{keys: i.SecretDigestKeys.fingerprints()}, informerOrNil(i.Secrets)},
 		{configMapKind{}, informerOrNil(i.SessionConfigs)},
 	}
 }

@@ -122,11 +122,22 @@ type Informers struct {
 	// nil when the cluster serves none, and then no session may use a
 	// profile of another namespace.
 	Grants cache.SharedIndexInformer
-	// Secrets: Secrets matching SecretSelector, through SecretDigester as
-	// the transform, so that the cache holds a digest of each one's data
-	// and never the data. Nil: Secret changes roll nothing, and the
-	// Deployments keep the Secret digest they have.
-	Secrets coreinformers.SecretInformer
+	// Secrets: Secrets matching SecretSelector, through
+	// SecretDigestKeys.Digester as the transform, so that the cache holds a
+	// digest of each one's data and never the data. Nil: Secret changes
+	// roll nothing, and the Deployments keep the Secret digest they have.
+	// SecretDigestKeys are the keys of that transform: the controller keeps
+	// their fingerprints only, to record on each Deployment which key its
+	// digest was made under (gamesv1.SecretsKeyAnnotation).
+	Secrets          coreinformers.SecretInformer
+	SecretDigestKeys SecretDigestKeys
+	// DigestKeySecret: the key Secret alone, named by
+	// DigestKeySelector, through DigestKeyStandIn as the transform; its
+	// namespace and name are DigestKeyNamespace and DigestKeyName. The
+	// controller says when it no longer holds its key (digestkey.go). Nil
+	// with Secrets nil.
+	DigestKeySecret                   coreinformers.SecretInformer
+	DigestKeyNamespace, DigestKeyName string
 	// SessionConfigs: ConfigMaps matching SessionConfigSelector, through
 	// SessionConfigDigester as the transform: a digest of each one's data,
 	// never the data. From a factory of its own, not the profiles'. Nil:
@@ -159,6 +170,8 @@ type Controller struct {
 	kubeClient       kubernetes.Interface // for the Event sink
 	eventBroadcaster record.EventBroadcaster
 	cachesSynced     []cache.InformerSynced
+	// digestKey follows the Secret of the digest key; nil without one.
+	digestKey *digestKeyWatch
 	// workersRunning counts live session workers, for the health check.
 	workersRunning atomic.Int32
 }
@@ -211,7 +224,25 @@ func NewController(
 	if err := c.register(informers); err != nil {
 		return nil, err
 	}
+	if informers.DigestKeySecret != nil {
+		watch, err := newDigestKeyWatch(informers.DigestKeySecret, informers.DigestKeyNamespace, informers.DigestKeyName,
+			KeyFingerprint(informers.SecretDigestKeys.Current), recorder, opts.Metrics, logger)
+		if err != nil {
+			return nil, err
+		}
+		c.digestKey = watch
+	}
 	return c, nil
+}
+
+// DigestKeyProblem says, for /readyz, what is wrong with the Secret of the
+// digest key: gone, or holding another key than this process digests
+// under. Nil when it holds this process's key, or Secrets are not watched.
+func (c *Controller) DigestKeyProblem() error {
+	if c.digestKey == nil {
+		return nil
+	}
+	return c.digestKey.Problem()
 }
 
 // register adds the controllers' indexes and event handlers to the

@@ -145,14 +145,15 @@ func testInformers(kubeClient kubernetes.Interface, gameClient clientset.Interfa
 	kubeFactory := kubeinformers.NewSharedInformerFactory(kubeClient, 0)
 	gameFactory := gameinformers.NewSharedInformerFactory(gameClient, 0)
 	return Informers{
-		Sessions:       gameFactory.Games().V1().GameSessions(),
-		Rollouts:       gameFactory.Games().V1().ProfileRollouts(),
-		Profiles:       kubeFactory.Core().V1().ConfigMaps(),
-		Revisions:      kubeinformers.NewSharedInformerFactory(kubeClient, 0).Core().V1().ConfigMaps(),
-		Deployments:    kubeFactory.Apps().V1().Deployments(),
-		ReplicaSets:    kubeFactory.Apps().V1().ReplicaSets(),
-		Secrets:        kubeFactory.Core().V1().Secrets(),
-		SessionConfigs: kubeinformers.NewSharedInformerFactory(kubeClient, 0).Core().V1().ConfigMaps(),
+		Sessions:         gameFactory.Games().V1().GameSessions(),
+		Rollouts:         gameFactory.Games().V1().ProfileRollouts(),
+		Profiles:         kubeFactory.Core().V1().ConfigMaps(),
+		Revisions:        kubeinformers.NewSharedInformerFactory(kubeClient, 0).Core().V1().ConfigMaps(),
+		Deployments:      kubeFactory.Apps().V1().Deployments(),
+		ReplicaSets:      kubeFactory.Apps().V1().ReplicaSets(),
+		Secrets:          kubeFactory.Core().V1().Secrets(),
+		SecretDigestKeys: SecretDigestKeys{Current: testDigestKey},
+		SessionConfigs:   kubeinformers.NewSharedInformerFactory(kubeClient, 0).Core().V1().ConfigMaps(),
 	}
 }
 

@@ -80,10 +80,13 @@ type sessionView struct {
 	mayRunUncached, looked bool
 
 	// inputs are the kinds of referenced input; have and want the sets the
-	// Deployment runs with and those the caches say it is to.
-	inputs     []input
-	have, want inputSets
-	inputsErr  error
+	// Deployment runs with and those the caches say it is to
+	// (sessionInputs); digestsAdopted: have's digest was made under a key
+	// the controller no longer holds, and was taken to stand for want.
+	inputs         []input
+	have, want     inputSets
+	digestsAdopted bool
+	inputsErr      error
 	// inputChangeSeen is when the change to want was first seen; zero if
 	// it was not.
 	inputChangeSeen time.Time

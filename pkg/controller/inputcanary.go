@@ -141,8 +141,7 @@ func (c *profileController) canaryMembers(readers []readingMember, n int) []cana
 		if !canary {
 			continue
 		}
-		have := c.observedInputs(r.deployment)
-		want, err := c.wantedInputs(r.session, have)
+		have, want, _, err := c.sessionInputs(r.session, r.deployment)
 		onWanted := err == nil && slices.Equal(want, have)
 		members[i].failed = onWanted && c.progressDeadlineExceeded(r.deployment)
 		members[i].settled = onWanted && deploymentComplete(r.deployment) && !members[i].failed

@@ -1,9 +1,12 @@
 package controller
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"hash"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -59,6 +62,13 @@ type inputKind interface {
 	// annotations are the pod-template annotations that name the objects
 	// the pods run with, and hold the digest of their data.
 	annotations() (names, digest string)
+	// digestKeys are the fingerprints of the keys the kind's digests are
+	// made under, and the Deployment annotation that records which key a
+	// template's digest was made under (keyRecord); zero for a kind whose
+	// digests have no key. previousDigest is an object's digest under the
+	// previous key, during a rotation.
+	digestKeys() (keys digestKeys, recordAnnotation string)
+	previousDigest(obj interface{}) string
 }
 
 // input is a kind with the cache of its labelled objects.
@@ -174,6 +184,11 @@ func sortedNames(names []string) []string {
 type inputSet struct {
 	names string // comma-separated, sorted
 	hash  string
+	// shown is what the template's digest annotation shows when that is
+	// not hash: a digest made under a key since replaced or lost, which
+	// hash, under the current key, stands for (keyRecord). "" when the
+	// template shows hash itself.
+	shown string
 }
 
 // inputSets are the sets of every kind, in the order of caches.inputs.
@@ -204,25 +219,73 @@ func (c *caches) observedInputs(d *appsv1.Deployment) inputSets {
 	return sets
 }
 
+// observedSet is the set of the kind a Deployment's template runs with: its
+// digest as the template shows it, or, for a template made under a key
+// since replaced or lost that the current key stood in for, what that
+// digest stands for (keyRecord).
 func observedSet(k inputKind, d *appsv1.Deployment) inputSet {
 	if d == nil {
 		return inputSet{}
 	}
 	names, digest := k.annotations()
 	a := d.Spec.Template.Annotations
-	return inputSet{names: a[names], hash: a[digest]}
+	set := inputSet{names: a[names], hash: a[digest]}
+	keys, record := k.digestKeys()
+	if set.names == "" || record == "" {
+		return set
+	}
+	if r := parseKeyRecord(d.Annotations[record]); r.key == keys.current && r.hash != "" {
+		set.shown, set.hash = set.hash, r.hash
+	}
+	return set
 }
 
-// withInputs puts the sets of the kinds inputs into d's pod template.
+// keyRecord is a Deployment's gamesv1.SecretsKeyAnnotation: the fingerprint
+// of the key its template's digest was made under, or of the key that
+// stands in for it, with the digest it stands for (hash).
+type keyRecord struct {
+	key, hash string
+}
+
+func parseKeyRecord(value string) keyRecord {
+	key, hash, _ := strings.Cut(value, ":")
+	return keyRecord{key: key, hash: hash}
+}
+
+func (r keyRecord) String() string {
+	if r.hash == "" {
+		return r.key
+	}
+	return r.key + ":" + r.hash
+}
+
+// withInputs puts the sets of the kinds inputs into d's pod template, and
+// for a kind whose digests have a key, the record of the key into d's
+// annotations: a metadata write, which restarts nothing.
 func withInputs(d *appsv1.Deployment, inputs []input, sets inputSets) {
 	a := d.Spec.Template.Annotations
 	for i, in := range inputs {
 		names, digest := in.annotations()
 		delete(a, names)
 		delete(a, digest)
-		if sets[i].names != "" {
-			a[names] = sets[i].names
-			a[digest] = sets[i].hash
+		set := sets[i]
+		if set.names == "" {
+			continue
+		}
+		a[names] = set.names
+		a[digest] = cmp.Or(set.shown, set.hash)
+		if keys, record := in.digestKeys(); record != "" && keys.current != "" && set.hash != "" {
+			r := keyRecord{key: keys.current}
+			if set.shown != "" {
+				r.hash = set.hash
+			}
+			// d may share its annotations with the Deployment it was
+			// copied from (withRevision): write a copy.
+			d.Annotations = maps.Clone(d.Annotations)
+			if d.Annotations == nil {
+				d.Annotations = map[string]string{}
+			}
+			d.Annotations[record] = r.String()
 		}
 	}
 }
@@ -231,42 +294,95 @@ func withInputs(d *appsv1.Deployment, inputs []input, sets inputSets) {
 // labelled objects of its template that the cache holds, and the digest of
 // their digests. One the cache does not hold is either missing or has no
 // label: the controller cannot tell, and must not look.
-func (in input) wanted(session *gamesv1.GameSession) (inputSet, error) {
+//
+// During a rotation of the kind's key, previous is the digest of the same
+// set under the previous key: what a template made under it shows.
+func (in input) wanted(session *gamesv1.GameSession) (set inputSet, previous string, err error) {
 	var names []string
 	h := sha256.New()
+	keys, _ := in.digestKeys()
+	var p hash.Hash
+	if keys.previous != "" {
+		p = sha256.New()
+	}
 	for _, name := range in.read(session.Spec.Template) {
 		obj, found, err := in.cache.GetByKey(session.Namespace + "/" + name)
 		if err != nil {
-			return inputSet{}, err
+			return inputSet{}, "", err
 		}
 		if !found {
 			continue
 		}
 		names = append(names, name)
 		fmt.Fprintf(h, "%s\x00%s\x00", name, in.digest(obj))
+		if p != nil {
+			fmt.Fprintf(p, "%s\x00%s\x00", name, in.previousDigest(obj))
+		}
 	}
 	if len(names) == 0 {
-		return inputSet{}, nil
+		return inputSet{}, "", nil
 	}
-	return inputSet{names: strings.Join(names, ","), hash: hex.EncodeToString(h.Sum(nil))[:32]}, nil
+	if p != nil {
+		previous = hex.EncodeToString(p.Sum(nil))[:32]
+	}
+	return inputSet{names: strings.Join(names, ","), hash: hex.EncodeToString(h.Sum(nil))[:32]}, previous, nil
 }
 
-// wantedInputs is the sets of every kind the session's pods are to run
-// with; have is what they run now, and stays for a kind not tracked.
-func (c *caches) wantedInputs(session *gamesv1.GameSession, have inputSets) (inputSets, error) {
-	sets := make(inputSets, len(c.inputs))
+// sessionInputs is what the session's Deployment d runs with of every kind
+// (have) and what it is to run with (want), have read through the key
+// record of a kind whose digests have a key, so that a new key restarts
+// nothing:
+//
+//   - a template made under the current key, or before records existed
+//     (under the key of the time), shows its digest;
+//   - one made under the previous key, during a rotation, is checked under
+//     it: if its data did not change since, it stands for the same data
+//     under the current key, and keeps its digest (a move for another
+//     reason writes the current one); if they did, it moves, as for any
+//     change;
+//   - one made under a key the controller no longer holds (the key Secret
+//     deleted and no replica holding it any more) cannot be checked: it is
+//     taken to run what the caches show, and keeps its digest. A change of
+//     its Secrets made while no controller held a key is then not seen
+//     until they change again (adopted counts these sessions).
+//
+// A template whose Secrets are others than the session now reads is to
+// change anyway, and is taken as it shows. Where have and want agree, want
+// carries have's digest as the template shows it.
+func (c *caches) sessionInputs(session *gamesv1.GameSession, d *appsv1.Deployment) (have, want inputSets, adopted bool, err error) {
+	have = c.observedInputs(d)
+	want = make(inputSets, len(c.inputs))
 	for i, in := range c.inputs {
 		if in.cache == nil {
-			sets[i] = have[i]
+			want[i] = have[i]
 			continue
 		}
-		set, err := in.wanted(session)
+		set, previous, err := in.wanted(session)
 		if err != nil {
-			return nil, err
+			return nil, nil, false, err
 		}
-		sets[i] = set
+		want[i] = set
+		keys, record := in.digestKeys()
+		if d == nil || record == "" || keys.current == "" || have[i].names == "" || have[i].shown != "" || have[i].names != set.names {
+			continue
+		}
+		switch r := parseKeyRecord(d.Annotations[record]); {
+		case r.key == "" || r.key == keys.current:
+		case r.key == keys.previous:
+			if cmp.Or(r.hash, have[i].hash) == previous {
+				have[i] = inputSet{names: set.names, hash: set.hash, shown: have[i].hash}
+			}
+		default:
+			have[i] = inputSet{names: set.names, hash: set.hash, shown: have[i].hash}
+			adopted = true
+		}
 	}
-	return sets, nil
+	for i := range want {
+		if want[i].names == have[i].names && want[i].hash == have[i].hash {
+			want[i] = have[i]
+		}
+	}
+	return have, want, adopted, nil
 }
 
 // inputWait is why a session keeps the inputs it runs with for now.
@@ -604,6 +720,11 @@ func standInMeta(m *metav1.ObjectMeta, digest string) metav1.ObjectMeta {
 
 // metaDigest reads the digest a kind's transform left on a cached stand-in.
 func metaDigest(obj interface{}) string {
+	return metaAnnotation(obj, dataDigestAnnotation)
+}
+
+// metaAnnotation reads an annotation of a cached object or tombstone.
+func metaAnnotation(obj interface{}, key string) string {
 	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tombstone.Obj
 	}
@@ -611,5 +732,5 @@ func metaDigest(obj interface{}) string {
 	if !ok {
 		return ""
 	}
-	return m.GetAnnotations()[dataDigestAnnotation]
+	return m.GetAnnotations()[key]
 }

@@ -28,8 +28,65 @@ import (
 // mount the live Secret.
 
 // dataDigestAnnotation holds, on the cached stand-in of a referenced input
-// only, the digest of its data. It never reaches the API server.
-const dataDigestAnnotation = "games.example.com/data-digest"
+// only, the digest of its data; previousDigestAnnotation, on a Secret's
+// during a rotation of the digest key, its digest under the previous key.
+// They never reach the API server.
+const (
+	dataDigestAnnotation     = "games.example.com/data-digest"
+	previousDigestAnnotation = "games.example.com/previous-data-digest"
+)
+
+// SecretDigestKeys are the keys of the Secret digests: Current, which every
+// new digest is made under, and during a rotation Previous, under which
+// the digests of the Deployments made before it are checked, so that the
+// sessions whose Secrets did not change meanwhile keep their game servers.
+type SecretDigestKeys struct {
+	Current, Previous []byte
+}
+
+// Digester is the transform of the Secret informer (see SecretDigester),
+// with the digest under the previous key too during a rotation.
+func (k SecretDigestKeys) Digester() cache.TransformFunc {
+	return func(obj interface{}) (interface{}, error) {
+		secret, ok := obj.(*corev1.Secret)
+		if !ok {
+			return obj, nil
+		}
+		if _, slim := secret.Annotations[dataDigestAnnotation]; slim && len(secret.Data) == 0 && len(secret.StringData) == 0 {
+			// A stand-in already; a Secret of no data that spells the
+			// annotation only names its own digest, in its own namespace.
+			return obj, nil
+		}
+		meta := standInMeta(&secret.ObjectMeta, dataDigest(k.Current, secret))
+		if len(k.Previous) > 0 {
+			meta.Annotations[previousDigestAnnotation] = dataDigest(k.Previous, secret)
+		}
+		return &corev1.Secret{TypeMeta: secret.TypeMeta, ObjectMeta: meta}, nil
+	}
+}
+
+// fingerprints names the keys in Deployments' gamesv1.SecretsKeyAnnotation;
+// "" for a key not set.
+func (k SecretDigestKeys) fingerprints() digestKeys {
+	return digestKeys{current: KeyFingerprint(k.Current), previous: KeyFingerprint(k.Previous)}
+}
+
+// KeyFingerprint names a digest key without telling anything of it: 16 hex
+// digits of a hash of the key, under a prefix of its own so that no other
+// use of the key shows the same. "" for no key.
+func KeyFingerprint(key []byte) string {
+	if len(key) == 0 {
+		return ""
+	}
+	sum := sha256.Sum256(append([]byte("gamesession-controller secret digest key\x00"), key...))
+	return hex.EncodeToString(sum[:8])
+}
+
+// digestKeys are the fingerprints of a kind's digest keys: current, and
+// previous during a rotation; zero for a kind whose digests have no key.
+type digestKeys struct {
+	current, previous string
+}
 
 // SecretSelector is the label selector of the Secret informer.
 func SecretSelector() string {
@@ -41,21 +98,7 @@ func SecretSelector() string {
 // key, and nothing else (no data, labels or annotations of its own). It is
 // idempotent, as informer transforms should be: a stand-in stays as it is.
 func SecretDigester(key []byte) cache.TransformFunc {
-	return func(obj interface{}) (interface{}, error) {
-		secret, ok := obj.(*corev1.Secret)
-		if !ok {
-			return obj, nil
-		}
-		if _, slim := secret.Annotations[dataDigestAnnotation]; slim && len(secret.Data) == 0 && len(secret.StringData) == 0 {
-			// A stand-in already; a Secret of no data that spells the
-			// annotation only names its own digest, in its own namespace.
-			return obj, nil
-		}
-		return &corev1.Secret{
-			TypeMeta:   secret.TypeMeta,
-			ObjectMeta: standInMeta(&secret.ObjectMeta, dataDigest(key, secret)),
-		}, nil
-	}
+	return SecretDigestKeys{Current: key}.Digester()
 }
 
 // dataDigest is the HMAC of a Secret's namespace, name and data: each
@@ -101,8 +144,10 @@ func templateSecrets(t *corev1.PodTemplateSpec) []string {
 	return templateReferences(t).secrets
 }
 
-// secretKind is the Secret kind of referenced input.
-type secretKind struct{}
+// secretKind is the Secret kind of referenced input, its digests keyed.
+type secretKind struct {
+	keys digestKeys
+}
 
 func (secretKind) kind() string { return "Secret" }
 
@@ -111,6 +156,12 @@ func (secretKind) label() string { return gamesv1.SecretLabel + "=" + gamesv1.Se
 func (secretKind) read(t *corev1.PodTemplateSpec) []string { return templateSecrets(t) }
 
 func (secretKind) digest(obj interface{}) string { return metaDigest(obj) }
+
+func (secretKind) previousDigest(obj interface{}) string {
+	return metaAnnotation(obj, previousDigestAnnotation)
+}
+
+func (k secretKind) digestKeys() (digestKeys, string) { return k.keys, gamesv1.SecretsKeyAnnotation }
 
 func (secretKind) annotations() (names, digest string) {
 	return gamesv1.SecretsAnnotation, gamesv1.SecretsHashAnnotation

@@ -156,6 +156,9 @@ type inputWorld struct {
 	blue, green, none *gamesv1.GameSession
 	extra             []*gamesv1.GameSession
 	profile           *corev1.ConfigMap
+	// keys are the digest keys the Secret cache digests under; zero for
+	// testDigestKey, as the fixture's informers say.
+	keys SecretDigestKeys
 }
 
 // newSecretWorld is the three sessions, and extra readers of "blue".
@@ -220,8 +223,15 @@ func (w *inputWorld) rotate(t *testing.T, name, token string) {
 	old := cachedSecretNamed(t, w.f.c, name)
 	secret := labelledSecret(name, map[string]string{"token": token})
 	secret.ResourceVersion = bumpVersion(old.ResourceVersion)
-	cached := cachedSecret(t, testDigestKey, secret)
-	w.f.setCached(cached)
+	keys := w.keys
+	if keys.Current == nil {
+		keys.Current = testDigestKey
+	}
+	cached, err := keys.Digester()(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.f.setCached(cached.(*corev1.Secret))
 	w.f.c.sessions.inputEventHandlers(w.f.c.caches.inputs[0]).OnUpdate(old, cached)
 }
 

@@ -80,6 +80,11 @@ func (configMapKind) read(t *corev1.PodTemplateSpec) []string { return templateC
 
 func (configMapKind) digest(obj interface{}) string { return metaDigest(obj) }
 
+func (configMapKind) previousDigest(interface{}) string { return "" }
+
+// digestKeys: none, a ConfigMap's data is not secret.
+func (configMapKind) digestKeys() (digestKeys, string) { return digestKeys{}, "" }
+
 func (configMapKind) annotations() (names, digest string) {
 	return gamesv1.ConfigMapsAnnotation, gamesv1.ConfigMapsHashAnnotation
 }

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -209,8 +210,7 @@ func (c *sessionController) view(session *gamesv1.GameSession, profile *corev1.C
 	} else {
 		v.mayRunUncached = c.mayRunUncached(session)
 	}
-	v.have = c.observedInputs(deployment)
-	v.want, v.inputsErr = c.wantedInputs(session, v.have)
+	v.have, v.want, v.digestsAdopted, v.inputsErr = c.sessionInputs(session, deployment)
 	mayMount := func(hash string) {
 		if _, known := v.available[hash]; hash != "" && !known {
 			v.available[hash] = c.rollouts.revisionAvailable(session.Namespace, v.ref, hash)
@@ -377,10 +377,19 @@ func (c *sessionController) writeSession(ctx context.Context, v *sessionView, d 
 	if (profileMoves || c.startsInputMove(v.key, v.deployment, desired)) && c.moves.perMinute > 0 {
 		// The write that starts a move records when, for a new leader's
 		// budget per minute (seedLedger).
-		desired.Annotations = map[string]string{gamesv1.MoveStartsAnnotation: c.moves.moveStarts(
-			v.deployment.Annotations[gamesv1.MoveStartsAnnotation], c.clock.Now())}
+		desired.Annotations = maps.Clone(desired.Annotations)
+		if desired.Annotations == nil {
+			desired.Annotations = map[string]string{}
+		}
+		desired.Annotations[gamesv1.MoveStartsAnnotation] = c.moves.moveStarts(
+			v.deployment.Annotations[gamesv1.MoveStartsAnnotation], c.clock.Now())
 	}
-	return c.writeDeployment(ctx, v.session, v.deployment, desired)
+	written, wrote, err := c.writeDeployment(ctx, v.session, v.deployment, desired)
+	if err == nil && wrote && v.digestsAdopted {
+		c.metrics.SecretDigestsAdopted.Inc()
+		klog.FromContext(ctx).V(2).Info("The Deployment's Secret digest, made under a digest key no process holds any more, is taken over by the current key; its game servers keep running")
+	}
+	return written, wrote, err
 }
 
 // mayRunUncached reports whether a session whose Deployment the cache does

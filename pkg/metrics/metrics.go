@@ -78,6 +78,14 @@ type ControllerMetrics struct {
 	// budget, by state: moving (granted a move, not yet Ready) and waiting
 	// (refused one for want of room).
 	BudgetSessions *prometheus.GaugeVec
+	// SecretDigestKey is 1 for the state of the Secret of the digest key,
+	// 0 for the others: present (it holds the key this process digests
+	// under), missing (deleted), replaced (it holds another key).
+	SecretDigestKey *prometheus.GaugeVec
+	// SecretDigestsAdopted counts the Deployments whose Secret digest was
+	// made under a key no process holds any more, and which the current
+	// key took over without restarting their game servers.
+	SecretDigestsAdopted prometheus.Counter
 }
 
 // Values of the state label of RolloutSessions.
@@ -146,6 +154,16 @@ func NewControllerMetrics() *ControllerMetrics {
 			Name:      "cluster_budget_sessions",
 			Help:      "Sessions of the cluster-wide rollout budget, by state: moving (moved to a new revision, not yet Ready), waiting (for room in the budget).",
 		}, []string{"state"}),
+		SecretDigestKey: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace,
+			Name:      "secret_digest_key",
+			Help:      "1 for the state of the Secret of the digest key, 0 for the others: present (it holds the key this process digests under), missing (deleted), replaced (it holds another key).",
+		}, []string{"state"}),
+		SecretDigestsAdopted: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace,
+			Name:      "secret_digests_adopted_total",
+			Help:      "Deployments whose Secret digest was made under a digest key no process holds any more, taken over by the current key without a restart.",
+		}),
 	}
 	// Start every sync result at zero, so rate() and alerts on errors work
 	// before the first error ever happens.
@@ -161,7 +179,15 @@ func NewControllerMetrics() *ControllerMetrics {
 // Collectors returns the series, for a registry to register.
 func (m *ControllerMetrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.Syncs, m.Dropped, m.SyncDuration, m.ProfileFanOut,
-		m.RolloutSessions, m.RolloutHalted, m.RolloutPaused, m.RolloutWaiting, m.BudgetSessions}
+		m.RolloutSessions, m.RolloutHalted, m.RolloutPaused, m.RolloutWaiting, m.BudgetSessions,
+		m.SecretDigestKey, m.SecretDigestsAdopted}
+}
+
+// ObserveDigestKey records the state of the Secret of the digest key.
+func (m *ControllerMetrics) ObserveDigestKey(state string) {
+	for _, s := range []string{"present", "missing", "replaced"} {
+		m.SecretDigestKey.WithLabelValues(s).Set(boolGauge(s == state))
+	}
 }
 
 // RolloutProgress is one profile's rollout, as ObserveRollout records it.

@@ -22,6 +22,9 @@ import (
 type controllerStatus interface {
 	WorkersRunning() int
 	HasSynced() bool
+	// DigestKeyProblem says what is wrong with the Secret of the digest
+	// key; nil if nothing is.
+	DigestKeyProblem() error
 }
 
 // workerStartGrace is how long the workers may take to start once the caches
@@ -130,7 +133,9 @@ func (h *healthChecker) ready() error {
 	if running := c.WorkersRunning(); running != h.workers {
 		return fmt.Errorf("%d of %d workers running", running, h.workers)
 	}
-	return nil
+	// Last: the controller works on without its key Secret, and restarts
+	// nothing, but the next process to start will not have the key.
+	return c.DigestKeyProblem()
 }
 
 // handler serves /healthz and /readyz. The body says what failed, for

@@ -18,12 +18,14 @@ import (
 )
 
 type fakeController struct {
-	synced  bool
-	running int
+	synced   bool
+	running  int
+	keyIssue error
 }
 
-func (f *fakeController) HasSynced() bool     { return f.synced }
-func (f *fakeController) WorkersRunning() int { return f.running }
+func (f *fakeController) HasSynced() bool         { return f.synced }
+func (f *fakeController) WorkersRunning() int     { return f.running }
+func (f *fakeController) DigestKeyProblem() error { return f.keyIssue }
 
 func probe(t *testing.T, h *healthChecker, path string) (int, string) {
 	t.Helper()
@@ -50,6 +52,8 @@ func TestHealthChecks(t *testing.T) {
 		{name: "caches syncing", controller: &fakeController{}, wantLive: 200, wantReady: 503, wantBody: "not synced"},
 		{name: "synced, workers starting", controller: &fakeController{synced: true}, wantLive: 200, wantReady: 503, wantBody: "0 of 4 workers"},
 		{name: "running", controller: &fakeController{synced: true, running: workers}, syncedFor: time.Hour, wantLive: 200, wantReady: 200},
+		{name: "digest key deleted", controller: &fakeController{synced: true, running: workers, keyIssue: errors.New("the Secret digest key ns/k is gone")},
+			syncedFor: time.Hour, wantLive: 200, wantReady: 503, wantBody: "digest key ns/k is gone"},
 		{name: "workers missing", controller: &fakeController{synced: true, running: workers - 1}, syncedFor: time.Hour,
 			wantLive: 503, wantReady: 503, wantBody: "3 of 4 workers"},
 

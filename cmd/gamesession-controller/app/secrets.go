@@ -19,8 +19,12 @@ import (
 	"github.com/example/gamesession-controller/pkg/controller"
 )
 
-// secretDigestKeyField is the key of the digest key in its Secret.
-const secretDigestKeyField = "key"
+// secretDigestKeyField is the key of the digest key in its Secret;
+// previousDigestKeyField, during a rotation, the key before it.
+const (
+	secretDigestKeyField   = controller.DigestKeyField
+	previousDigestKeyField = controller.PreviousDigestKeyField
+)
 
 // errBadDigestKey is a digest key Secret that only a user can repair.
 var errBadDigestKey = errors.New("bad Secret digest key")
@@ -30,7 +34,7 @@ var errBadDigestKey = errors.New("bad Secret digest key")
 // the log and in /readyz (the caches never sync), and once fixed the
 // controller starts without a restart. It returns ctx's error when ctx ends
 // first, and at once for a key Secret that only a user can repair.
-func waitForSecretDigestKey(ctx context.Context, client kubernetes.Interface, namespace, name string) ([]byte, error) {
+func waitForSecretDigestKey(ctx context.Context, client kubernetes.Interface, namespace, name string) (controller.SecretDigestKeys, error) {
 	backoff := wait.Backoff{Duration: time.Second, Factor: 2, Steps: math.MaxInt32, Cap: 30 * time.Second}
 	for {
 		key, err := secretDigestKey(ctx, client, namespace, name)
@@ -40,38 +44,39 @@ func waitForSecretDigestKey(ctx context.Context, client kubernetes.Interface, na
 		klog.FromContext(ctx).Error(err, "Cannot read the Secret digest key; no labelled Secret is tracked and no session is synced until it can")
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return controller.SecretDigestKeys{}, ctx.Err()
 		case <-time.After(backoff.Step()):
 		}
 	}
 }
 
-// secretDigestKey returns the key of the Secret digests, from the Secret
-// namespace/name, which it creates with a random key the first time. The key
-// must outlive the process: a new one would change every digest, and so
-// restart every game server that uses a labelled Secret. Replicas share it
+// secretDigestKey returns the keys of the Secret digests, from the Secret
+// namespace/name, which it creates with a random key the first time: the
+// key, and during a rotation the previous one. The key should outlive the
+// process: a new one cannot check the digests made under the last, and
+// takes them as they are (controller.SecretDigestKeys). Replicas share it
 // through the Secret; the first to create it wins, the others read it.
 //
 // This is the controller's only read of a Secret's data, and of one Secret of
 // its own: a GET by name, which RBAC limits to that name.
-func secretDigestKey(ctx context.Context, client kubernetes.Interface, namespace, name string) ([]byte, error) {
+func secretDigestKey(ctx context.Context, client kubernetes.Interface, namespace, name string) (controller.SecretDigestKeys, error) {
 	secrets := client.CoreV1().Secrets(namespace)
 	for range 3 {
 		existing, err := secrets.Get(ctx, name, metav1.GetOptions{})
 		switch {
 		case err == nil:
-			key := existing.Data[secretDigestKeyField]
-			if len(key) < 32 {
-				return nil, fmt.Errorf("%w: secret %s/%s holds no digest key of at least 32 bytes in %q: delete it, and the controller creates a new one (every game server that uses a labelled Secret then restarts once)",
-					errBadDigestKey, namespace, name, secretDigestKeyField)
+			keys := controller.SecretDigestKeys{Current: existing.Data[secretDigestKeyField], Previous: existing.Data[previousDigestKeyField]}
+			if len(keys.Current) < 32 || len(keys.Previous) > 0 && len(keys.Previous) < 32 {
+				return controller.SecretDigestKeys{}, fmt.Errorf("%w: secret %s/%s holds no digest key of at least 32 bytes in %q (nor, if it has one, in %q): write one, or delete the Secret and the controller creates a new key (docs/tenancy.md, rotating the digest key)",
+					errBadDigestKey, namespace, name, secretDigestKeyField, previousDigestKeyField)
 			}
-			return key, nil
+			return keys, nil
 		case !apierrors.IsNotFound(err):
-			return nil, fmt.Errorf("reading the Secret digest key %s/%s: %w", namespace, name, err)
+			return controller.SecretDigestKeys{}, fmt.Errorf("reading the Secret digest key %s/%s: %w", namespace, name, err)
 		}
 		key := make([]byte, 32)
 		if _, err := rand.Read(key); err != nil {
-			return nil, err
+			return controller.SecretDigestKeys{}, err
 		}
 		_, err = secrets.Create(ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{
@@ -79,7 +84,7 @@ func secretDigestKey(ctx context.Context, client kubernetes.Interface, namespace
 				Namespace: namespace,
 				Labels:    map[string]string{"app.kubernetes.io/name": controller.Name},
 				Annotations: map[string]string{
-					"games.example.com/purpose": "Keys the digests of labelled Secrets in GameSession pod templates. Deleting it restarts every game server that uses one.",
+					"games.example.com/purpose": "Keys the digests of labelled Secrets in GameSession pod templates. Keep it: see docs/tenancy.md for how to rotate it.",
 				},
 			},
 			Type:      corev1.SecretTypeOpaque,
@@ -89,11 +94,11 @@ func secretDigestKey(ctx context.Context, client kubernetes.Interface, namespace
 		switch {
 		case err == nil:
 			klog.FromContext(ctx).Info("Created the Secret digest key", "secret", klog.KRef(namespace, name))
-			return key, nil
+			return controller.SecretDigestKeys{Current: key}, nil
 		case !apierrors.IsAlreadyExists(err):
-			return nil, fmt.Errorf("creating the Secret digest key %s/%s: %w", namespace, name, err)
+			return controller.SecretDigestKeys{}, fmt.Errorf("creating the Secret digest key %s/%s: %w", namespace, name, err)
 		}
 		// Another replica created it meanwhile: read it.
 	}
-	return nil, fmt.Errorf("the Secret digest key %s/%s was created and deleted again, three times", namespace, name)
+	return controller.SecretDigestKeys{}, fmt.Errorf("the Secret digest key %s/%s was created and deleted again, three times", namespace, name)
 }

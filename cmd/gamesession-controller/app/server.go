@@ -171,14 +171,16 @@ func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interf
 	}
 	// Labelled Secrets, each replaced in the cache by a keyed digest of its
 	// data (controller.SecretDigester): the cache never holds Secret data.
-	var secretFactory kubeinformers.SharedInformerFactory
-	var secretInformer coreinformers.SecretInformer
+	var secretFactory, digestKeyFactory kubeinformers.SharedInformerFactory
+	var secretInformer, digestKeyInformer coreinformers.SecretInformer
+	var digestKeys controller.SecretDigestKeys
+	var digestKeyNamespace, digestKeyName string
 	if o.WatchSecrets {
 		namespace, name, err := o.secretDigestKeyName(os.ReadFile)
 		if err != nil {
 			return err
 		}
-		key, err := waitForSecretDigestKey(ctx, kubeClient, namespace, name)
+		keys, err := waitForSecretDigestKey(ctx, kubeClient, namespace, name)
 		if err != nil {
 			if ctx.Err() != nil {
 				logger.Info("Stopped before the Secret digest key was read")
@@ -189,8 +191,16 @@ func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interf
 		secretFactory = kubeinformers.NewSharedInformerFactoryWithOptions(informers.kube, o.ResyncPeriod,
 			kubeinformers.WithNamespace(o.Namespace),
 			kubeinformers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = controller.SecretSelector() }),
-			kubeinformers.WithTransform(controller.SecretDigester(key)))
+			kubeinformers.WithTransform(keys.Digester()))
 		secretInformer = secretFactory.Core().V1().Secrets()
+		// The key's own Secret, by name, holding its key's fingerprint
+		// only: the controller says when it is gone (digestkey.go).
+		digestKeyFactory = kubeinformers.NewSharedInformerFactoryWithOptions(informers.kube, o.ResyncPeriod,
+			kubeinformers.WithNamespace(namespace),
+			kubeinformers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.FieldSelector = controller.DigestKeySelector(name) }),
+			kubeinformers.WithTransform(controller.DigestKeyStandIn))
+		digestKeyInformer = digestKeyFactory.Core().V1().Secrets()
+		digestKeys, digestKeyNamespace, digestKeyName = keys, namespace, name
 	}
 	// Labelled session-config ConfigMaps, each a digest of its data in the
 	// cache (controller.SessionConfigDigester); a factory of their own, as
@@ -211,15 +221,19 @@ func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interf
 	sessionInformer := sessionFactory.Games().V1().GameSessions()
 	c, err := controller.NewController(ctx, kubeClient, gameClient,
 		controller.Informers{
-			Sessions:       sessionInformer,
-			Rollouts:       sessionFactory.Games().V1().ProfileRollouts(),
-			Profiles:       profileFactory.Core().V1().ConfigMaps(),
-			Revisions:      revisionFactory.Core().V1().ConfigMaps(),
-			Deployments:    deploymentFactory.Apps().V1().Deployments(),
-			ReplicaSets:    deploymentFactory.Apps().V1().ReplicaSets(),
-			Grants:         grants,
-			Secrets:        secretInformer,
-			SessionConfigs: sessionConfigInformer,
+			Sessions:           sessionInformer,
+			Rollouts:           sessionFactory.Games().V1().ProfileRollouts(),
+			Profiles:           profileFactory.Core().V1().ConfigMaps(),
+			Revisions:          revisionFactory.Core().V1().ConfigMaps(),
+			Deployments:        deploymentFactory.Apps().V1().Deployments(),
+			ReplicaSets:        deploymentFactory.Apps().V1().ReplicaSets(),
+			Grants:             grants,
+			Secrets:            secretInformer,
+			SecretDigestKeys:   digestKeys,
+			DigestKeySecret:    digestKeyInformer,
+			DigestKeyNamespace: digestKeyNamespace,
+			DigestKeyName:      digestKeyName,
+			SessionConfigs:     sessionConfigInformer,
 		},
 		controller.Options{
 			ProfileSelector:      o.ProfileSelector,
@@ -248,6 +262,8 @@ func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interf
 	if secretFactory != nil {
 		secretFactory.Start(ctx.Done())
 		defer secretFactory.Shutdown()
+		digestKeyFactory.Start(ctx.Done())
+		defer digestKeyFactory.Shutdown()
 	}
 	if sessionConfigFactory != nil {
 		sessionConfigFactory.Start(ctx.Done())
