@@ -153,7 +153,7 @@ func (c *sessionController) updateDeployment(oldObj, newObj interface{}) {
 		return // a resync; the session's own resync covers it
 	}
 	c.deploymentObserved(newDeployment)
-	if key := cache.MetaObjectToName(newDeployment).String(); c.expectations.awaits(key, newDeployment) {
+	if key := cache.MetaObjectToName(newDeployment).String(); c.expectations.awaits(key, newDeployment) && !c.endsMove(key, newDeployment) {
 		// The event of the controller's own write, whose sync has done the
 		// Deployment's part: what is left is the status, which need not
 		// go before other sessions' Deployment writes (sessionLanes).
@@ -170,6 +170,16 @@ func (c *sessionController) updateDeployment(oldObj, newObj interface{}) {
 		oldDeployment.Spec.Paused != newDeployment.Spec.Paused {
 		c.rollouts.enqueueProfileOfRevision(newDeployment.Namespace, mountedRevision(&newDeployment.Spec.Template))
 	}
+}
+
+// endsMove reports whether d shows the end of the session's move in the
+// ledger (Ready, or failed): its sync frees a place that other sessions
+// wait for, and must not wait behind them in the status lane.
+func (c *sessionController) endsMove(key string, d *appsv1.Deployment) bool {
+	if _, moving := c.moves.moveOf(key); !moving {
+		return false
+	}
+	return deploymentComplete(d) || c.progressDeadlineExceeded(d)
 }
 
 // deleteDeployment also sees a Deployment that lost the managed-by label:
