@@ -43,8 +43,19 @@ import (
 var cp *controlplane.ControlPlane
 
 func TestMain(m *testing.M) {
-	controlplane.RunTestMain(m, controlplane.Options{Nodes: 2, ControllerManager: true},
-		func(c *controlplane.ControlPlane) { cp = c })
+	controlplane.RunTestMain(m, controlplane.Options{
+		// TestFairSharesUnderASmallBudget runs 301 game servers, and a
+		// kwok node takes 110 pods.
+		Nodes:             4,
+		ControllerManager: true,
+		ControllerManagerFlags: []string{
+			// Each Deployment costs it a few requests (its ReplicaSet,
+			// a pod, statuses): at its default 20 QPS and 5 Deployments
+			// at a time, 300 of them would take well over a minute.
+			"--kube-api-qps=500", "--kube-api-burst=1000",
+			"--concurrent-deployment-syncs=25", "--concurrent-replicaset-syncs=25",
+		},
+	}, func(c *controlplane.ControlPlane) { cp = c })
 }
 
 // waitTimeout bounds each wait for the controller to react. Its reactions
