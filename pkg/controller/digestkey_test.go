@@ -252,3 +252,44 @@ func metricValue(t *testing.T, m prometheus.Metric) float64 {
 	}
 	return out.GetGauge().GetValue()
 }
+
+// A Deployment written before keys were recorded, under the key of the
+// time, keeps its game servers when the key changes before the controller
+// recorded it: a rotation checks it under the previous key, and a key this
+// process made (the old one lost) takes its digest over.
+func TestDeploymentsOfEarlierVersionsKeepTheirDigestUnderANewKey(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		keys        SecretDigestKeys
+		wantAdopted float64
+	}{
+		{"rotated", SecretDigestKeys{Current: bytes.Repeat([]byte{9}, 32), Previous: testDigestKey}, 0},
+		{"lost, a new key made", SecretDigestKeys{Current: bytes.Repeat([]byte{9}, 32), Created: true}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newSecretWorld(t)
+			for _, s := range []*gamesv1.GameSession{w.blue, w.green} {
+				stored := w.f.storedDeployment(testNamespace, s.Name).DeepCopy()
+				delete(stored.Annotations, gamesv1.SecretsKeyAnnotation)
+				if err := w.f.kubeClient.Tracker().Update(appsv1.SchemeGroupVersion.WithResource("deployments"), stored, testNamespace); err != nil {
+					t.Fatal(err)
+				}
+				w.f.setCached(stored)
+			}
+			before := w.templates()
+			w.useDigestKeys(t, tc.keys)
+			written := w.syncAll(t)
+			if !equality.Semantic.DeepEqual(before, w.templates()) {
+				t.Fatal("a new key restarted game servers of Deployments written before keys were recorded")
+			}
+			for _, s := range []*gamesv1.GameSession{w.blue, w.green} {
+				if d := written[s.Name]; d == nil || !strings.HasPrefix(d.Annotations[gamesv1.SecretsKeyAnnotation], KeyFingerprint(tc.keys.Current)+":") {
+					t.Errorf("%s records no new key standing for its digest: %v", s.Name, d)
+				}
+			}
+			if got := metricValue(t, w.f.c.sessions.metrics.SecretDigestsAdopted); got != tc.wantAdopted {
+				t.Errorf("secret_digests_adopted_total %v, want %v", got, tc.wantAdopted)
+			}
+		})
+	}
+}

@@ -333,8 +333,10 @@ func (in input) wanted(session *gamesv1.GameSession) (set inputSet, previous str
 // record of a kind whose digests have a key, so that a new key restarts
 // nothing:
 //
-//   - a template made under the current key, or before records existed
-//     (under the key of the time), shows its digest;
+//   - a template made under the current key shows its digest; one made
+//     before records existed, under the key of the time: the current one,
+//     or during a rotation the previous one if its digest is the data's
+//     under it, or if this process made the key, one since lost;
 //   - one made under the previous key, during a rotation, is checked under
 //     it: if its data did not change since, it stands for the same data
 //     under the current key, and keeps its digest (a move for another
@@ -367,6 +369,13 @@ func (c *caches) sessionInputs(session *gamesv1.GameSession, d *appsv1.Deploymen
 			continue
 		}
 		switch r := parseKeyRecord(d.Annotations[record]); {
+		case r.key == "" && have[i].hash != set.hash && keys.previous != "" && have[i].hash == previous:
+			// Written before records, under the key the rotation replaced.
+			have[i] = inputSet{names: set.names, hash: set.hash, shown: have[i].hash}
+		case r.key == "" && have[i].hash != set.hash && keys.created:
+			// Written before records, under a key since lost.
+			have[i] = inputSet{names: set.names, hash: set.hash, shown: have[i].hash}
+			adopted = true
 		case r.key == "" || r.key == keys.current:
 		case r.key == keys.previous:
 			if cmp.Or(r.hash, have[i].hash) == previous {

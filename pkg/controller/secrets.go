@@ -40,8 +40,13 @@ const (
 // new digest is made under, and during a rotation Previous, under which
 // the digests of the Deployments made before it are checked, so that the
 // sessions whose Secrets did not change meanwhile keep their game servers.
+//
+// Created says that this process made Current, for want of a key Secret: a
+// Deployment whose digest carries no record of its key (written by a
+// version before records) was then made under a key since lost.
 type SecretDigestKeys struct {
 	Current, Previous []byte
+	Created           bool
 }
 
 // Digester is the transform of the Secret informer (see SecretDigester),
@@ -68,7 +73,7 @@ func (k SecretDigestKeys) Digester() cache.TransformFunc {
 // fingerprints names the keys in Deployments' gamesv1.SecretsKeyAnnotation;
 // "" for a key not set.
 func (k SecretDigestKeys) fingerprints() digestKeys {
-	return digestKeys{current: KeyFingerprint(k.Current), previous: KeyFingerprint(k.Previous)}
+	return digestKeys{current: KeyFingerprint(k.Current), previous: KeyFingerprint(k.Previous), created: k.Created}
 }
 
 // KeyFingerprint names a digest key without telling anything of it: 16 hex
@@ -86,6 +91,7 @@ func KeyFingerprint(key []byte) string {
 // previous during a rotation; zero for a kind whose digests have no key.
 type digestKeys struct {
 	current, previous string
+	created           bool
 }
 
 // SecretSelector is the label selector of the Secret informer.

@@ -99,6 +99,9 @@ func (w *world) stepActions() []action {
 	if len(w.inputs) > 0 {
 		actions = append(actions, action{6, w.editSessionInputs})
 	}
+	if w.keyChanges {
+		actions = append(actions, action{1, w.loseDigestKey}, action{1, w.rotateDigestKey})
+	}
 	return actions
 }
 

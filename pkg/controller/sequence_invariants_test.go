@@ -130,7 +130,10 @@ func (w *world) noteControllerWrite(before, after *appsv1.Deployment) {
 	}
 	w.checkMove(before, after)
 	w.checkInputsWrite(before, after)
-	w.spendCredits(after)
+	w.checkKeyRestart(before, after)
+	if !w.spendKeyRecord(before, after) {
+		w.spendCredits(after)
+	}
 }
 
 // ---- Checked at rest ----

@@ -456,6 +456,14 @@ type world struct {
 	inputs       []*worldInput
 	inputMoves   map[string]int
 	inputReaders []inputReader
+	// digestKeys are the keys the controller process digests Secrets
+	// under; keyChanges, whether the sequence loses and rotates them, and
+	// keyRecords the Deployments credited a write of their key record
+	// (world_digestkey_test.go).
+	digestKeys SecretDigestKeys
+	keyChanges bool
+	keyRecords map[string]bool
+	keysHad    [][]byte
 	// canary is what the canaries of rotations showed
 	// (world_inputcanary_test.go).
 	canary inputCanaryMemory
@@ -517,9 +525,16 @@ func newWorldOf(seed uint64, matchSafe, tenancy bool, inputs ...*worldInput) *wo
 		inputs:     inputs,
 
 		inputMoves: map[string]int{},
+
+		digestKeys: SecretDigestKeys{Current: worldDigestKey},
+		keysHad:    [][]byte{worldDigestKey},
+		keyRecords: map[string]bool{},
 	}
 	w.profileChangeDelay = []time.Duration{0, 500 * time.Millisecond, 2 * time.Second}[w.rng.IntN(3)]
 	w.paced = w.rng.IntN(3) == 0
+	for _, in := range inputs {
+		w.keyChanges = w.keyChanges || in.resource == secretsResource && keyChangesOf(seed)
+	}
 	if w.paced && len(inputs) > 0 && canaryRotationsOf(seed) {
 		w.canary.rng = rand.New(rand.NewPCG(seed, 0xca9a+1))
 	}
@@ -593,6 +608,8 @@ func (w *world) startController() {
 	// (informerCache.matches).
 	informers := testInformers(w.kubeClient, w.gameClient)
 	informers.Grants = grantInformer()
+	informers.SecretDigestKeys = w.digestKeys
+	w.digestKeys.Created = false // the next process finds the key Secret
 	c, err := NewController(w.ctx, w.kubeClient, w.gameClient, informers, Options{
 		ProfileSelector:    "games.example.com/profile=true",
 		ProfileChangeDelay: w.profileChangeDelay,
@@ -640,6 +657,9 @@ func (w *world) startController() {
 			panic(fmt.Sprintf("harness: the controller's input %d is %s (%s, %s), the world's %s", i, c.caches.inputs[i].kind(), names, hash, in.kind))
 		}
 		w.caches[in.resource] = newInformerCache(in.resource, c.caches.inputs[i].cache, h.inputs[i])
+		if in.resource == secretsResource {
+			w.caches[in.resource].transform = w.digestKeys.Digester()
+		}
 	}
 	for r, ic := range w.caches {
 		ic.onDeliver = func(ev watchEvent, prev object) {

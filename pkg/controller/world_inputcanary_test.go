@@ -121,7 +121,8 @@ func (w *world) rotateAtRest() {
 		// the others wait for this rotation's canary, not an earlier one.
 		w.canary.rotations++
 		freshData(obj, w.canary.rotations)
-		w.canary.digests[in.kind+"/"+name] = append(w.dataDigests(in, name), in.digestOf(obj))
+		w.dataDigests(in, name) // the data sets first
+		w.canary.versions[in.kind+"/"+name] = append(w.canary.versions[in.kind+"/"+name], copyOf(obj))
 		clear(w.canary.runs) // hashes not told before may be told now
 		updated, err := w.server.update(byUser, in.resource, obj, true)
 		must(err)
@@ -207,8 +208,11 @@ type inputCanaryMemory struct {
 	canaries map[canaryData]map[string]bool
 	// runs memoizes inputsRun, by kind, names and hash.
 	runs map[string]map[string]string
-	// digests are the digests of each object's data sets, by kind and name.
-	digests map[string][]string
+	// versions are the data each object can have held, by kind and name:
+	// its data sets and the fresh data of rotations. Data are told by their
+	// digest under the current key (dataDigests), so a new digest key
+	// retells them (retellCanaryData).
+	versions map[string][]object
 }
 
 // noteCanaryView is told of the start of each call into the controller: it
@@ -227,7 +231,7 @@ func (w *world) noteCanaryView() {
 			continue
 		}
 		for _, in := range w.inputs {
-			runs, _ := w.inputsRun(in, in.running(d))
+			runs, _ := w.inputsRun(in, w.runs(in, d))
 			for name, digest := range runs {
 				c.ranReady[canaryData{in.kind, name, digest}] = true
 			}
@@ -264,7 +268,7 @@ func (w *world) noteCanaryView() {
 					if obj == nil {
 						continue
 					}
-					data := canaryData{in.kind, input, in.digestOf(obj)}
+					data := canaryData{in.kind, input, w.digestOf(in, obj)}
 					if picked[data] < n {
 						picked[data]++
 						if c.canaries[data] == nil {
@@ -307,8 +311,8 @@ func (w *world) checkInputCanary(s *gamesv1.GameSession, before, after *appsv1.D
 		return
 	}
 	for _, in := range worldInputs {
-		had, known := w.inputsRun(in, in.running(before))
-		has, knownNow := w.inputsRun(in, in.running(after))
+		had, known := w.inputsRun(in, w.runs(in, before))
+		has, knownNow := w.inputsRun(in, w.runs(in, after))
 		if !known || !knownNow {
 			w.covered["input move under a canary of data not told"]++
 			continue
@@ -429,7 +433,7 @@ func (w *world) settledCanaryOnServer(name string) bool {
 		return false
 	}
 	for _, in := range w.inputs {
-		if w.serverInputs(in, s) != in.running(d) {
+		if w.serverInputs(in, s) != w.runs(in, d) {
 			return false
 		}
 	}
@@ -445,7 +449,7 @@ func (w *world) inputsRun(in *worldInput, set inputSet) (map[string]string, bool
 	}
 	c := &w.canary
 	if c.runs == nil {
-		c.runs, c.digests = map[string]map[string]string{}, map[string][]string{}
+		c.runs, c.versions = map[string]map[string]string{}, map[string][]object{}
 	}
 	key := in.kind + "\x00" + set.names + "\x00" + set.hash
 	if runs, ok := c.runs[key]; ok {
@@ -485,18 +489,65 @@ func (w *world) inputsRun(in *worldInput, set inputSet) (map[string]string, bool
 func (w *world) dataDigests(in *worldInput, name string) []string {
 	c := &w.canary
 	if c.runs == nil {
-		c.runs, c.digests = map[string]map[string]string{}, map[string][]string{}
+		c.runs, c.versions = map[string]map[string]string{}, map[string][]object{}
 	}
-	digests, ok := c.digests[in.kind+"/"+name]
+	versions, ok := c.versions[in.kind+"/"+name]
 	if !ok {
 		for d := range in.dataSets {
 			obj := in.newObject(name)
 			in.setData(obj, d)
-			digests = append(digests, in.digestOf(obj))
+			versions = append(versions, obj)
 		}
-		c.digests[in.kind+"/"+name] = digests
+		c.versions[in.kind+"/"+name] = versions
+	}
+	digests := make([]string, len(versions))
+	for i, v := range versions {
+		digests[i] = w.digestOf(in, v)
 	}
 	return digests
+}
+
+// retellCanaryData is told of a new digest key, before the world takes it:
+// what the canary memory holds of each data, told by its digest under the
+// old key, it holds of the same data under the new one.
+func (w *world) retellCanaryData(next SecretDigestKeys) {
+	c := &w.canary
+	if c.ranReady == nil {
+		return
+	}
+	retold := map[canaryData]canaryData{}
+	for _, in := range w.inputs {
+		if in.resource != secretsResource {
+			continue
+		}
+		for key, versions := range c.versions {
+			kind, name, _ := strings.Cut(key, "/")
+			if kind != in.kind {
+				continue
+			}
+			for _, v := range versions {
+				old := canaryData{kind, name, w.digestOf(in, v)}
+				stored, err := next.Digester()(copyOf(v))
+				must(err)
+				retold[old] = canaryData{kind, name, stored.(object).GetAnnotations()[dataDigestAnnotation]}
+			}
+		}
+	}
+	ranReady, canaries := map[canaryData]bool{}, map[canaryData]map[string]bool{}
+	for data, ran := range c.ranReady {
+		if to, ok := retold[data]; ok {
+			data = to
+		}
+		ranReady[data] = ran
+	}
+	for data, sessions := range c.canaries {
+		if to, ok := retold[data]; ok {
+			data = to
+		}
+		canaries[data] = sessions
+	}
+	c.ranReady, c.canaries = ranReady, canaries
+	clear(c.runs)
 }
 
 // freshData gives an object of either kind the k-th data of rotations,

@@ -393,7 +393,7 @@ func (w *world) noteInputDelivered(in *worldInput, ev watchEvent, prev object) {
 		if obj == nil {
 			return ""
 		}
-		return in.digestOf(obj)
+		return w.digestOf(in, obj)
 	}
 	now := ev.obj
 	if ev.kind == watch.Deleted {
@@ -460,8 +460,8 @@ func (w *world) rotationWaits(name string) bool {
 				return false // an input gone holds the change of every kind
 			}
 		}
-		cached := in.setOf(s, func(input string) object { return w.caches[in.resource].cached(worldNamespace + "/" + input) })
-		due = due || cached != in.running(d)
+		cached := w.setOf(in, s, func(input string) object { return w.caches[in.resource].cached(worldNamespace + "/" + input) })
+		due = due || cached != w.runs(in, d)
 	}
 	return due
 }
@@ -581,7 +581,7 @@ func onlyInputsDiffer(before, after *appsv1.Deployment) bool {
 // the server holds the objects: an account of the digests of its own, from
 // the data.
 func (w *world) serverInputs(in *worldInput, s *gamesv1.GameSession) inputSet {
-	return in.setOf(s, func(name string) object {
+	return w.setOf(in, s, func(name string) object {
 		if obj := w.server.get(in.resource, name); obj != nil && in.labelled(obj) {
 			return obj
 		}
@@ -591,14 +591,14 @@ func (w *world) serverInputs(in *worldInput, s *gamesv1.GameSession) inputSet {
 
 // setOf is the set of the kind a session's pods are to run with, of the
 // objects it reads that labelled finds (nil: none, or not labelled).
-func (in *worldInput) setOf(s *gamesv1.GameSession, labelled func(name string) object) inputSet {
+func (w *world) setOf(in *worldInput, s *gamesv1.GameSession, labelled func(name string) object) inputSet {
 	var names, digests []string
 	for _, name := range in.readBy(s.Spec.Template) {
 		obj := labelled(name)
 		if obj == nil {
 			continue
 		}
-		names, digests = append(names, name), append(digests, in.digestOf(obj))
+		names, digests = append(names, name), append(digests, w.digestOf(in, obj))
 	}
 	if len(names) == 0 {
 		return inputSet{}
@@ -675,7 +675,7 @@ func (w *world) checkInputsAtRest() {
 			continue
 		}
 		for _, in := range w.inputs {
-			want, has := w.serverInputs(in, s), in.running(d)
+			want, has := w.serverInputs(in, s), w.runs(in, d)
 			if want.names != "" {
 				w.covered[in.kind+" digest at rest"]++
 			}

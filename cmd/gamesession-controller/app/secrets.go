@@ -94,7 +94,7 @@ func secretDigestKey(ctx context.Context, client kubernetes.Interface, namespace
 		switch {
 		case err == nil:
 			klog.FromContext(ctx).Info("Created the Secret digest key", "secret", klog.KRef(namespace, name))
-			return controller.SecretDigestKeys{Current: key}, nil
+			return controller.SecretDigestKeys{Current: key, Created: true}, nil
 		case !apierrors.IsAlreadyExists(err):
 			return controller.SecretDigestKeys{}, fmt.Errorf("creating the Secret digest key %s/%s: %w", namespace, name, err)
 		}
