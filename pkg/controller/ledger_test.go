@@ -19,6 +19,7 @@ import (
 	core "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 	"github.com/example/gamesession-controller/pkg/rollout"
@@ -750,4 +751,47 @@ func moveUnderABudgetOfOne(ctx context.Context, f *fixture) *appsv1.Deployment {
 	_, game := f.run(ctx, "arena/s0")
 	f.observe(game...)
 	return f.storedDeployment(testNamespace, "s0")
+}
+
+// The event of a Deployment whose move ends (Ready) is the controller's
+// own write's, and would go to the status lane, behind the very sessions
+// that wait for the place its sync frees: it goes to the first lane.
+func TestDeploymentThatEndsAMoveIsSyncedInTheFirstLane(t *testing.T) {
+	w := newSecretWorldWithOptions(t, Options{MaxMovingSessions: 1}, "blue-2")
+	for _, name := range []string{"blue-1", "blue-2"} {
+		w.complete(t, name, false)
+	}
+	w.rotate(t, "blue", "two")
+	moved := slices.Sorted(maps.Keys(w.syncAll(t)))
+	if len(moved) != 1 {
+		t.Fatalf("a budget of 1 moved %v", moved)
+	}
+	drainQueue(w.f.c.sessions.queue)
+	key := testNamespace + "/" + moved[0]
+	written := w.f.storedDeployment(testNamespace, moved[0])
+	for _, tc := range []struct {
+		name      string
+		completed bool
+		want      lane
+	}{
+		{"still rolling", false, statusLane},
+		{"Ready", true, firstLane},
+	} {
+		next := written.DeepCopy()
+		// The move's write awaited, as it is until a sync sees the cache
+		// show it (the fixture's syncs saw it already).
+		w.f.c.state.expectations.expect(key, next)
+		next.ResourceVersion = bumpVersion(written.ResourceVersion)
+		next.Status.ObservedGeneration = next.Generation
+		replicas := ptr.Deref(next.Spec.Replicas, 1)
+		next.Status.Replicas, next.Status.UpdatedReplicas, next.Status.ReadyReplicas, next.Status.AvailableReplicas = 2*replicas, 0, replicas, replicas
+		if tc.completed {
+			next.Status.Replicas, next.Status.UpdatedReplicas = replicas, replicas
+		}
+		w.f.c.sessions.updateDeployment(written, next)
+		keys, from := drain(t, w.f.c.sessions.queue, w.f.c.sessions.lanes)
+		if i := slices.Index(keys, key); i < 0 || from[i] != tc.want {
+			t.Errorf("%s: the Deployment's own status event queued %v from lanes %v, want %s from lane %v", tc.name, keys, from, key, tc.want)
+		}
+	}
 }
