@@ -141,6 +141,9 @@ func TestLedgerSequencesShareTheBudgetFairly(t *testing.T) {
 			}
 		}
 		holds := func() {
+			if wrong := l.books(); wrong != "" {
+				fail("the ledger's books: %s", wrong)
+			}
 			if moving, waiting := l.counts(); moving != len(m.moving) || waiting != len(m.queue) {
 				fail("ledger counts %d moving, %d waiting; the model %d, %d", moving, waiting, len(m.moving), len(m.queue))
 			}
@@ -313,5 +316,63 @@ func (m *fairModel) handOut(key string, now time.Time) string {
 	}
 	m.queue = slices.Delete(m.queue, i, i+1)
 	m.kept[key] = true
+	return ""
+}
+
+// books checks that the ledger's counts agree with its moves and queues:
+// the cluster places by namespace, the places kept, the starts of the
+// minute, the fair queue's tickets and its count by profile. "" if they do.
+func (l *moveLedger) books() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	moving, profiles := map[string]int{}, map[string]int{}
+	total := 0
+	for key, m := range l.moves {
+		if !m.stalled {
+			moving[namespaceOfKey(key)]++
+			total++
+		}
+		if m.hasProfilePlace() {
+			profiles[m.profile]++
+		}
+	}
+	kept := map[string]int{}
+	for key := range l.reserved {
+		kept[namespaceOfKey(key)]++
+	}
+	started := map[string]int{}
+	for _, s := range l.starts {
+		started[s.namespace]++
+	}
+	byProfile := map[string]int{}
+	for key, s := range l.clusterQueue.queued {
+		if s.profile != "" {
+			byProfile[s.profile]++
+		}
+		found := false
+		for _, k := range l.clusterQueue.byNamespace[namespaceOfKey(key)] {
+			found = found || k.key == key && k.ticket == s.ticket
+		}
+		switch {
+		case !found:
+			return fmt.Sprintf("%s waits, but not in its namespace's queue", key)
+		case l.reserved[key]:
+			return fmt.Sprintf("%s waits with a place kept for it", key)
+		}
+	}
+	switch {
+	case total != l.clusterMoving || !maps.Equal(moving, l.nsMoving):
+		return fmt.Sprintf("cluster places %d by namespace %v, the moves hold %d by namespace %v", l.clusterMoving, l.nsMoving, total, moving)
+	case !maps.Equal(profiles, l.profileMoving):
+		return fmt.Sprintf("profile places %v, the moves hold %v", l.profileMoving, profiles)
+	case !maps.Equal(kept, l.nsKept):
+		return fmt.Sprintf("kept places by namespace %v, the kept sessions %v", l.nsKept, kept)
+	case !maps.Equal(started, l.nsStarted):
+		return fmt.Sprintf("starts by namespace %v, the starts of the minute %v", l.nsStarted, started)
+	case !maps.Equal(byProfile, l.clusterQueue.waitingOf):
+		return fmt.Sprintf("waiting by profile %v, the queue holds %v", l.clusterQueue.waitingOf, byProfile)
+	case l.wokenLater != "" && !l.reserved[l.wokenLater]:
+		return fmt.Sprintf("%s is woken for later without a place kept", l.wokenLater)
+	}
 	return ""
 }

@@ -692,6 +692,10 @@ func (w *world) call(fn func()) (sessions, profiles []string) {
 	w.noteCanaryView()
 	sessions = w.queue.call(func() { profiles = w.profileQueue.call(fn) })
 	w.checkInputReadersQueued()
+	if wrong := w.ctrl.sessions.moves.books(); wrong != "" {
+		// The ledger's own counts: what its limits and fair queue go by.
+		w.violate("ledger-books", "%s", wrong)
+	}
 	return sessions, profiles
 }
 
