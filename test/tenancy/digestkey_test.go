@@ -207,8 +207,14 @@ type keyFixture struct {
 
 func (e *env) keyFixture() *keyFixture {
 	e.t.Helper()
+	// Registered before the namespaces, so it runs after their deletion:
+	// the next test's cluster-wide controller, under another key, would
+	// take over these digests too, and count them.
+	var namespaces []string
+	e.t.Cleanup(func() { waitNamespacesGone(e.t, e, namespaces) })
 	f := &keyFixture{e: e, ns: e.namespace(), barrierNS: e.namespace()}
-	for _, ns := range []string{f.ns, f.barrierNS} {
+	namespaces = []string{f.ns, f.barrierNS}
+	for _, ns := range namespaces {
 		e.createProfile(ns, "arena", map[string]string{"server.cfg": "max_players=16"})
 	}
 	for _, s := range []string{"alpha", "beta", "gamma"} {
@@ -675,6 +681,8 @@ func TestDigestKeyDeletedThenFailoverRestartsNoGameServer(t *testing.T) {
 	if state := standby.keyState(e.ctx); state != "present" {
 		t.Errorf("the new leader's %s says %q, want present", keyStateMetric, state)
 	}
+	// The controller is cluster-wide: Deployments of an earlier test still
+	// terminating would count too (keyFixture waits for its own to go).
 	withSecrets := float64(len(keySessions) - 1)
 	if n := standby.adopted(e.ctx); n != withSecrets {
 		t.Errorf("the new leader counts %g digests adopted, want %g", n, withSecrets)
