@@ -128,7 +128,7 @@ type Informers struct {
 	// roll nothing, and the Deployments keep the Secret digest they have.
 	// SecretDigestKeys are the keys of that transform: the controller keeps
 	// their fingerprints only, to record on each Deployment which key its
-	// digest was made under (gamesv1.SecretsKeyAnnotation).
+	// digest was made under (gamesv1.SecretsKeyLabel).
 	Secrets          coreinformers.SecretInformer
 	SecretDigestKeys SecretDigestKeys
 	// DigestKeySecret: the key Secret alone, named by

@@ -58,11 +58,11 @@ func TestNewDigestKeyRestartsNoGameServer(t *testing.T) {
 	w := newSecretWorld(t)
 	oldKey := KeyFingerprint(testDigestKey)
 	for _, s := range []*gamesv1.GameSession{w.blue, w.green} {
-		if got := w.f.storedDeployment(testNamespace, s.Name).Annotations[gamesv1.SecretsKeyAnnotation]; got != oldKey {
+		if got := w.f.storedDeployment(testNamespace, s.Name).Labels[gamesv1.SecretsKeyLabel]; got != oldKey {
 			t.Fatalf("%s records key %q, want the key it was made under, %q", s.Name, got, oldKey)
 		}
 	}
-	if _, ok := w.f.storedDeployment(testNamespace, w.none.Name).Annotations[gamesv1.SecretsKeyAnnotation]; ok {
+	if _, ok := w.f.storedDeployment(testNamespace, w.none.Name).Labels[gamesv1.SecretsKeyLabel]; ok {
 		t.Error("a session that reads no labelled Secret records a key")
 	}
 	before := w.templates()
@@ -82,7 +82,7 @@ func TestNewDigestKeyRestartsNoGameServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, wantRecord := d.Annotations[gamesv1.SecretsKeyAnnotation], KeyFingerprint(newKey)+":"+want.hash; got != wantRecord {
+		if got, wantRecord := d.Labels[gamesv1.SecretsKeyLabel], KeyFingerprint(newKey)+"."+want.hash; got != wantRecord {
 			t.Errorf("%s records %q, want %q: the new key's digest of the data it runs", s.Name, got, wantRecord)
 		}
 	}
@@ -102,7 +102,7 @@ func TestNewDigestKeyRestartsNoGameServer(t *testing.T) {
 	if d.Spec.Template.Annotations[gamesv1.SecretsHashAnnotation] == before["blue-1"].Annotations[gamesv1.SecretsHashAnnotation] {
 		t.Error("a rotation under the new key did not roll its reader")
 	}
-	if got := d.Annotations[gamesv1.SecretsKeyAnnotation]; got != KeyFingerprint(newKey) {
+	if got := d.Labels[gamesv1.SecretsKeyLabel]; got != KeyFingerprint(newKey) {
 		t.Errorf("moved under the new key, blue-1 records %q, want %q", got, KeyFingerprint(newKey))
 	}
 }
@@ -128,13 +128,13 @@ func TestRotatedDigestKeyChecksThePreviousDigests(t *testing.T) {
 	if !equality.Semantic.DeepEqual(before["blue-1"], after["blue-1"]) {
 		t.Error("blue-1, whose Secret did not change, restarted for the rotated key")
 	}
-	if d := written["blue-1"]; d == nil || !strings.HasPrefix(d.Annotations[gamesv1.SecretsKeyAnnotation], KeyFingerprint(newKey)+":") {
+	if d := written["blue-1"]; d == nil || !strings.HasPrefix(d.Labels[gamesv1.SecretsKeyLabel], KeyFingerprint(newKey)+".") {
 		t.Errorf("blue-1 records no new key standing for its digest: %v", d)
 	}
 	if equality.Semantic.DeepEqual(before["green-1"], after["green-1"]) {
 		t.Error("green-1, whose Secret changed, kept the data it ran: checked under the previous key, the change shows")
 	}
-	if d := written["green-1"]; d == nil || d.Annotations[gamesv1.SecretsKeyAnnotation] != KeyFingerprint(newKey) {
+	if d := written["green-1"]; d == nil || d.Labels[gamesv1.SecretsKeyLabel] != KeyFingerprint(newKey) {
 		t.Errorf("moved, green-1 records no %q: %v", KeyFingerprint(newKey), d)
 	}
 	if got := metricValue(t, w.f.c.sessions.metrics.SecretDigestsAdopted); got != 0 {
@@ -148,14 +148,14 @@ func TestRotatedDigestKeyChecksThePreviousDigests(t *testing.T) {
 func TestDigestKeyRecordedOnDeploymentsOfEarlierVersions(t *testing.T) {
 	w := newSecretWorld(t)
 	stored := w.f.storedDeployment(testNamespace, w.blue.Name).DeepCopy()
-	delete(stored.Annotations, gamesv1.SecretsKeyAnnotation)
+	delete(stored.Labels, gamesv1.SecretsKeyLabel)
 	if err := w.f.kubeClient.Tracker().Update(appsv1.SchemeGroupVersion.WithResource("deployments"), stored, testNamespace); err != nil {
 		t.Fatal(err)
 	}
 	w.f.setCached(stored)
 	before := w.templates()
 	written := w.syncAll(t)
-	if got := written["blue-1"].Annotations[gamesv1.SecretsKeyAnnotation]; got != KeyFingerprint(testDigestKey) {
+	if got := written["blue-1"].Labels[gamesv1.SecretsKeyLabel]; got != KeyFingerprint(testDigestKey) {
 		t.Errorf("blue-1 records %q, want %q", got, KeyFingerprint(testDigestKey))
 	}
 	if !equality.Semantic.DeepEqual(before, w.templates()) {
@@ -270,7 +270,7 @@ func TestDeploymentsOfEarlierVersionsKeepTheirDigestUnderANewKey(t *testing.T) {
 			w := newSecretWorld(t)
 			for _, s := range []*gamesv1.GameSession{w.blue, w.green} {
 				stored := w.f.storedDeployment(testNamespace, s.Name).DeepCopy()
-				delete(stored.Annotations, gamesv1.SecretsKeyAnnotation)
+				delete(stored.Labels, gamesv1.SecretsKeyLabel)
 				if err := w.f.kubeClient.Tracker().Update(appsv1.SchemeGroupVersion.WithResource("deployments"), stored, testNamespace); err != nil {
 					t.Fatal(err)
 				}
@@ -283,7 +283,7 @@ func TestDeploymentsOfEarlierVersionsKeepTheirDigestUnderANewKey(t *testing.T) {
 				t.Fatal("a new key restarted game servers of Deployments written before keys were recorded")
 			}
 			for _, s := range []*gamesv1.GameSession{w.blue, w.green} {
-				if d := written[s.Name]; d == nil || !strings.HasPrefix(d.Annotations[gamesv1.SecretsKeyAnnotation], KeyFingerprint(tc.keys.Current)+":") {
+				if d := written[s.Name]; d == nil || !strings.HasPrefix(d.Labels[gamesv1.SecretsKeyLabel], KeyFingerprint(tc.keys.Current)+".") {
 					t.Errorf("%s records no new key standing for its digest: %v", s.Name, d)
 				}
 			}

@@ -63,11 +63,11 @@ type inputKind interface {
 	// the pods run with, and hold the digest of their data.
 	annotations() (names, digest string)
 	// digestKeys are the fingerprints of the keys the kind's digests are
-	// made under, and the Deployment annotation that records which key a
+	// made under, and the Deployment label that records which key a
 	// template's digest was made under (keyRecord); zero for a kind whose
 	// digests have no key. previousDigest is an object's digest under the
 	// previous key, during a rotation.
-	digestKeys() (keys digestKeys, recordAnnotation string)
+	digestKeys() (keys digestKeys, recordLabel string)
 	previousDigest(obj interface{}) string
 }
 
@@ -234,13 +234,13 @@ func observedSet(k inputKind, d *appsv1.Deployment) inputSet {
 	if set.names == "" || record == "" {
 		return set
 	}
-	if r := parseKeyRecord(d.Annotations[record]); r.key == keys.current && r.hash != "" {
+	if r := parseKeyRecord(d.Labels[record]); r.key == keys.current && r.hash != "" {
 		set.shown, set.hash = set.hash, r.hash
 	}
 	return set
 }
 
-// keyRecord is a Deployment's gamesv1.SecretsKeyAnnotation: the fingerprint
+// keyRecord is a Deployment's gamesv1.SecretsKeyLabel: the fingerprint
 // of the key its template's digest was made under, or of the key that
 // stands in for it, with the digest it stands for (hash).
 type keyRecord struct {
@@ -248,7 +248,7 @@ type keyRecord struct {
 }
 
 func parseKeyRecord(value string) keyRecord {
-	key, hash, _ := strings.Cut(value, ":")
+	key, hash, _ := strings.Cut(value, ".")
 	return keyRecord{key: key, hash: hash}
 }
 
@@ -256,12 +256,12 @@ func (r keyRecord) String() string {
 	if r.hash == "" {
 		return r.key
 	}
-	return r.key + ":" + r.hash
+	return r.key + "." + r.hash
 }
 
 // withInputs puts the sets of the kinds inputs into d's pod template, and
 // for a kind whose digests have a key, the record of the key into d's
-// annotations: a metadata write, which restarts nothing.
+// labels: a metadata write, which restarts nothing.
 func withInputs(d *appsv1.Deployment, inputs []input, sets inputSets) {
 	a := d.Spec.Template.Annotations
 	for i, in := range inputs {
@@ -279,13 +279,13 @@ func withInputs(d *appsv1.Deployment, inputs []input, sets inputSets) {
 			if set.shown != "" {
 				r.hash = set.hash
 			}
-			// d may share its annotations with the Deployment it was
-			// copied from (withRevision): write a copy.
-			d.Annotations = maps.Clone(d.Annotations)
-			if d.Annotations == nil {
-				d.Annotations = map[string]string{}
+			// d may share its labels with the Deployment it was copied
+			// from (withRevision): write a copy.
+			d.Labels = maps.Clone(d.Labels)
+			if d.Labels == nil {
+				d.Labels = map[string]string{}
 			}
-			d.Annotations[record] = r.String()
+			d.Labels[record] = r.String()
 		}
 	}
 }
@@ -368,7 +368,7 @@ func (c *caches) sessionInputs(session *gamesv1.GameSession, d *appsv1.Deploymen
 		if d == nil || record == "" || keys.current == "" || have[i].names == "" || have[i].shown != "" || have[i].names != set.names {
 			continue
 		}
-		switch r := parseKeyRecord(d.Annotations[record]); {
+		switch r := parseKeyRecord(d.Labels[record]); {
 		case r.key == "" && have[i].hash != set.hash && keys.previous != "" && have[i].hash == previous:
 			// Written before records, under the key the rotation replaced.
 			have[i] = inputSet{names: set.names, hash: set.hash, shown: have[i].hash}

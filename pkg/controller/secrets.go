@@ -70,7 +70,7 @@ func (k SecretDigestKeys) Digester() cache.TransformFunc {
 	}
 }
 
-// fingerprints names the keys in Deployments' gamesv1.SecretsKeyAnnotation;
+// fingerprints names the keys in Deployments' gamesv1.SecretsKeyLabel;
 // "" for a key not set.
 func (k SecretDigestKeys) fingerprints() digestKeys {
 	return digestKeys{current: KeyFingerprint(k.Current), previous: KeyFingerprint(k.Previous), created: k.Created}
@@ -167,7 +167,7 @@ func (secretKind) previousDigest(obj interface{}) string {
 	return metaAnnotation(obj, previousDigestAnnotation)
 }
 
-func (k secretKind) digestKeys() (digestKeys, string) { return k.keys, gamesv1.SecretsKeyAnnotation }
+func (k secretKind) digestKeys() (digestKeys, string) { return k.keys, gamesv1.SecretsKeyLabel }
 
 func (secretKind) annotations() (names, digest string) {
 	return gamesv1.SecretsAnnotation, gamesv1.SecretsHashAnnotation

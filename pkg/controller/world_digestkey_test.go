@@ -21,7 +21,7 @@ import (
 //   - key-change-restart: a new key restarts no game server by itself. The
 //     write credits (sequence_ledger_test.go) hold it: a key change credits
 //     each Deployment of a session that reads a Secret with a write of its
-//     key record only (games.example.com/secrets-key, metadata), and any
+//     key record only (the label games.example.com/secrets-key), and any
 //     other write needs a change of the session's desired state, as always.
 //     So a new key that changed pod templates would be a duplicate-write;
 //   - key-change-restart, directly: no write gives a template another
@@ -93,7 +93,7 @@ func (w *world) spendKeyRecord(before, after *appsv1.Deployment) bool {
 	}
 	b, a := before.DeepCopy(), after.DeepCopy()
 	for _, d := range []*appsv1.Deployment{b, a} {
-		delete(d.Annotations, gamesv1.SecretsKeyAnnotation)
+		delete(d.Labels, gamesv1.SecretsKeyLabel)
 		d.ResourceVersion, d.ManagedFields = "", nil
 	}
 	if !equality.Semantic.DeepEqual(b.ObjectMeta, a.ObjectMeta) || !equality.Semantic.DeepEqual(b.Spec, a.Spec) {
@@ -123,7 +123,7 @@ func (w *world) runs(in *worldInput, d *appsv1.Deployment) inputSet {
 	if in.resource != secretsResource || set.names == "" {
 		return set
 	}
-	if r := parseKeyRecord(d.Annotations[gamesv1.SecretsKeyAnnotation]); r.key == KeyFingerprint(w.digestKeys.Current) && r.hash != "" {
+	if r := parseKeyRecord(d.Labels[gamesv1.SecretsKeyLabel]); r.key == KeyFingerprint(w.digestKeys.Current) && r.hash != "" {
 		set.hash = r.hash
 	}
 	return set

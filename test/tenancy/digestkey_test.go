@@ -283,7 +283,7 @@ func (f *keyFixture) pods(session string) ([]corev1.Pod, error) {
 type deploymentState struct {
 	generation  int64
 	template    corev1.PodTemplateSpec
-	keyRecord   string // gamesv1.SecretsKeyAnnotation, on the Deployment
+	keyRecord   string // gamesv1.SecretsKeyLabel, on the Deployment
 	replicaSets []string
 	pod         types.UID
 }
@@ -308,7 +308,7 @@ func (f *keyFixture) snapshot() map[string]deploymentState {
 			f.e.t.Fatalf("session %s has %d pods", name, len(pods))
 		}
 		out[name] = deploymentState{generation: d.Generation, template: *d.Spec.Template.DeepCopy(),
-			keyRecord: d.Annotations[gamesv1.SecretsKeyAnnotation], replicaSets: sets, pod: pods[0].UID}
+			keyRecord: d.Labels[gamesv1.SecretsKeyLabel], replicaSets: sets, pod: pods[0].UID}
 	}
 	return out
 }
@@ -338,9 +338,9 @@ func (f *keyFixture) kept(base map[string]deploymentState, moved ...string) erro
 		if err != nil {
 			return err
 		}
-		// Not the generation: the API server bumps a Deployment's for a
-		// change of its annotations too, which is how the key is recorded.
-		if !equality.Semantic.DeepEqual(d.Spec.Template, was.template) {
+		// The key is recorded in a label, which leaves the generation as
+		// it is (an annotation would bump it).
+		if !equality.Semantic.DeepEqual(d.Spec.Template, was.template) || d.Generation != was.generation {
 			return broken{fmt.Errorf("the Deployment %s/%s changed its pod template (generation %d -> %d, Secret digest %q -> %q)",
 				f.ns, name, was.generation, d.Generation, was.template.Annotations[gamesv1.SecretsHashAnnotation],
 				d.Spec.Template.Annotations[gamesv1.SecretsHashAnnotation])}
@@ -397,7 +397,7 @@ func (f *keyFixture) recordsAre(want func(session string) (string, error)) (bool
 		if err != nil {
 			return false, err
 		}
-		if got := d.Annotations[gamesv1.SecretsKeyAnnotation]; got != w {
+		if got := d.Labels[gamesv1.SecretsKeyLabel]; got != w {
 			return false, fmt.Errorf("the Deployment %s records key %q, want %q", name, got, w)
 		}
 	}
@@ -538,7 +538,7 @@ func (f *keyFixture) rolledTo(base map[string]deploymentState, key []byte, sessi
 		if got := d.Spec.Template.Annotations[gamesv1.SecretsHashAnnotation]; got != want {
 			return false, fmt.Errorf("the Deployment %s runs digest %q, want %q", name, got, want)
 		}
-		if got, fp := d.Annotations[gamesv1.SecretsKeyAnnotation], controller.KeyFingerprint(key); got != fp {
+		if got, fp := d.Labels[gamesv1.SecretsKeyLabel], controller.KeyFingerprint(key); got != fp {
 			return false, fmt.Errorf("the Deployment %s records key %q, want %q", name, got, fp)
 		}
 		if !rolledOut(d) {
@@ -572,7 +572,7 @@ func (f *keyFixture) checkBase(base map[string]deploymentState, key []byte) {
 }
 
 // adoptedUnder is the record of a Deployment whose template's digest the
-// key took over: "FP:HASH", HASH the digest of its Secrets under key; ""
+// key took over: "FP.HASH", HASH the digest of its Secrets under key; ""
 // for a session that reads none.
 func (f *keyFixture) adoptedUnder(key []byte) func(session string) (string, error) {
 	return func(session string) (string, error) {
@@ -580,7 +580,7 @@ func (f *keyFixture) adoptedUnder(key []byte) func(session string) (string, erro
 		if digest == "" || err != nil {
 			return "", err
 		}
-		return controller.KeyFingerprint(key) + ":" + digest, nil
+		return controller.KeyFingerprint(key) + "." + digest, nil
 	}
 }
 

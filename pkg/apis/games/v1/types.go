@@ -49,15 +49,17 @@ const (
 	SecretsAnnotation     = "games.example.com/secrets"
 	SecretsHashAnnotation = "games.example.com/secrets-hash"
 
-	// SecretsKeyAnnotation on a Deployment (not its pod template, so that
-	// writing it restarts nothing) says which digest key its template's
+	// SecretsKeyLabel on a Deployment says which digest key its template's
 	// SecretsHashAnnotation was made under, by the key's fingerprint: "FP".
 	// A template made under a key since replaced or lost keeps its digest,
-	// and the annotation "FP:HASH" says what it stands for under the key FP:
-	// the digest of the same data, so that losing or rotating the key
-	// restarts no game server. Absent on Deployments written before it
-	// existed, which were made under the key of the time.
-	SecretsKeyAnnotation = "games.example.com/secrets-key"
+	// and the label "FP.HASH" says what it stands for under the key FP: the
+	// digest of the same data, so that losing or rotating the key restarts
+	// no game server. A label of the Deployment, not its pod template, so
+	// that writing it restarts nothing, and not an annotation, whose change
+	// would give the Deployment a new generation and its session a moment
+	// of Progressing. Absent on Deployments written before it existed,
+	// which were made under the key of the time.
+	SecretsKeyLabel = "games.example.com/secrets-key"
 
 	// SessionConfigLabel marks a ConfigMap whose changes roll the game
 	// servers that read it, as SecretLabel does for Secrets: a session's pod
