@@ -19,8 +19,10 @@ package controller
 //	.go)          rotations, and the ProfileRollout turn it is                                       remember lives (halt, stable revision, start);
 //	              last written                                                                       a rotation's canaries are picked by name
 //	moves         the ledger of moves: who moves    a move is a decision of      session sync        rebuilt by seedLedger: every Deployment
-//	(ledger.go)   to what, the starts of the last   ours, not a field of any     (admit, settle),    still rolling moves, and the minute's starts
-//	              minute, who waits for a place     object                       profile sync reads  come from the move-starts annotation
+//	(ledger.go,   to what, the starts of the last   ours, not a field of any     (admit, settle),    still rolling moves, and the minute's starts
+//	fairshare.go) minute, who waits for a place,    object                       profile sync reads  come from the move-starts annotation; the
+//	              by namespace for the cluster's                                                     queue's order is lost: the waiting sessions
+//	              (the fair queue)                                                                   sync at start and queue again
 //	fanOut        a profile change's delay, and     a delay is a time we chose   profile events,     loses the delay and the Deployments-first
 //	(fanout.go)   which sessions it queued                                       session sync        order of a fan-out in flight, never a write
 //	inputChanges  since when each session's change  the change is a difference   session sync        counts max-defer from the start: a busy
@@ -30,7 +32,9 @@ package controller
 //	(profile.go)  version                           resourceVersion
 //
 // The session lanes (lanes.go) are the session queue's storage, not state:
-// a restart empties them with the queue.
+// a restart empties them with the queue. The watch of the digest key's
+// Secret (digestkey.go) keeps the state it last reported, so that each
+// change is said once; a restart says it again if it still holds.
 type state struct {
 	expectations *writeExpectations
 	revisions    *revisionExpectations
