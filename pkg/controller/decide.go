@@ -330,9 +330,21 @@ func (v *sessionView) chooseRevision(base *appsv1.Deployment) revisionChoice {
 }
 
 // needsWriteAt reports whether the Deployment needs a write to stay on
-// revision hash: the session's own spec, or its inputs, changed.
+// revision hash: the session's own spec, or its inputs, changed. The record
+// of the digest key alone does not count: its write restarts nothing, and
+// must take no move along ahead of its turn.
 func (v *sessionView) needsWriteAt(base *appsv1.Deployment, hash string) bool {
 	desired, _ := v.withInputsToRun(withRevision(base, v.ref, hash), false)
+	if observed := v.deployment; observed != nil {
+		recorded, ok := observed.Labels[gamesv1.SecretsKeyLabel]
+		if _, wanted := desired.Labels[gamesv1.SecretsKeyLabel]; ok || wanted {
+			desired.Labels = maps.Clone(desired.Labels)
+			delete(desired.Labels, gamesv1.SecretsKeyLabel)
+			if ok {
+				desired.Labels[gamesv1.SecretsKeyLabel] = recorded
+			}
+		}
+	}
 	return deploymentNeedsUpdate(v.deployment, desired)
 }
 

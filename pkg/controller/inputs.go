@@ -189,6 +189,11 @@ type inputSet struct {
 	// hash, under the current key, stands for (keyRecord). "" when the
 	// template shows hash itself.
 	shown string
+	// foreign marks a hash made under another key than the current one,
+	// which the current one cannot stand in for: its data changed since,
+	// or the session now reads other objects. Kept, it keeps the record of
+	// the key it was made under.
+	foreign bool
 }
 
 // inputSets are the sets of every kind, in the order of caches.inputs.
@@ -274,7 +279,7 @@ func withInputs(d *appsv1.Deployment, inputs []input, sets inputSets) {
 		}
 		a[names] = set.names
 		a[digest] = cmp.Or(set.shown, set.hash)
-		if keys, record := in.digestKeys(); record != "" && keys.current != "" && set.hash != "" {
+		if keys, record := in.digestKeys(); record != "" && keys.current != "" && set.hash != "" && !set.foreign {
 			r := keyRecord{key: keys.current}
 			if set.shown != "" {
 				r.hash = set.hash
@@ -365,10 +370,18 @@ func (c *caches) sessionInputs(session *gamesv1.GameSession, d *appsv1.Deploymen
 		}
 		want[i] = set
 		keys, record := in.digestKeys()
-		if d == nil || record == "" || keys.current == "" || have[i].names == "" || have[i].shown != "" || have[i].names != set.names {
+		if d == nil || record == "" || keys.current == "" || have[i].names == "" || have[i].shown != "" {
 			continue
 		}
-		switch r := parseKeyRecord(d.Labels[record]); {
+		r := parseKeyRecord(d.Labels[record])
+		if have[i].names != set.names {
+			// Its template changes anyway, or waits (an object gone): a
+			// digest made under another key, or before records while keys
+			// changed, is recorded under none until it is checked.
+			have[i].foreign = r.key != keys.current && (r.key != "" || keys.previous != "" || keys.created)
+			continue
+		}
+		switch {
 		case r.key == "" && have[i].hash != set.hash && keys.previous != "" && have[i].hash == previous:
 			// Written before records, under the key the rotation replaced.
 			have[i] = inputSet{names: set.names, hash: set.hash, shown: have[i].hash}
@@ -376,10 +389,16 @@ func (c *caches) sessionInputs(session *gamesv1.GameSession, d *appsv1.Deploymen
 			// Written before records, under a key since lost.
 			have[i] = inputSet{names: set.names, hash: set.hash, shown: have[i].hash}
 			adopted = true
+		case r.key == "" && have[i].hash != set.hash && keys.previous != "":
+			// Written before records, under either key, of data changed
+			// since: it moves, and until then no key is recorded for it.
+			have[i].foreign = true
 		case r.key == "" || r.key == keys.current:
 		case r.key == keys.previous:
 			if cmp.Or(r.hash, have[i].hash) == previous {
 				have[i] = inputSet{names: set.names, hash: set.hash, shown: have[i].hash}
+			} else {
+				have[i].foreign = true // changed since: it moves
 			}
 		default:
 			have[i] = inputSet{names: set.names, hash: set.hash, shown: have[i].hash}

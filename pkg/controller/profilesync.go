@@ -468,6 +468,20 @@ func decideRollout(in rolloutInputs) *profilePlan {
 	return next
 }
 
+// waitedForUnpacedPlan reports whether sessions of a profile whose policy
+// is now unpaced may wait for next, a plan towards hash, which no turn of
+// theirs wakes: those that synced under the paced policy the previous plan,
+// or without one (a restart) the stored ProfileRollout, records, before
+// their cache showed the new one (seed 100156461: a new session, no
+// member, waited for good); and those a halt held (turnOf) that next no
+// longer holds.
+func waitedForUnpacedPlan(stored *gamesv1.ProfileRollout, hash string, prev, next *profilePlan) bool {
+	if prev != nil {
+		return prev.memory.Halted && !next.memory.Halted
+	}
+	return stored != nil && (stored.Status.Policy != next.policy || stored.Status.HaltedHash == hash && !next.memory.Halted)
+}
+
 // planRollout plans the rollout of a profile's current revision: it reads
 // what the plan needs, decides it (decideRollout), stores the plan, queues
 // the sessions whose turn came, and reports progress.
@@ -500,8 +514,9 @@ func (c *profileController) planRollout(ctx context.Context, profile *corev1.Con
 	// under a policy just removed must hear of it.
 	if !policy.Unpaced() || (prev != nil && prev.policy != next.policy) {
 		c.wakeSessions(key, members, prev, next)
-	} else if revisionNews(prev, next) {
+	} else if revisionNews(prev, next) || waitedForUnpacedPlan(in.stored, hash, prev, next) {
 		// Sessions waiting for the revision say why: it cannot be created.
+		// Those that waited for a plan hear of it.
 		c.sessions.enqueueSessionsOf(key)
 	}
 	if in.prev != nil && in.prev.policy == next.policy && !sameInputCanaries(in.prev.inputCanaries, next.inputCanaries) {

@@ -41,8 +41,8 @@ const (
 // the digests of the Deployments made before it are checked, so that the
 // sessions whose Secrets did not change meanwhile keep their game servers.
 //
-// Created says that this process made Current, for want of a key Secret: a
-// Deployment whose digest carries no record of its key (written by a
+// Created says that the controller made Current, for want of a key Secret:
+// a Deployment whose digest carries no record of its key (written by a
 // version before records) was then made under a key since lost.
 type SecretDigestKeys struct {
 	Current, Previous []byte

@@ -230,6 +230,13 @@ var foundByLongRuns = []struct {
 	{99842182, "harness: a Deployment being deleted restarts no game server: it holds no place of max-rolling"},
 	{99880284, "profile-budget: a failed rotation of a session off the new content holds back no move to it: the canary moves"},
 	{99922090, "harness: a session outside the cache whose status predates its spec keeps every revision of its profile, as revisionsOutOfSight says"},
+	{100156461, "unpaced: a new session that waited for a plan under the paced policy before a restart hears of the first plan after it"},
+	{100196931, "digest key: the record of a new key alone takes no move along ahead of the profile-change delay"},
+	{100158128, "digest key: a digest that changed since it was made under the previous key is recorded under no key until it moves"},
+	{100152052, "digest key: a digest of an earlier version whose Secret is gone is recorded under no key while keys changed"},
+	{100151319, "harness: a key that took a digest over for other data than the template runs: the move that corrects it is the cost of a lost key"},
+	{100154944, "harness: a digest of an earlier version through two key changes: no process can tell its key"},
+	{100251414, "digest key: a digest of an earlier version whose Secret is gone is recorded under the current key when no key changed"},
 }
 
 func TestSequenceRegressions(t *testing.T) {
@@ -609,7 +616,6 @@ func (w *world) startController() {
 	informers := testInformers(w.kubeClient, w.gameClient)
 	informers.Grants = grantInformer()
 	informers.SecretDigestKeys = w.digestKeys
-	w.digestKeys.Created = false // the next process finds the key Secret
 	c, err := NewController(w.ctx, w.kubeClient, w.gameClient, informers, Options{
 		ProfileSelector:    "games.example.com/profile=true",
 		ProfileChangeDelay: w.profileChangeDelay,

@@ -26,6 +26,12 @@ const (
 	previousDigestKeyField = controller.PreviousDigestKeyField
 )
 
+// madeByControllerAnnotation marks a key Secret the controller made for want
+// of one: a Deployment that records no key was then made under an earlier
+// key, lost (controller.SecretDigestKeys.Created). A rotation's Secret,
+// made by hand, has none.
+const madeByControllerAnnotation = "games.example.com/made-by-controller"
+
 // errBadDigestKey is a digest key Secret that only a user can repair.
 var errBadDigestKey = errors.New("bad Secret digest key")
 
@@ -65,7 +71,8 @@ func secretDigestKey(ctx context.Context, client kubernetes.Interface, namespace
 		existing, err := secrets.Get(ctx, name, metav1.GetOptions{})
 		switch {
 		case err == nil:
-			keys := controller.SecretDigestKeys{Current: existing.Data[secretDigestKeyField], Previous: existing.Data[previousDigestKeyField]}
+			keys := controller.SecretDigestKeys{Current: existing.Data[secretDigestKeyField], Previous: existing.Data[previousDigestKeyField],
+				Created: existing.Annotations[madeByControllerAnnotation] == "true"}
 			if len(keys.Current) < 32 || len(keys.Previous) > 0 && len(keys.Previous) < 32 {
 				return controller.SecretDigestKeys{}, fmt.Errorf("%w: secret %s/%s holds no digest key of at least 32 bytes in %q (nor, if it has one, in %q): write one, or delete the Secret and the controller creates a new key (docs/tenancy.md, rotating the digest key)",
 					errBadDigestKey, namespace, name, secretDigestKeyField, previousDigestKeyField)
@@ -84,6 +91,7 @@ func secretDigestKey(ctx context.Context, client kubernetes.Interface, namespace
 				Namespace: namespace,
 				Labels:    map[string]string{"app.kubernetes.io/name": controller.Name},
 				Annotations: map[string]string{
+					madeByControllerAnnotation:  "true",
 					"games.example.com/purpose": "Keys the digests of labelled Secrets in GameSession pod templates. Keep it: see docs/tenancy.md for how to rotate it.",
 				},
 			},
