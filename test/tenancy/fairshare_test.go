@@ -366,9 +366,10 @@ func TestFairSharesUnderASmallBudget(t *testing.T) {
 	// at most the slowest single move, doubled for the noise of 2 busy
 	// cores. The seconds added cover its own syncs and the watch's delay,
 	// and the ledger's: it frees a place when the session's sync sees its
-	// Deployment complete, and early in a fan-out that sync waits behind
-	// the first syncs of A's waiting sessions (seen here: up to 3 s). A fix
-	// queued behind A's rollout waits about 300/4 moves instead.
+	// Deployment complete (up to 3 s when that sync waited in the status
+	// lane behind A's waiting sessions; 0.2 s since it takes the first
+	// lane). A fix queued behind A's rollout waits about 300/4 moves
+	// instead.
 	bound := changeDelay + 2*slowest + 5*time.Second
 	most, closed := moves.mostMoving()
 	freeSpan := moves.longestWithAPlaceFree()
