@@ -1,9 +1,8 @@
 package controller
 
 import (
-	"fmt"
 	"math/rand/v2"
-	"strings"
+	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -153,7 +152,8 @@ func (w *world) checkKeyRestart(before, after *appsv1.Deployment) {
 			continue
 		}
 		w.covered["Secret digest change checked against the keys"]++
-		if _, recorded := before.Labels[gamesv1.SecretsKeyLabel]; ran == runs && !recorded && len(w.keysHad) > 2 {
+		same := slices.Equal(ran, runs)
+		if _, recorded := before.Labels[gamesv1.SecretsKeyLabel]; same && !recorded && len(w.keysHad) > 2 {
 			// Written before the controller recorded keys (populated), and
 			// through more than one key change since: which key it was
 			// made under, no process can tell (docs/tenancy.md: rotate
@@ -161,7 +161,7 @@ func (w *world) checkKeyRestart(before, after *appsv1.Deployment) {
 			w.covered["Secret digest of an earlier version, key unknown"]++
 			continue
 		}
-		if ran == runs && w.adoptedOtherData(in, before, had, ran) {
+		if same && w.adoptedOtherData(in, before, had, ran) {
 			// The key that took the digest over took it for the data its
 			// cache showed, not those the template ran (a change pending,
 			// or made while no process held a key): the move is the
@@ -169,8 +169,8 @@ func (w *world) checkKeyRestart(before, after *appsv1.Deployment) {
 			w.covered["Secret digest taken over for other data, corrected"]++
 			continue
 		}
-		if ran == runs {
-			w.violate("key-change-restart", "Deployment %s restarted with another digest of the same data of its Secrets (%s): "+
+		if same {
+			w.violate("key-change-restart", "Deployment %s restarted with another digest of the same data of its Secrets (%v): "+
 				"a new digest key restarted its game servers", after.Name, ran)
 		}
 	}
@@ -178,37 +178,23 @@ func (w *world) checkKeyRestart(before, after *appsv1.Deployment) {
 
 // adoptedOtherData reports whether d's key record says a key took its
 // digest over for other data than those it runs, told by ran (dataRun).
-func (w *world) adoptedOtherData(in *worldInput, d *appsv1.Deployment, set inputSet, ran string) bool {
+func (w *world) adoptedOtherData(in *worldInput, d *appsv1.Deployment, set inputSet, ran []int) bool {
 	r := parseKeyRecord(d.Labels[gamesv1.SecretsKeyLabel])
 	if r.hash == "" || r.key != KeyFingerprint(w.digestKeys.Current) {
 		return false
 	}
 	names := splitNames(set.names)
-	var picked []int
-	if _, err := fmt.Sscan(strings.Trim(ran, "[]")+"\n", scanTargets(len(names), &picked)...); err != nil {
-		return false
-	}
 	digests := make([]string, len(names))
 	for i, name := range names {
-		digests[i] = w.dataDigests(in, name)[picked[i]]
+		digests[i] = w.dataDigests(in, name)[ran[i]]
 	}
 	return inputSetHash(names, digests) != r.hash
-}
-
-// scanTargets makes n int targets for fmt.Sscan, kept in *out.
-func scanTargets(n int, out *[]int) []any {
-	*out = make([]int, n)
-	targets := make([]any, n)
-	for i := range targets {
-		targets[i] = &(*out)[i]
-	}
-	return targets
 }
 
 // dataRun tells which data a template's set of Secrets runs, by the index of
 // each one's data among those it can have held (dataDigests), if the digest
 // of some of them under one of the keys the world has had is the set's.
-func (w *world) dataRun(in *worldInput, set inputSet) (string, bool) {
+func (w *world) dataRun(in *worldInput, set inputSet) ([]int, bool) {
 	names := splitNames(set.names)
 	versions := make([][]object, len(names))
 	for i, name := range names {
@@ -240,8 +226,8 @@ func (w *world) dataRun(in *worldInput, set inputSet) (string, bool) {
 			return false
 		}
 		if try(0) {
-			return fmt.Sprint(picked), true
+			return picked, true
 		}
 	}
-	return "", false
+	return nil, false
 }
