@@ -143,6 +143,8 @@ type move struct {
 type moveStarted struct {
 	at        time.Time
 	namespace string
+	// key is the session's; "" for a start found recorded at the start.
+	key string
 }
 
 // hasProfilePlace reports whether the move takes one of its profile's
@@ -194,8 +196,9 @@ func (l *moveLedger) limited() bool {
 // admit grants the session move m if the cluster's limits, and for a move
 // with a profile place its profile's limit, leave room, and records it. A
 // session granted the same move before is granted again without counting
-// twice (a write retried after a conflict). A refused session waits for its
-// wake.
+// twice (a write retried after a conflict), its start moved to now: the
+// budget per minute counts from the write that restarts game servers, which
+// may be this one. A refused session waits for its wake.
 //
 // Without a limit to keep, nothing needs to know of the move: an unpaced
 // profile's moves are recorded only under cluster limits.
@@ -208,6 +211,7 @@ func (l *moveLedger) admit(key string, m move, profileLimit int) (bool, ledgerWa
 	now := l.clock.Now()
 	previous, moving := l.moves[key]
 	if moving && previous.kind == m.kind && previous.to == m.to && previous.profile == m.profile && !previous.stalled {
+		l.restartLocked(key, now)
 		return true, l.wakeLocked(now)
 	}
 	if l.profileRefusesLocked(key, m, profileLimit) {
@@ -287,8 +291,21 @@ func (l *moveLedger) clusterRoomLocked(key string, now time.Time, hasClusterPlac
 // startLocked records a move of the session started at now.
 func (l *moveLedger) startLocked(key string, now time.Time) {
 	namespace := namespaceOfKey(key)
-	l.starts = append(l.starts, moveStarted{at: now, namespace: namespace})
+	l.starts = append(l.starts, moveStarted{at: now, namespace: namespace, key: key})
 	l.nsStarted[namespace]++
+}
+
+// restartLocked moves the session's last start within the minute to now:
+// its move is written again (seed 100383317: a write refused by a conflict,
+// retried 1.4 s later, would otherwise let the minute's next move start
+// 1.4 s early).
+func (l *moveLedger) restartLocked(key string, now time.Time) {
+	for i := len(l.starts) - 1; i >= 0; i-- {
+		if l.starts[i].key == key {
+			l.starts = append(slices.Delete(l.starts, i, i+1), moveStarted{at: now, namespace: namespaceOfKey(key), key: key})
+			return
+		}
+	}
 }
 
 // keepLocked keeps a place for the woken session until its next sync.

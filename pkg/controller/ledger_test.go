@@ -81,6 +81,29 @@ func TestClusterBudgetPerMinuteWakesLater(t *testing.T) {
 	}
 }
 
+// A move granted again (its write refused by a conflict, retried later)
+// starts when it is written again: the minute counts from then.
+func TestClusterBudgetPerMinuteCountsFromTheRetriedWrite(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC))
+	b := newMoveLedger(clk, 0, 1)
+	if ok, _ := b.admit("ns/a", move{kind: profileMove, to: "h"}, unlimited); !ok {
+		t.Fatal("first move refused")
+	}
+	clk.Step(1400 * time.Millisecond) // the write failed; its retry
+	if ok, _ := b.admit("ns/a", move{kind: profileMove, to: "h"}, unlimited); !ok {
+		t.Fatal("the retried write's move refused")
+	}
+	b.release("ns/a")
+	clk.Step(time.Minute - time.Second)
+	if ok, _ := b.admit("ns/b", move{kind: profileMove, to: "h"}, unlimited); ok {
+		t.Error("a second move started within a minute of the retried write")
+	}
+	clk.Step(time.Second)
+	if ok, _ := b.admit("ns/b", move{kind: profileMove, to: "h"}, unlimited); !ok {
+		t.Error("refused a minute after the retried write")
+	}
+}
+
 func TestClusterBudgetSeedCountsAsStarted(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC))
 	b := newMoveLedger(clk, 3, 3)
