@@ -92,6 +92,10 @@ func (w *world) stepActions() []action {
 	if w.tenancy {
 		actions = append(actions, action{2, w.createGrant}, action{2, w.deleteGrant})
 	}
+	if w.platformSessions {
+		// Edits of pf-z move both namespaces' sessions at once.
+		actions = append(actions, action{4, w.editPlatformProfile})
+	}
 	for _, in := range w.inputs {
 		actions = append(actions, action{8, func() bool { return w.writeInput(in) }}, action{1, func() bool { return w.annotateInput(in) }},
 			action{2, func() bool { return w.relabelInput(in) }}, action{2, func() bool { return w.deleteInput(in) }})
@@ -191,14 +195,14 @@ func (w *world) advance(d time.Duration) {
 // ---- Users: GameSessions ----
 
 func (w *world) createSession() bool {
-	name := pick(w, worldSessionNames)
+	name := pick(w, w.sessionNames())
 	if w.server.session(name) != nil {
 		return false
 	}
 	s := &gamesv1.GameSession{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: worldNamespace},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: worldNamespaceOf(name)},
 		Spec: gamesv1.GameSessionSpec{
-			ProfileRef: pick(w, w.profileRefs()),
+			ProfileRef: pick(w, w.refsFor(name)),
 			Image:      pick(w, worldImages),
 			Replicas:   ptr.To(w.rng.Int32N(4)),
 			Ports:      pick(w, worldPortSets),
@@ -224,7 +228,7 @@ func (w *world) editSession() bool {
 	case 2:
 		s.Spec.Ports = pick(w, worldPortSets)
 	case 3:
-		s.Spec.ProfileRef = pick(w, w.profileRefs())
+		s.Spec.ProfileRef = pick(w, w.refsFor(s.Name))
 	case 4:
 		s.Spec.Resources = pick(w, worldResources)
 	}
@@ -457,13 +461,13 @@ func (w *world) deleteDeployment() bool {
 // createForeignDeployment takes a session's name for a Deployment the
 // session does not control, with or without the managed-by label.
 func (w *world) createForeignDeployment() bool {
-	name := pick(w, worldSessionNames)
+	name := pick(w, w.sessionNames())
 	if w.server.deployment(name) != nil {
 		return false
 	}
 	labels := map[string]string{"app": "foreign-" + name}
 	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: worldNamespace, Labels: map[string]string{"app": "foreign-" + name}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: worldNamespaceOf(name), Labels: map[string]string{"app": "foreign-" + name}},
 		Spec: appsv1.DeploymentSpec{
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
@@ -610,7 +614,10 @@ func (w *world) populate() {
 			}
 		}
 	}
-	if w.paced {
+	if w.platformSessions {
+		w.populatePlatform()
+	}
+	if w.paced || w.platformSessions {
 		w.populateRunning()
 	}
 }
@@ -626,7 +633,7 @@ func (w *world) populateRunning() {
 			continue
 		}
 		hash := ProfileHash(p)
-		if w.server.revision(worldRevisionName(s.Spec.ProfileRef, hash)) == nil {
+		if w.server.revision(worldRevisionName(s.Namespace, s.Spec.ProfileRef, hash)) == nil {
 			_, err := w.server.create(byController, revisionsResource, newRevision(p, hash, s.Namespace))
 			must(err)
 		}

@@ -81,7 +81,7 @@ func (w *world) checkControllerGet(name string) {
 	s := w.caches[sessionsResource].session(name)
 	deployments := w.caches[deploymentsResource]
 	lostFromCache := deployments.deployment(name) == nil && s != nil &&
-		(s.Status.ProfileHash != "" || s.Status.Replicas > 0 || w.controllerTried[name] || deployments.everHeld[worldNamespace+"/"+name] ||
+		(s.Status.ProfileHash != "" || s.Status.Replicas > 0 || w.controllerTried[name] || deployments.everHeld[worldKeyOf(name)] ||
 			w.replicaSetCachedOf(name) || s.Status.ObservedGeneration > 0 && s.Status.ObservedGeneration < s.Generation)
 	if !afterCreate && !lostFromCache {
 		w.violate("unexpected-request", "GET of Deployment %s other than right after a Create answered AlreadyExists, "+
@@ -96,7 +96,7 @@ func (w *world) replicaSetCachedOf(name string) bool {
 	return slices.ContainsFunc(w.caches[replicaSetsResource].indexer.List(), func(obj interface{}) bool {
 		rs := obj.(*appsv1.ReplicaSet)
 		ref := metav1.GetControllerOfNoCopy(rs)
-		return rs.Namespace == worldNamespace && ref != nil && ref.Kind == "Deployment" && ref.Name == name
+		return rs.Namespace == worldNamespaceOf(name) && ref != nil && ref.Kind == "Deployment" && ref.Name == name
 	})
 }
 
@@ -294,7 +294,7 @@ func (w *world) noRevisionToMount(s *gamesv1.GameSession, profile *corev1.Config
 		return false
 	}
 	hash := d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]
-	return d.Labels[worldManagedByLabel] != worldManagedByValue || w.server.revision(worldRevisionName(profile.Name, hash)) == nil
+	return d.Labels[worldManagedByLabel] != worldManagedByValue || w.server.revision(worldRevisionName(d.Namespace, profile.Name, hash)) == nil
 }
 
 // checkUpToDateClaim checks that a session whose Deployment the controller
@@ -304,7 +304,7 @@ func (w *world) checkUpToDateClaim(s *gamesv1.GameSession, profile *corev1.Confi
 	upToDate := meta.FindStatusCondition(s.Status.Conditions, gamesv1.ConditionProfileUpToDate)
 	if hash := ProfileHash(profile); conditionIs(upToDate, metav1.ConditionTrue, "") && !mountsRevision(d, profile.Name, hash) {
 		w.violate("condition-lie", "GameSession %s: ProfileUpToDate is %s, but Deployment %s mounts %q, not revision %s of profile %s",
-			s.Name, describeCondition(upToDate), d.Name, mountedConfigMap(d), worldRevisionName(profile.Name, hash), profile.Name)
+			s.Name, describeCondition(upToDate), d.Name, mountedConfigMap(d), worldRevisionName(d.Namespace, profile.Name, hash), profile.Name)
 	}
 }
 
@@ -321,7 +321,7 @@ func (w *world) checkStatusDescribes(s *gamesv1.GameSession, d *appsv1.Deploymen
 	// names the same content; else none is known.
 	revision := ""
 	if mountsRevision(d, s.Spec.ProfileRef, hash) {
-		revision = worldRevisionName(s.Spec.ProfileRef, hash)
+		revision = worldRevisionName(d.Namespace, s.Spec.ProfileRef, hash)
 	}
 	if s.Status.ProfileRevision != revision {
 		w.violate("condition-lie", "GameSession %s: status.profileRevision is %q, but the Deployment runs %q (mounts %q, annotation %q)",
@@ -419,7 +419,7 @@ func deploymentMismatches(s *gamesv1.GameSession, wantHash string, d *appsv1.Dep
 	if hash == "" {
 		hash = d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]
 	}
-	if want := worldRevisionName(s.Spec.ProfileRef, hash); profileVolume != want {
+	if want := worldRevisionName(s.Namespace, s.Spec.ProfileRef, hash); profileVolume != want {
 		m = append(m, fmt.Sprintf("profile volume names ConfigMap %q, want revision %q", profileVolume, want))
 	}
 	return m

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -135,7 +134,7 @@ func (w *world) isMove(after *appsv1.Deployment) bool {
 // most the session's spec, keeping the revision the Deployment runs, and the
 // revision's arrival queues the session again.
 func (w *world) heldForRevision(key string) bool {
-	name := strings.TrimPrefix(key, worldNamespace+"/")
+	name := worldNameOfKey(key)
 	s := w.caches[sessionsResource].session(name)
 	if s == nil || s.DeletionTimestamp != nil {
 		return false
@@ -152,7 +151,7 @@ func (w *world) heldForRevision(key string) bool {
 	if mountsRevision(d, p.Name, hash) {
 		return false
 	}
-	revision := worldRevisionName(p.Name, hash)
+	revision := worldRevisionName(s.Namespace, p.Name, hash)
 	cached := w.caches[revisionsResource].revision(revision)
 	deleted, lately := w.deletedLately[revision]
 	return cached == nil || (lately && cached.UID == deleted)
@@ -250,6 +249,9 @@ func (w *world) noteDelivered(r apiResource, ev watchEvent, prev object) {
 		granted := w.grantedInCache()
 		if granted != w.cacheGranted {
 			for name := range w.cachedSessionsOf(worldPlatformProfile) {
+				if worldNamespaceOf(name) == worldPlatformNamespace {
+					continue // the platform's own need no grant
+				}
 				if granted {
 					w.creditAppeared(map[string]bool{name: true})
 				} else {

@@ -454,6 +454,10 @@ type world struct {
 	// delivered, permits the world's sessions the platform's profile.
 	tenancy      bool
 	cacheGranted bool
+	// platformSessions: the platform runs sessions of its own on its
+	// profile, and the cluster-wide budget is shared by two namespaces
+	// (world_tenancy_test.go).
+	platformSessions bool
 	// inputs are the kinds of referenced input the sessions read, whose
 	// objects users write, relabel and delete (world_inputs_test.go);
 	// inputMoves counts, by session, the changes of its inputs its cache
@@ -486,7 +490,10 @@ type world struct {
 }
 
 func newWorld(seed uint64) *world {
-	return newWorldOf(seed, matchSafeOf(seed), tenancyOf(seed), inputsOf(seed)...)
+	tenancy := tenancyOf(seed)
+	// The platform's sessions are there to share the cluster-wide budget
+	// with the world's: their sequences have one (match-safe).
+	return newWorldOf(seed, matchSafeOf(seed) || tenancy && platformSessionsOf(seed), tenancy, inputsOf(seed)...)
 }
 
 // newWorldOf is newWorld, match-safe or not, with the platform's profile and
@@ -531,6 +538,8 @@ func newWorldOf(seed uint64, matchSafe, tenancy bool, inputs ...*worldInput) *wo
 		tenancy:    tenancy,
 		inputs:     inputs,
 
+		platformSessions: tenancy && platformSessionsOf(seed),
+
 		inputMoves: map[string]int{},
 
 		digestKeys: SecretDigestKeys{Current: worldDigestKey},
@@ -549,6 +558,11 @@ func newWorldOf(seed uint64, matchSafe, tenancy bool, inputs ...*worldInput) *wo
 		w.broken[ProfileHash(&corev1.ConfigMap{Data: pick(w, worldProfileData)})] = true
 	}
 	w.matchSafe = newMatchSafeWorld(matchSafe, w.rng)
+	if w.platformSessions {
+		// Both namespaces' sessions share a budget that binds, with room
+		// for more than one: what each holds then tells them apart.
+		w.matchSafe.maxMoving, w.matchSafe.perMinute = fairShareBudgetOf(seed)
+	}
 	w.actions = w.stepActions()
 	w.server = newAPIServer(w.clock, w.observe)
 	// Bare fakes: the reactors answer every request, so the fakes' object
@@ -563,6 +577,9 @@ func newWorldOf(seed uint64, matchSafe, tenancy bool, inputs ...*worldInput) *wo
 	}
 	if tenancy {
 		w.logf("tenancy: sessions may use %s by grant", worldPlatformRef)
+	}
+	if w.platformSessions {
+		w.logf("fair shares: the platform runs sessions %v of its own on %s", worldPlatformSessionNames, worldPlatformRef)
 	}
 	for _, in := range inputs {
 		w.logf("inputs: sessions read labelled %ss %v", in.kind, in.names)
@@ -696,12 +713,14 @@ func (w *world) startController() {
 // rate-limited in each queue, that is, the syncs that failed.
 func (w *world) call(fn func()) (sessions, profiles []string) {
 	w.noteCanaryView()
+	before := viewLedger(w.ctrl.sessions.moves)
 	sessions = w.queue.call(func() { profiles = w.profileQueue.call(fn) })
 	w.checkInputReadersQueued()
 	if wrong := w.ctrl.sessions.moves.books(); wrong != "" {
 		// The ledger's own counts: what its limits and fair queue go by.
 		w.violate("ledger-books", "%s", wrong)
 	}
+	w.checkFairShare(before, viewLedger(w.ctrl.sessions.moves))
 	return sessions, profiles
 }
 
@@ -736,7 +755,7 @@ func (w *world) sync() bool {
 		return false
 	}
 	key := w.syncKey
-	name := strings.TrimPrefix(key, worldNamespace+"/")
+	name := worldNameOfKey(key)
 	if slices.Contains(rateLimited, key) {
 		// Failures count once the world is quiet and the caches have
 		// received everything: before that, a sync may fail for want of

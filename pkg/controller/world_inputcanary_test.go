@@ -154,7 +154,7 @@ func (w *world) gatherReaders(in *worldInput, name string) bool {
 	}
 	// Readers to hold back: every session name live.
 	for range 10 {
-		if len(w.server.sessions()) == len(worldSessionNames) {
+		if !slices.ContainsFunc(worldSessionNames, func(name string) bool { return w.server.session(name) == nil }) {
 			break
 		}
 		w.createSession()
@@ -165,8 +165,8 @@ func (w *world) gatherReaders(in *worldInput, name string) bool {
 		w.updatePolicy(p)
 	}
 	for _, s := range w.server.sessions() {
-		if s.DeletionTimestamp != nil {
-			continue
+		if s.DeletionTimestamp != nil || platformSession(s) {
+			continue // the platform's sessions read no inputs
 		}
 		ref := worldRefOf(p.Name)
 		if s.Spec.ProfileRef == ref && slices.Contains(in.readBy(s.Spec.Template), name) {

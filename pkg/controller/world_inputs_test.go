@@ -278,8 +278,8 @@ var worldReadWays = []string{"volume", "projected", "env", "envFrom"}
 // projected ones of both kinds in one volume), or takes its template away.
 func (w *world) editSessionInputs() bool {
 	s := w.liveSession()
-	if s == nil {
-		return false
+	if s == nil || platformSession(s) {
+		return false // the platform's sessions read no inputs
 	}
 	var t *corev1.PodTemplateSpec
 	var reads []string
@@ -419,7 +419,7 @@ type inputReader struct{ input, session string }
 // other event syncs the session, which may be never.
 func (w *world) checkInputReadersQueued() {
 	for _, r := range w.inputReaders {
-		if !w.queue.queued(worldNamespace + "/" + r.session) {
+		if !w.queue.queued(worldKeyOf(r.session)) {
 			w.violate("input-change-unqueued", "the controller's cache showed a change of %s, but GameSession %s, which reads it, is not queued",
 				r.input, r.session)
 		}

@@ -219,14 +219,14 @@ func (w *world) checkMatchSafeMove(s *gamesv1.GameSession, d *appsv1.Deployment,
 			waits, _ := policy.Defers(first, now)
 			if policy.MaxDefer == nil || (seen && waits) {
 				w.violate("busy-moved", "Deployment %s %s onto revision %s while its session is busy, under max-defer %v (content first seen at %s)",
-					d.Name, what, worldRevisionName(profile, hash), policy.MaxDefer, first.Sub(w.start))
+					d.Name, what, worldRevisionName(d.Namespace, profile, hash), policy.MaxDefer, first.Sub(w.start))
 			}
 		}
 		if policy.Window != nil {
 			w.covered["move in a window"]++
 			if !policy.Window.Open(now) {
 				w.violate("window-moved", "Deployment %s %s onto revision %s at %s, outside the window %s",
-					d.Name, what, worldRevisionName(profile, hash), now.Format(time.RFC3339), policy.Window)
+					d.Name, what, worldRevisionName(d.Namespace, profile, hash), now.Format(time.RFC3339), policy.Window)
 			}
 		}
 	}

@@ -47,11 +47,17 @@ const (
 )
 
 // worldRevisionName is the name of the revision of a profile's content that
-// the world's sessions mount, the profile given by name or as they refer to
-// it: "pf-x-<hash>", and for the platform's profile, which they use as
-// platform/pf-z, the copy in their namespace, "platform.pf-z-<hash>".
-func worldRevisionName(profile, hash string) string {
-	return revisionNameOf(worldRefOf(profileNameOf(profile)), hash)
+// the world's sessions of namespace mount, the profile given by name or as
+// they refer to it: "pf-x-<hash>"; for the platform's profile, the
+// platform's own revision "pf-z-<hash>" in its namespace, and in the
+// sessions' namespace, which uses it as platform/pf-z, the copy
+// "platform.pf-z-<hash>".
+func worldRevisionName(namespace, profile, hash string) string {
+	name := profileNameOf(profile)
+	if home := worldNamespaceOf(name); home != namespace {
+		return revisionNameOf(home+"/"+name, hash)
+	}
+	return revisionNameOf(name, hash)
 }
 
 // revisionNameOf is the name of a revision as its revision-of annotation
@@ -90,7 +96,7 @@ func mountedConfigMap(d *appsv1.Deployment) string {
 // content hash, and says so in its annotation.
 func mountsRevision(d *appsv1.Deployment, profile, hash string) bool {
 	return d != nil && d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation] == hash &&
-		mountedConfigMap(d) == worldRevisionName(profile, hash)
+		mountedConfigMap(d) == worldRevisionName(d.Namespace, profile, hash)
 }
 
 // ---- The controller's requests ----
@@ -310,7 +316,7 @@ func (w *world) deleteRevisionByUser() bool {
 // says the session runs it.
 func (w *world) checkSessionRevision(s *gamesv1.GameSession, profile *corev1.ConfigMap) {
 	hash := ProfileHash(profile)
-	name := worldRevisionName(profile.Name, hash)
+	name := worldRevisionName(s.Namespace, profile.Name, hash)
 	del := w.revisionDeletions[name]
 	switch r := w.server.revision(name); {
 	case r == nil && w.revisionQuota && (del.by == byUser || del.raced):
@@ -348,7 +354,11 @@ func (w *world) checkSessionRevision(s *gamesv1.GameSession, profile *corev1.Con
 func (w *world) revisionsOutOfSight(profile string) (outOfSight map[string]bool, unaccounted bool) {
 	outOfSight = map[string]bool{}
 	for _, s := range w.server.sessions() {
-		if !uses(s, profileNameOf(profile)) && profile != worldPlatformRef {
+		// The revisions of annotation "pf-z" are the platform's own, in its
+		// namespace, for its sessions; those of "platform/pf-z" are copies
+		// in the world's.
+		if revisionNamespace := worldNamespaceOf(revisionNameOf(profile, "")); s.Namespace != revisionNamespace ||
+			!uses(s, profileNameOf(profile)) && profile != worldPlatformRef {
 			continue
 		}
 		if d := w.server.deployment(s.Name); d != nil && d.Labels[worldManagedByLabel] == worldManagedByValue {

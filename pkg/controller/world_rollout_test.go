@@ -300,7 +300,7 @@ func (w *world) checkMove(before, after *appsv1.Deployment) {
 		return // not a move
 	}
 	start := from == ""
-	what := fmt.Sprintf("moved from revision %s", worldRevisionName(profile, from))
+	what := fmt.Sprintf("moved from revision %s", worldRevisionName(after.Namespace, profile, from))
 	if start {
 		what = fmt.Sprintf("started (it mounted %q)", mountedConfigMap(before))
 	}
@@ -309,7 +309,7 @@ func (w *world) checkMove(before, after *appsv1.Deployment) {
 		epoch: w.profileEpoch[profile], refEpoch: w.refEpoch[after.Name], disturbed: w.disturbed[after.Name]}
 	if w.moveCount[key]++; w.moveCount[key] > 1 {
 		w.violate("moved-twice", "Deployment %s %s onto revision %s for the %d. time, with nothing in between that set it back",
-			after.Name, what, worldRevisionName(profile, hash), w.moveCount[key])
+			after.Name, what, worldRevisionName(after.Namespace, profile, hash), w.moveCount[key])
 	}
 
 	if h, ok := w.halts[profile]; ok && h.hash == hash && h.epoch == w.profileEpoch[profile] {
@@ -317,9 +317,9 @@ func (w *world) checkMove(before, after *appsv1.Deployment) {
 		if r := w.server.rollout(profile); r != nil {
 			stable = r.Status.StableHash
 		}
-		if !start || (stable != "" && stable != hash && w.caches[revisionsResource].revision(worldRevisionName(profile, stable)) != nil) {
+		if !start || (stable != "" && stable != hash && w.caches[revisionsResource].revision(worldRevisionName(after.Namespace, profile, stable)) != nil) {
 			w.violate("halt-moved", "Deployment %s %s onto revision %s, whose rollout halted (stable %q)",
-				after.Name, what, worldRevisionName(profile, hash), stable)
+				after.Name, what, worldRevisionName(after.Namespace, profile, hash), stable)
 		}
 	}
 	if start {
@@ -330,7 +330,7 @@ func (w *world) checkMove(before, after *appsv1.Deployment) {
 	cached := w.caches[profilesResource].profile(profile)
 	if cached != nil && ProfileHash(cached) == hash && worldPolicy(cached).Paused {
 		w.violate("paused-moved", "Deployment %s %s onto revision %s while the controller's cache shows the rollout policy %s",
-			after.Name, what, worldRevisionName(profile, hash), describePolicy(cached.Annotations))
+			after.Name, what, worldRevisionName(after.Namespace, profile, hash), describePolicy(cached.Annotations))
 	}
 	w.checkMatchSafeMove(s, after, profile, hash, what)
 	w.checkBudget(after, profile, hash, what)
@@ -366,7 +366,7 @@ func (w *world) checkBudget(d *appsv1.Deployment, profile, hash, what string) {
 	}
 	if len(set) > budget {
 		w.violate("budget-exceeded", "Deployment %s %s onto revision %s: %d moved sessions not Ready (%s), max-rolling allows %d",
-			d.Name, what, worldRevisionName(profile, hash), len(set), strings.Join(slices.Sorted(maps.Keys(set)), ", "), budget)
+			d.Name, what, worldRevisionName(d.Namespace, profile, hash), len(set), strings.Join(slices.Sorted(maps.Keys(set)), ", "), budget)
 	}
 }
 
@@ -582,6 +582,13 @@ func rolloutBlockedReason(r *gamesv1.ProfileRollout) string {
 	return ""
 }
 
+// withoutCondition is a copy of r without the condition of that type.
+func withoutCondition(r *gamesv1.ProfileRollout, condition string) *gamesv1.ProfileRollout {
+	r = r.DeepCopy()
+	meta.RemoveStatusCondition(&r.Status.Conditions, condition)
+	return r
+}
+
 // heldReasons are the ProfileUpToDate reasons of a session that a rollout
 // keeps off its profile's current content.
 var heldReasons = []string{gamesv1.ReasonWaitingForTurn, gamesv1.ReasonRolloutPaused, gamesv1.ReasonRolloutHalted,
@@ -608,7 +615,21 @@ func (w *world) heldAtRest(s *gamesv1.GameSession, profile *corev1.ConfigMap, d 
 		// that it says so.
 		return true
 	}
-	switch want := rolloutBlockedReason(r); {
+	want := rolloutBlockedReason(r)
+	if want == gamesv1.ReasonRevisionUnavailable && w.server.revision(worldRevisionName(s.Namespace, profile.Name, ProfileHash(profile))) != nil {
+		// The revision the rollout cannot create is another namespace's:
+		// for this session the rollout is as if it had it (a profile
+		// shared by grant has a revision in each namespace).
+		// Its Stalled condition says so too, and hides whatever else
+		// stalls it: the session may say any reason that holds it.
+		w.covered["revision unavailable in another namespace"]++
+		other := withoutCondition(r, gamesv1.ConditionRevisionAvailable)
+		if c := meta.FindStatusCondition(other.Status.Conditions, gamesv1.ConditionStalled); c != nil && c.Reason == gamesv1.ReasonRevisionCreateFailed {
+			return true
+		}
+		want = rolloutBlockedReason(other)
+	}
+	switch {
 	case want == gamesv1.ReasonSessionBusy && upToDate.Reason == gamesv1.ReasonWaitingForTurn:
 		// Idle, behind a busy canary.
 	case want == "":

@@ -58,10 +58,20 @@ const (
 
 // worldNamespaceOf is the namespace of the world's object of that name.
 func worldNamespaceOf(name string) string {
-	if name == worldPlatformProfile || strings.HasPrefix(name, worldPlatformProfile+"-") || strings.HasPrefix(name, worldGrantPrefix) {
+	if name == worldPlatformProfile || strings.HasPrefix(name, worldPlatformProfile+"-") || strings.HasPrefix(name, worldGrantPrefix) ||
+		strings.HasPrefix(name, worldPlatformSessionPrefix) {
 		return worldPlatformNamespace
 	}
 	return worldNamespace
+}
+
+// worldKeyOf is the queue key of the world's session of that name.
+func worldKeyOf(name string) string { return worldNamespaceOf(name) + "/" + name }
+
+// worldNameOfKey is the name of the session a queue key names.
+func worldNameOfKey(key string) string {
+	_, name, _ := strings.Cut(key, "/")
+	return name
 }
 
 // Finalizers the API server adds for foreground and orphan deletion, and the

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 )
@@ -39,16 +40,20 @@ const worldGrantPrefix = "grant-"
 
 // worldGrants are the grants users make, by name, and whether each permits
 // the world's sessions pf-z.
-var worldGrants = []struct {
-	name        string
-	from, to    string // the namespace granted; the ConfigMap granted ("" for all)
-	permitsPfZ  bool
-	description string
-}{
+var worldGrants = []worldGrant{
 	{worldGrantPrefix + "pf-z", worldNamespace, worldPlatformProfile, true, "pf-z to the world's sessions"},
 	{worldGrantPrefix + "all", worldNamespace, "", true, "every ConfigMap to the world's sessions"},
 	{worldGrantPrefix + "other", worldNamespace, "pf-w", false, "another ConfigMap to the world's sessions"},
 	{worldGrantPrefix + "elsewhere", "elsewhere", "", false, "every ConfigMap to another namespace's sessions"},
+}
+
+// worldGrant is a grant users make, by name, and whether it permits the
+// world's sessions pf-z.
+type worldGrant struct {
+	name        string
+	from, to    string // the namespace granted; the ConfigMap granted ("" for all)
+	permitsPfZ  bool
+	description string
 }
 
 // tenancyOf decides whether a sequence has the platform's profile and its
@@ -59,7 +64,103 @@ func tenancyOf(seed uint64) bool {
 	return rand.New(rand.NewPCG(seed, 0x7e4a)).IntN(2) == 0
 }
 
-// profileRefs are the references sessions are created or edited with.
+// Fair shares in the sequences: in half of those of tenancy
+// (platformSessionsOf), the platform runs sessions of its own on pf-z,
+// "pgs-*" in its namespace. The cluster-wide budget is then shared by two
+// namespaces, and pf-z's sessions, granted to the world's, are a flow in
+// each: the fair queue chooses between namespaces, and fairShareChecker
+// holds it to that choice. The platform's sessions read no inputs.
+const worldPlatformSessionPrefix = "pgs-"
+
+var worldPlatformSessionNames = []string{"pgs-a", "pgs-b", "pgs-c"}
+
+// platformSessionsOf decides, from a stream of its own, whether a sequence
+// of tenancy has the platform's sessions.
+func platformSessionsOf(seed uint64) bool {
+	return rand.New(rand.NewPCG(seed, 0xfa125)).IntN(2) == 0
+}
+
+// fairShareBudgets are the cluster-wide budgets of the sequences of the
+// platform's sessions: sessions moving at once, and moves per minute.
+var fairShareBudgets = []struct{ moving, perMinute int }{{2, 0}, {3, 0}, {0, 2}, {0, 3}, {1, 3}, {2, 4}}
+
+// fairShareBudgetOf picks a sequence's budget from a stream of its own.
+func fairShareBudgetOf(seed uint64) (moving, perMinute int) {
+	b := fairShareBudgets[rand.New(rand.NewPCG(seed, 0xfa126)).IntN(len(fairShareBudgets))]
+	return b.moving, b.perMinute
+}
+
+// sessionNames are the names users create sessions (and foreign
+// Deployments) under.
+func (w *world) sessionNames() []string {
+	if w.platformSessions {
+		return append(slices.Clone(worldSessionNames), worldPlatformSessionNames...)
+	}
+	return worldSessionNames
+}
+
+// populatePlatform starts a sequence of the platform's sessions with
+// sessions of both namespaces on pf-z, granted, for its edits to move
+// (populateRunning then runs them): both namespaces wait for the
+// cluster-wide budget at once.
+func (w *world) populatePlatform() {
+	if w.server.profile(worldPlatformProfile) == nil {
+		p := &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: worldPlatformProfile, Namespace: worldPlatformNamespace,
+				Labels: map[string]string{gamesv1.ProfileLabel: gamesv1.ProfileLabelValue}},
+			Data: pick(w, worldProfileData),
+		}
+		if w.paced {
+			p.Annotations = w.randomPolicy()
+		}
+		_, err := w.server.create(byUser, profilesResource, p)
+		must(err)
+	}
+	if w.server.get(grantsResource, worldGrants[0].name) == nil {
+		w.createGrantOf(worldGrants[0])
+	}
+	for _, name := range w.sessionNames() {
+		if w.server.session(name) != nil {
+			continue
+		}
+		s := &gamesv1.GameSession{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: worldNamespaceOf(name)},
+			Spec: gamesv1.GameSessionSpec{ProfileRef: pick(w, w.refsFor(name)), Image: pick(w, worldImages),
+				Replicas: ptr.To(1 + w.rng.Int32N(3)), Ports: pick(w, worldPortSets)},
+		}
+		_, err := w.server.create(byUser, sessionsResource, s)
+		must(err)
+	}
+	w.logf("user: pf-z, its grant, and sessions of both namespaces")
+}
+
+// editPlatformProfile edits pf-z's data.
+func (w *world) editPlatformProfile() bool {
+	p := w.server.profile(worldPlatformProfile)
+	if p == nil {
+		return false
+	}
+	p.Data = pick(w, worldProfileData)
+	updated, err := w.server.update(byUser, profilesResource, p, true)
+	must(err)
+	w.logf("user: edit configmap %s data, hash %s (rv %s)", p.Name, ProfileHash(p), updated.GetResourceVersion())
+	return true
+}
+
+// platformSession reports whether the session is one of the platform's.
+func platformSession(s *gamesv1.GameSession) bool { return s.Namespace == worldPlatformNamespace }
+
+// refsFor are the references the session of that name is created or edited
+// with: the platform's sessions use pf-z, of their own namespace.
+func (w *world) refsFor(name string) []string {
+	if worldNamespaceOf(name) == worldPlatformNamespace {
+		return []string{worldPlatformProfile}
+	}
+	return w.profileRefs()
+}
+
+// profileRefs are the references the world's sessions are created or
+// edited with.
 func (w *world) profileRefs() []string {
 	if w.tenancy {
 		return []string{"pf-x", "pf-y", worldPlatformRef}
@@ -92,7 +193,7 @@ func worldRefOf(name string) string {
 }
 
 // crossNamespace reports whether the session references the platform's
-// profile.
+// profile from another namespace.
 func crossNamespace(s *gamesv1.GameSession) bool { return strings.Contains(s.Spec.ProfileRef, "/") }
 
 // permitted reports whether grants (the server's, or a cache's) let the
@@ -165,6 +266,11 @@ func (w *world) createGrant() bool {
 	if w.server.get(grantsResource, g.name) != nil {
 		return false
 	}
+	w.createGrantOf(g)
+	return true
+}
+
+func (w *world) createGrantOf(g worldGrant) {
 	to := map[string]interface{}{"group": "", "kind": "ConfigMap"}
 	if g.to != "" {
 		to["name"] = g.to
@@ -181,7 +287,6 @@ func (w *world) createGrant() bool {
 	created, err := w.server.create(byUser, grantsResource, grant)
 	must(err)
 	w.logf("user: create referencegrant %s (%s): %s", g.name, created.GetUID(), g.description)
-	return true
 }
 
 func (w *world) deleteGrant() bool {
