@@ -237,6 +237,9 @@ var foundByLongRuns = []struct {
 	{100151319, "harness: a key that took a digest over for other data than the template runs: the move that corrects it is the cost of a lost key"},
 	{100154944, "harness: a digest of an earlier version through two key changes: no process can tell its key"},
 	{100251414, "digest key: a digest of an earlier version whose Secret is gone is recorded under the current key when no key changed"},
+	{100383317, "budget per minute: a move whose write a conflict refused starts at its retried write"},
+	{100380258, "harness: a revision that cannot be created in the platform's namespace does not hold the sessions of another"},
+	{100386726, "harness: a place handed out counts as many places as the limits count a move"},
 }
 
 func TestSequenceRegressions(t *testing.T) {
