@@ -184,7 +184,7 @@ func (e *env) createCeilingWriter(ctx context.Context) error {
 		ObjectMeta: metav1.ObjectMeta{Name: ceilingSAName},
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"list", "update", "patch"}},
-			{APIGroups: []string{twinGroup}, Resources: []string{twinResource.Resource + "/status"}, Verbs: []string{"update"}},
+			{APIGroups: []string{twinGroup}, Resources: twinStatusResources(), Verbs: []string{"update"}},
 		},
 	}, metav1.CreateOptions{}); err != nil {
 		return err
@@ -341,9 +341,13 @@ func (e *env) copyToCeiling(ctx context.Context) error {
 	if len(src) != largest.size {
 		return fmt.Errorf("found %d Deployments of %s, want %d", len(src), largest.cm.Name, largest.size)
 	}
-	if contains(e.cfg.variants, ceilingStatus) || contains(e.cfg.variants, ceilingPatchStatus) {
-		if err := e.copyTwins(ctx, fmt.Sprintf("hot-%d-", indexOf(e.hot, largest))); err != nil {
-			return err
+	copied := map[string]bool{}
+	for _, v := range e.cfg.variants {
+		if k, ok := twinKindOf(v); ok && !copied[k.resource] {
+			copied[k.resource] = true
+			if err := e.copyTwins(ctx, fmt.Sprintf("hot-%d-", indexOf(e.hot, largest)), k); err != nil {
+				return err
+			}
 		}
 	}
 	return parallel(ctx, len(src), createWorkers, func(ctx context.Context, i int) error {

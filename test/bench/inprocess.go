@@ -86,7 +86,7 @@ func (e *env) profileFanOut(ctx context.Context, h *hotProfile) (fanRound, error
 	// The API server's profile of the same fan-out, for where its time goes.
 	apiProfile := make(chan error, 1)
 	go func() {
-		apiProfile <- e.apiServerProfile(ctx, filepath.Join(e.cfg.profileDir, "kube-apiserver-cpu.pb.gz"))
+		apiProfile <- e.apiServerProfile(ctx, filepath.Join(e.cfg.profileDir, "kube-apiserver-cpu.pb.gz"), apiServerProfileSeconds)
 	}()
 	r, err = e.fanOut(ctx, p, h, 10*time.Minute)
 	pprof.StopCPUProfile()
@@ -112,10 +112,11 @@ func (e *env) profileFanOut(ctx context.Context, h *hotProfile) (fanRound, error
 const apiServerProfileSeconds = 30
 
 // apiServerProfile writes a CPU profile of the kube-apiserver (its
-// /debug/pprof, on by default and open to the admin) to path.
-func (e *env) apiServerProfile(ctx context.Context, path string) error {
+// /debug/pprof, on by default and open to the admin) over the next seconds
+// to path.
+func (e *env) apiServerProfile(ctx context.Context, path string, seconds int) error {
 	data, err := e.admin.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
-		Param("seconds", fmt.Sprint(apiServerProfileSeconds)).Timeout(2 * apiServerProfileSeconds * time.Second).DoRaw(ctx)
+		Param("seconds", fmt.Sprint(seconds)).Timeout(2 * time.Duration(seconds) * time.Second).DoRaw(ctx)
 	if err != nil {
 		return err
 	}

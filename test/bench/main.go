@@ -88,13 +88,13 @@ func parseFlags(args []string) (config, bool, string, error) {
 	fs.StringVar(&c.out, "out", "", "Markdown file for the results. Default docs/bench/<preset>.md; \"-\" prints only.")
 	fs.StringVar(&c.controllerBin, "controller-bin", "", "Controller binary to measure. Default: built from this checkout.")
 	fs.StringVar(&c.controlplaneBin, "controlplane-bin", "", "Directory of etcd and kube-apiserver. Default: bin/controlplane.")
-	fs.StringVar(&c.profileDir, "profile-dir", "", "If set, also run one fan-out with the controller in-process and write CPU and allocation profiles here.")
+	fs.StringVar(&c.profileDir, "profile-dir", "", "If set, also run one fan-out with the controller in-process and write CPU and allocation profiles here, and profile the kube-apiserver under each status-only write-cost variant.")
 	fs.BoolVar(&c.skipMicro, "skip-micro", false, "Skip the index-versus-scan micro-benchmark.")
 	var compareEnv, apiServerFlags string
 	fs.StringVar(&compareEnv, "compare-env", "", "Space-separated NAME=value pairs added to the environment of the -compare-bin controller, say KUBE_FEATURE_ClientsAllowCBOR=true: the same binary may be compared with itself under client-go feature gates.")
 	fs.StringVar(&apiServerFlags, "apiserver-flags", "", "Space-separated flags added to kube-apiserver's, say --feature-gates=CBORServingAndStorage=true.")
 	var variants string
-	fs.StringVar(&variants, "ceiling-variants", "put,patch,patch-min,status,patch+status", "Write-ceiling variants measured against each other at the largest size, to attribute the controller's cost: put, patch (merge patch of the controller's shape), patch-min, smp-min, jsonpatch-min (the annotation alone, as merge, strategic merge or JSON patch), status (the status update alone, on a twin CRD), patch+status (both, per session in turn). Empty: none.")
+	fs.StringVar(&variants, "ceiling-variants", "put,patch,patch-min,status,patch+status", "Write-ceiling variants measured against each other at the largest size, to attribute the controller's cost: put, patch (merge patch of the controller's shape), patch-min, smp-min, jsonpatch-min (the annotation alone, as merge, strategic merge or JSON patch), status (the status update alone, on a twin CRD), patch+status (both, per session in turn), status-schemaless, status-nocel, status-bare (the status update alone on twins whose pod template has no schema, which have no CEL rule, or both). Empty: none.")
 	fs.StringVar(&c.compareBin, "compare-bin", "", "Another controller binary (say, built from the previous commit) to measure against this checkout's, fan-out by fan-out in the same run. Implies -fanout-only.")
 	fs.StringVar(&c.pacedMaxRolling, "paced-max-rolling", "10%", "Budget (the profile annotation "+rollout.AnnotationMaxRolling+") of the paced rollout, measured once per size after the unpaced fan-outs, with a kube-controller-manager stand-in reporting moved Deployments complete. Empty: skip it.")
 	fs.StringVar(&c.template, "template", "realistic", "Sessions' pod: realistic (spec.template of two containers, probes, 20 env vars, a preStop drain, scheduling; what game servers run with) or minimal (image, one port and requests, the short fields).")
@@ -139,7 +139,8 @@ func parseFlags(args []string) (config, bool, string, error) {
 	}
 	c.compareEnv, c.apiServerFlags = strings.Fields(compareEnv), strings.Fields(apiServerFlags)
 	known := map[string]bool{ceilingPut: true, ceilingPatch: true, ceilingPatchMin: true, ceilingSMPMin: true,
-		ceilingJSONPatchMin: true, ceilingStatus: true, ceilingPatchStatus: true}
+		ceilingJSONPatchMin: true, ceilingStatus: true, ceilingPatchStatus: true,
+		ceilingStatusSchemaless: true, ceilingStatusNoCEL: true, ceilingStatusBare: true}
 	for _, v := range strings.Split(variants, ",") {
 		if v = strings.TrimSpace(v); v != "" && !known[v] {
 			return c, false, "", fmt.Errorf("-ceiling-variants: unknown variant %q", v)
@@ -345,6 +346,11 @@ func run(ctx context.Context, cfg config) (err error) {
 		// The idle controller stays up, as in the paired ceiling rounds.
 		if res.variants, err = e.ceilingVariants(ctx, e.hot[len(e.hot)-1].size); err != nil {
 			return err
+		}
+		if cfg.profileDir != "" {
+			if err := e.profileStatusWrites(ctx, e.hot[len(e.hot)-1].size); err != nil {
+				return err
+			}
 		}
 	}
 	if err := e.stopController(d); err != nil {

@@ -276,12 +276,15 @@ func (r *results) writeDetails(w func(string, ...any)) {
 }
 
 var variantLabel = map[string]string{
-	ceilingPatch:        "a JSON merge patch of the controller's shape",
-	ceilingPatchMin:     "a JSON merge patch of the annotation alone",
-	ceilingStatus:       "the status update alone (on a twin CRD)",
-	ceilingPatchStatus:  "the controller's two writes per session, patch then status (on a twin CRD)",
-	ceilingSMPMin:       "a strategic merge patch of the annotation alone",
-	ceilingJSONPatchMin: "a JSON patch (RFC 6902) of the annotation alone",
+	ceilingPatch:            "a JSON merge patch of the controller's shape",
+	ceilingPatchMin:         "a JSON merge patch of the annotation alone",
+	ceilingStatus:           "the status update alone (on a twin CRD)",
+	ceilingPatchStatus:      "the controller's two writes per session, patch then status (on a twin CRD)",
+	ceilingStatusSchemaless: "the status update alone, on a twin whose pod template has no schema",
+	ceilingStatusNoCEL:      "the status update alone, on a twin without CEL rules",
+	ceilingStatusBare:       "the status update alone, on a twin with neither",
+	ceilingSMPMin:           "a strategic merge patch of the annotation alone",
+	ceilingJSONPatchMin:     "a JSON patch (RFC 6902) of the annotation alone",
 }
 
 func seconds(ds []time.Duration) []float64 {

@@ -275,6 +275,11 @@ const (
 	ceilingPatchMin    = "patch-min"
 	ceilingStatus      = "status"
 	ceilingPatchStatus = "patch+status"
+	// The status update alone on twins of other shapes (twin.go): the pod
+	// template without a schema, no CEL rule, both.
+	ceilingStatusSchemaless = "status-schemaless"
+	ceilingStatusNoCEL      = "status-nocel"
+	ceilingStatusBare       = "status-bare"
 	// Other encodings of the minimal change, for comparison.
 	ceilingSMPMin       = "smp-min"
 	ceilingJSONPatchMin = "jsonpatch-min"
@@ -307,16 +312,18 @@ func (e *env) ceiling(ctx context.Context, n int, variant string) (ceilingRound,
 	}
 	var twins []unstructured.Unstructured
 	var twinClient dynamic.ResourceInterface
-	if variant == ceilingStatus || variant == ceilingPatchStatus {
-		if twins, err = e.listTwins(ctx, n); err != nil {
+	kind, statusWrite := twinKindOf(variant)
+	if statusWrite {
+		if twins, err = e.listTwins(ctx, n, kind); err != nil {
 			return r, err
 		}
 		dc, err := dynamic.NewForConfig(e.ceilingCfg)
 		if err != nil {
 			return r, err
 		}
-		twinClient = dc.Resource(twinResource).Namespace(ceilingNS)
+		twinClient = dc.Resource(kind.gvr()).Namespace(ceilingNS)
 	}
+	statusOnly := statusWrite && variant != ceilingPatchStatus
 	value := fmt.Sprintf("ceiling-%d", e.nonce.Add(1))
 	before, err := e.snapshot(ctx, nil)
 	if err != nil {
@@ -331,7 +338,8 @@ func (e *env) ceiling(ctx context.Context, n int, variant string) (ceilingRound,
 		case ceilingPut:
 			_, err := deployments.Update(ctx, d, metav1.UpdateOptions{})
 			return err
-		case ceilingStatus:
+		}
+		if statusOnly {
 			_, err := twinClient.UpdateStatus(ctx, withProfileHash(&twins[i], value), metav1.UpdateOptions{})
 			return err
 		}
@@ -351,7 +359,7 @@ func (e *env) ceiling(ctx context.Context, n int, variant string) (ceilingRound,
 	r.clientDone = time.Since(start)
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	if variant == ceilingStatus {
+	if statusOnly {
 		r.rolled = r.clientDone // no Deployment to watch
 	} else {
 		rolledAt, err := e.tracker.await(wctx, ceilingNS, value, n)
