@@ -74,3 +74,37 @@ func hasLabels(text string, want map[string]string) bool {
 	}
 	return true
 }
+
+// SeriesTypes returns the metric names the exposition has samples of, each
+// with its family's type ("counter", "gauge", "histogram", "summary",
+// "untyped"): a histogram's samples are named _bucket, _sum and _count, so
+// those are the names a query can select, never the family's own.
+func (m PromText) SeriesTypes() map[string]string {
+	lines := strings.Split(string(m), "\n")
+	families := map[string]string{}
+	for _, line := range lines {
+		if f := strings.Fields(line); len(f) == 4 && f[0] == "#" && f[1] == "TYPE" {
+			families[f[2]] = f[3]
+		}
+	}
+	types := map[string]string{}
+	for _, line := range lines {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name := line[:strings.IndexAny(line+" ", "{ ")]
+		typ, ok := families[name]
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if base, cut := strings.CutSuffix(name, suffix); !ok && cut {
+				if t := families[base]; t == "histogram" || t == "summary" && suffix != "_bucket" {
+					typ, ok = t, true
+				}
+			}
+		}
+		if !ok {
+			typ = "untyped"
+		}
+		types[name] = typ
+	}
+	return types
+}

@@ -9,13 +9,15 @@ import (
 )
 
 // TestHelmLint runs `helm lint` (the SDK's lint package) on the chart in
-// both RBAC modes and with the PrometheusRule: no error and no warning.
+// both RBAC modes, with the PrometheusRule and with the dashboard: no error
+// and no warning.
 // Information messages (an icon is recommended) are logged, not failed.
 func TestHelmLint(t *testing.T) {
 	for name, values := range map[string]map[string]any{
-		"cluster":        clusterValues,
-		"namespace":      namespaceValues,
-		"prometheusRule": {"prometheusRule": map[string]any{"enabled": true}},
+		"cluster":          clusterValues,
+		"namespace":        namespaceValues,
+		"prometheusRule":   {"prometheusRule": map[string]any{"enabled": true}},
+		"grafanaDashboard": {"grafanaDashboard": map[string]any{"enabled": true}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			for _, msg := range lint.All(chartDir, values, systemNamespace, false).Messages {

@@ -295,6 +295,11 @@ func TestInvalidValuesAreRefused(t *testing.T) {
 		{"a misspelt controller value", map[string]any{"controller": map[string]any{"worker": 4}}, "worker"},
 		{"a controller value of the wrong type", map[string]any{"controller": map[string]any{"workers": "many"}}, "workers"},
 		{"the admission policy switch of the wrong type", map[string]any{"admissionPolicy": map[string]any{"enabled": "no"}}, "enabled"},
+		// Unquoted, the sidecar's label value "1" is a number, which no
+		// ConfigMap label may be.
+		{"a dashboard label that is no string", map[string]any{"grafanaDashboard": map[string]any{"labels": map[string]any{"grafana_dashboard": 1}}}, "grafana_dashboard"},
+		{"a dashboard label that is no label", map[string]any{"grafanaDashboard": map[string]any{"labels": map[string]any{"grafana dashboard": "1"}}}, "grafana dashboard"},
+		{"a dashboard namespace that is no namespace", map[string]any{"grafanaDashboard": map[string]any{"namespace": "Monitoring"}}, "Monitoring"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := renderManifest(t, systemNamespace, tc.values)

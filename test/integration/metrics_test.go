@@ -3,6 +3,7 @@ package integration
 import (
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -11,23 +12,42 @@ import (
 
 	"github.com/example/gamesession-controller/internal/testutil"
 	"github.com/example/gamesession-controller/pkg/controller"
+	"github.com/example/gamesession-controller/pkg/rollout"
 )
 
 // TestReadinessAndMetrics runs the binary (its own process, so its metrics
-// are its own) as a ServiceAccount that is granted nothing at first: its
-// caches cannot sync, so it is live but not ready. Granted the artifacts'
-// ClusterRole it becomes ready, and after a fan-out its /metrics shows the
-// work queue, the REST client and the fan-out.
+// are its own) with leader election, as a ServiceAccount granted at first
+// only the Role of its own namespace (the Lease, the Secret digest key): it
+// leads, but its caches cannot sync, so it is live but not ready. Granted
+// the artifacts' ClusterRole it becomes ready, and after a fan-out its
+// /metrics shows the work queue, the REST client and the fan-out. Last,
+// with a rollout in progress, it serves every metric the chart's Grafana
+// dashboard queries.
 func TestReadinessAndMetrics(t *testing.T) {
 	e := newEnv(t)
 	cfg := e.serviceAccountConfig(rbacServiceAccount)
-	p := e.startControllerProcess("controller", testutil.WriteKubeconfig(t, cfg), nil)
+	r := loadControllerRBAC(t)
+	r.bindTo(t, e.ns, rbacServiceAccount)
+	e.applyNamespaceRBAC(r)
+	// The Role grants the default --leader-election-id's Lease.
+	p := e.startControllerProcess("controller", testutil.WriteKubeconfig(t, cfg), nil,
+		"--leader-elect", "--leader-election-namespace="+e.ns)
 
+	// A standby is always ready: only the leader's readiness waits on its caches.
+	e.eventually("the controller to lead", func() (bool, error) {
+		v, found := p.Metrics(e.ctx).Sum("leader_election_master_status", map[string]string{"name": "gamesession-controller"})
+		return v == 1, fmt.Errorf("leader_election_master_status = %g (found %v)", v, found)
+	})
 	// Refused, the informers retry; /readyz waits for them and says why,
 	// while /healthz stays 200: a long cache sync is no reason to restart.
 	e.waitFor("the controller's first refused request", func() bool {
 		n, _ := p.Metrics(e.ctx).Sum("rest_client_requests_total", map[string]string{"code": "403"})
 		return n > 0
+	})
+	// The leader's metric is set a moment before its health checks learn it leads.
+	e.eventually("/readyz 503 once leading", func() (bool, error) {
+		code, body := p.Readyz(e.ctx)
+		return code == http.StatusServiceUnavailable, fmt.Errorf("/readyz %d %q", code, body)
 	})
 	for range 3 {
 		if code, body := p.Readyz(e.ctx); code != http.StatusServiceUnavailable || !strings.Contains(body, "caches not synced") {
@@ -39,9 +59,7 @@ func TestReadinessAndMetrics(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 
-	r := loadControllerRBAC(t)
-	r.bindTo(t, e.ns, rbacServiceAccount)
-	e.applyRBAC(r)
+	e.applyClusterRBAC(r)
 	// The informers back off between attempts (up to a few seconds by now).
 	e.eventually("/readyz 200 once the role is granted", func() (bool, error) {
 		code, body := p.Readyz(e.ctx)
@@ -111,5 +129,44 @@ func TestReadinessAndMetrics(t *testing.T) {
 	}
 	if code, body := p.Readyz(e.ctx); code != http.StatusOK {
 		t.Errorf("/readyz = %d %q, want 200", code, body)
+	}
+
+	// The rollout series exist only while a rollout is in progress: a
+	// paused one stays in progress.
+	e.updateProfile("arena", func(cm *corev1.ConfigMap) {
+		cm.Annotations = map[string]string{rollout.AnnotationPaused: "true"}
+	})
+	e.updateProfile("arena", func(cm *corev1.ConfigMap) { cm.Data["server.cfg"] = "max_players=64" })
+	e.eventually("the paused rollout's series", func() (bool, error) {
+		v, found := p.Metrics(e.ctx).Sum("gamesession_controller_rollout_paused", map[string]string{"profile": "arena"})
+		return v == 1, fmt.Errorf("gamesession_controller_rollout_paused = %g (found %v)", v, found)
+	})
+	checkDashboardServed(t, p.Metrics(e.ctx))
+}
+
+// dashboardFile is the chart's Grafana dashboard.
+const dashboardFile = "../../charts/gamesession-controller/files/grafana-dashboard.json"
+
+// checkDashboardServed fails the test for every metric the dashboard
+// queries that the scrape m lacks, or that a query reads against its type
+// (testutil.DashboardProblems). m must come from a leader with leader
+// election, a rollout in progress and --watch-secrets, the conditions under
+// which every series the dashboard shows exists.
+func checkDashboardServed(t *testing.T, m testutil.PromText) {
+	t.Helper()
+	raw, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queries, err := testutil.DashboardQueries(raw)
+	if err != nil {
+		t.Fatalf("%s: %v", dashboardFile, err)
+	}
+	problems := testutil.DashboardProblems(queries, m)
+	for _, p := range problems {
+		t.Errorf("the Grafana dashboard: %s", p)
+	}
+	if len(problems) == 0 {
+		t.Logf("the Grafana dashboard's %d queries select only served metrics", len(queries))
 	}
 }

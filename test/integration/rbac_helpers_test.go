@@ -118,9 +118,17 @@ func (r *controllerRBAC) revoke(g grantedVerb) {
 	*rules = testutil.RevokeVerb(*rules, g.group, g.resource, g.verb)
 }
 
-// apply creates the roles and bindings, and deletes the cluster-scoped ones
+// applyRBAC creates the roles and bindings, and deletes the cluster-scoped ones
 // when the test ends (the namespace takes the others with it).
 func (e *env) applyRBAC(r *controllerRBAC) {
+	e.t.Helper()
+	e.applyClusterRBAC(r)
+	e.applyNamespaceRBAC(r)
+}
+
+// applyClusterRBAC creates the ClusterRole and its binding: what the
+// controller manages.
+func (e *env) applyClusterRBAC(r *controllerRBAC) {
 	e.t.Helper()
 	rbac := e.kube.RbacV1()
 	if _, err := rbac.ClusterRoles().Create(e.ctx, r.clusterRole, metav1.CreateOptions{}); err != nil {
@@ -133,6 +141,13 @@ func (e *env) applyRBAC(r *controllerRBAC) {
 	e.t.Cleanup(func() {
 		e.deleteClusterScoped("ClusterRoleBinding", r.clusterRoleBinding.Name, rbac.ClusterRoleBindings().Delete)
 	})
+}
+
+// applyNamespaceRBAC creates the Role of the controller's own namespace and
+// its binding: the leader election Lease and the Secret digest key.
+func (e *env) applyNamespaceRBAC(r *controllerRBAC) {
+	e.t.Helper()
+	rbac := e.kube.RbacV1()
 	if _, err := rbac.Roles(e.ns).Create(e.ctx, r.leaseRole, metav1.CreateOptions{}); err != nil {
 		e.t.Fatalf("create Role: %v", err)
 	}
