@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -207,6 +208,25 @@ type fanRound struct {
 	req     requestDelta
 	client  map[string]float64
 	syncs   float64 // the controller's syncs in the window, both queues
+	// perSession is edit -> each Deployment seen with the new hash: the
+	// median, the 99th percentile and the longest, for the tail.
+	perSession spreadOf
+}
+
+// spreadOf is a distribution's median, 99th percentile and maximum.
+type spreadOf struct{ median, p99, max time.Duration }
+
+func spreadOfTimes(start time.Time, at []time.Time) spreadOf {
+	if len(at) == 0 {
+		return spreadOf{}
+	}
+	ds := make([]time.Duration, len(at))
+	for i, t := range at {
+		ds[i] = t.Sub(start)
+	}
+	slices.Sort(ds)
+	p99 := (len(ds)*99 + 99) / 100 // the smallest rank at or above 99%
+	return spreadOf{median: ds[len(ds)/2], p99: ds[min(len(ds), p99)-1], max: ds[len(ds)-1]}
 }
 
 // fanOut edits a hot profile and measures until every one of its Deployments
@@ -232,6 +252,7 @@ func (e *env) fanOut(ctx context.Context, p *ctlProc, h *hotProfile, timeout tim
 	if err != nil {
 		return r, fmt.Errorf("fan-out of %s via %s: %w", h.cm.Name, p.name, err)
 	}
+	r.perSession = spreadOfTimes(start, e.tracker.arrivals(benchNS, hash))
 	drainedAt, _, err := p.waitDrained(wctx, func(s ctlState) bool { return s.fanOuts > st0.fanOuts })
 	if err != nil {
 		return r, err
@@ -250,8 +271,9 @@ func (e *env) fanOut(ctx context.Context, p *ctlProc, h *hotProfile, timeout tim
 	st2 := readState(ss2)
 	r.client = delta(st0.requests, st2.requests)
 	r.syncs = st2.syncs - st0.syncs
-	logf("fan-out %d via %s: rolled %s, drained %s, %g syncs; requests %s; cores %s", h.size, p.name,
-		r.rolled.Round(time.Millisecond), r.drained.Round(time.Millisecond), r.syncs, strings.Join(r.req.lines(), ", "), r.req.coresUsed())
+	logf("fan-out %d via %s: rolled %s (per session: median %s, p99 %s), drained %s, %g syncs; requests %s; cores %s", h.size, p.name,
+		r.rolled.Round(time.Millisecond), r.perSession.median.Round(time.Millisecond), r.perSession.p99.Round(time.Millisecond),
+		r.drained.Round(time.Millisecond), r.syncs, strings.Join(r.req.lines(), ", "), r.req.coresUsed())
 	return r, nil
 }
 

@@ -29,9 +29,10 @@ type tracker struct {
 	client kubernetes.Interface
 
 	mu        sync.Mutex
-	hashes    map[string]string // namespace/name -> annotation value
-	counts    map[string]int    // namespace|value -> Deployments carrying it
-	changes   map[string]int    // namespace/name -> annotation changes seen
+	hashes    map[string]string    // namespace/name -> annotation value
+	counts    map[string]int       // namespace|value -> Deployments carrying it
+	changes   map[string]int       // namespace/name -> annotation changes seen
+	since     map[string]time.Time // namespace/name -> when the watch delivered its current value
 	waiters   []*waiter
 	observers []*rolloutObserver // paced rollouts being followed (paced.go)
 }
@@ -53,7 +54,8 @@ func (t *tracker) countLocked(w *waiter) int {
 }
 
 func newTracker(client kubernetes.Interface) *tracker {
-	return &tracker{client: client, hashes: map[string]string{}, counts: map[string]int{}, changes: map[string]int{}}
+	return &tracker{client: client, hashes: map[string]string{}, counts: map[string]int{}, changes: map[string]int{},
+		since: map[string]time.Time{}}
 }
 
 // run lists once, then watches from that resourceVersion until ctx ends,
@@ -156,8 +158,10 @@ func (t *tracker) setLocked(key, value string, at time.Time) {
 	}
 	if value == "" {
 		delete(t.hashes, key)
+		delete(t.since, key)
 	} else {
 		t.hashes[key] = value
+		t.since[key] = at
 		t.counts[ns+"|"+value]++
 	}
 	kept := t.waiters[:0]
@@ -201,6 +205,20 @@ func (t *tracker) awaitIn(ctx context.Context, namespaces []string, value string
 		t.mu.Unlock()
 		return time.Time{}, fmt.Errorf("%d of %d Deployments in %d namespace(s) carry %s: %w", got, n, len(namespaces), value, ctx.Err())
 	}
+}
+
+// arrivals are the times the watch delivered value to each Deployment of
+// namespace that carries it now.
+func (t *tracker) arrivals(namespace, value string) []time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []time.Time
+	for key, v := range t.hashes {
+		if v == value && namespaceOf(key) == namespace {
+			out = append(out, t.since[key])
+		}
+	}
+	return out
 }
 
 // count is how many Deployments of namespace carry value now.
