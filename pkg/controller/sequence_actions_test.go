@@ -290,8 +290,10 @@ func (w *world) createProfile() bool {
 	return true
 }
 
-func (w *world) editProfile() bool {
-	p := w.someProfile()
+func (w *world) editProfile() bool { return w.editProfileData(w.someProfile()) }
+
+// editProfileData gives profile p other data, if it exists.
+func (w *world) editProfileData(p *corev1.ConfigMap) bool {
 	if p == nil {
 		return false
 	}

@@ -136,15 +136,7 @@ func (w *world) populatePlatform() {
 
 // editPlatformProfile edits pf-z's data.
 func (w *world) editPlatformProfile() bool {
-	p := w.server.profile(worldPlatformProfile)
-	if p == nil {
-		return false
-	}
-	p.Data = pick(w, worldProfileData)
-	updated, err := w.server.update(byUser, profilesResource, p, true)
-	must(err)
-	w.logf("user: edit configmap %s data, hash %s (rv %s)", p.Name, ProfileHash(p), updated.GetResourceVersion())
-	return true
+	return w.editProfileData(w.server.profile(worldPlatformProfile))
 }
 
 // platformSession reports whether the session is one of the platform's.
