@@ -321,7 +321,7 @@ func (c *Controller) eventHandlers() eventHandlers {
 			// Resyncs land here too (same object twice); a resync is the
 			// safety net that re-checks every session, so it is not filtered.
 			UpdateFunc: func(oldObj, newObj interface{}) {
-				s.enqueue(newObj)
+				s.updateSession(oldObj, newObj)
 				p.replanProfileOf(oldObj, newObj)
 			},
 			// Nothing to clean up (the garbage collector removes the

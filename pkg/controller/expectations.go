@@ -1,12 +1,18 @@
 package controller
 
 import (
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+
+	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 )
 
 // expectationTimeout bounds how long a sync waits for the cache to show the
@@ -109,4 +115,128 @@ func (e *writeExpectations) forget(sessionKey string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.bySession, sessionKey)
+}
+
+// statusEchoes hold, per session, the status write whose watch event
+// needs no sync: the event of a write that only reported, when a sync of
+// the copy it produces would find nothing to do. In a fan-out that is one
+// sync per session per edit fewer, a third of the controller's syncs.
+//
+// The write is recorded before its request, by the resourceVersion it was
+// made on and the status it sends: the event may come before the answer. The
+// event whose old copy has that resourceVersion is the write's own, as the
+// write was conditioned on it, unless a relist skipped versions: so the new
+// copy must also differ from the old in the status alone, and hold the status
+// written. Anything else, or a sync of the session in between (which read the
+// copy before the write), lets the event sync the session as any other.
+// A restart forgets them: the next event of each syncs, as without them.
+type statusEchoes struct {
+	mu        sync.Mutex
+	bySession map[string]*statusEcho
+}
+
+type statusEcho struct {
+	uid types.UID
+	// from is the resourceVersion the write was made on.
+	from string
+	// status is what was written, its times as the API server stores them.
+	status *gamesv1.GameSessionStatus
+	// planProfile is the profile whose plan the event asks for, "" if
+	// none: the plan counts the session by the status the cache shows,
+	// which the plan the write itself asked for may have come too early to
+	// see.
+	planProfile string
+	// overtaken: a sync of the session began before the event, on the copy
+	// from before the write, and may have decided on it.
+	overtaken bool
+}
+
+func newStatusEchoes() *statusEchoes {
+	return &statusEchoes{bySession: make(map[string]*statusEcho)}
+}
+
+// expect records the status write about to be made on session.
+func (e *statusEchoes) expect(key string, session *gamesv1.GameSession, written *gamesv1.GameSessionStatus, planProfile string) {
+	status := *written
+	status.Conditions = inSeconds(written.Conditions)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.bySession[key] = &statusEcho{uid: session.UID, from: session.ResourceVersion, status: &status, planProfile: planProfile}
+}
+
+// withdraw drops the record of the write made on resourceVersion from,
+// which failed.
+func (e *statusEchoes) withdraw(key, from string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if echo, ok := e.bySession[key]; ok && echo.from == from {
+		delete(e.bySession, key)
+	}
+}
+
+// syncing notes that a sync of the session begins: an event still to come
+// must sync it again.
+func (e *statusEchoes) syncing(key string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if echo, ok := e.bySession[key]; ok {
+		echo.overtaken = true
+	}
+}
+
+// echoed reports whether the update from old to updated is the watch event
+// of the session's recorded status write, and needs no sync; if so, it
+// returns the profile whose plan the write asks for. Any update made on the
+// recorded copy ends the record.
+func (e *statusEchoes) echoed(key string, old, updated *gamesv1.GameSession) (planProfile string, ok bool) {
+	if old.ResourceVersion == updated.ResourceVersion {
+		return "", false // a resync
+	}
+	e.mu.Lock()
+	echo, recorded := e.bySession[key]
+	if recorded && echo.from == old.ResourceVersion {
+		delete(e.bySession, key)
+	}
+	e.mu.Unlock()
+	if !recorded || echo.from != old.ResourceVersion || echo.overtaken || updated.UID != echo.uid ||
+		!onlyStatusDiffers(old, updated) || !sameStatusInSeconds(&updated.Status, echo.status) {
+		return "", false
+	}
+	return echo.planProfile, true
+}
+
+// forget drops the session's record, for a deleted session.
+func (e *statusEchoes) forget(key string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.bySession, key)
+}
+
+// onlyStatusDiffers reports whether updated differs from old in nothing a
+// session's sync reads but its status: the spec (by generation, which the
+// status subresource leaves alone) and the metadata.
+func onlyStatusDiffers(old, updated *gamesv1.GameSession) bool {
+	return old.Generation == updated.Generation &&
+		old.DeletionTimestamp.Equal(updated.DeletionTimestamp) &&
+		maps.Equal(old.Labels, updated.Labels) &&
+		maps.Equal(old.Annotations, updated.Annotations) &&
+		slices.Equal(old.Finalizers, updated.Finalizers) &&
+		equality.Semantic.DeepEqual(old.OwnerReferences, updated.OwnerReferences)
+}
+
+// sameStatusInSeconds reports whether observed is written, its times
+// compared as the API server stores them: in whole seconds.
+func sameStatusInSeconds(observed, written *gamesv1.GameSessionStatus) bool {
+	inStore := *observed
+	inStore.Conditions = inSeconds(observed.Conditions)
+	return equality.Semantic.DeepEqual(&inStore, written)
+}
+
+// inSeconds is a copy of conditions with their times as serialized.
+func inSeconds(conditions []metav1.Condition) []metav1.Condition {
+	out := slices.Clone(conditions)
+	for i := range out {
+		out[i].LastTransitionTime = out[i].LastTransitionTime.Rfc3339Copy()
+	}
+	return out
 }

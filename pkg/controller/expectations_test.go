@@ -13,6 +13,8 @@ import (
 	core "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 )
 
 func deploymentAt(uid types.UID, generation int64) *appsv1.Deployment {
@@ -115,5 +117,81 @@ func TestWriteExpectsItsGenerationBeforeTheAnswer(t *testing.T) {
 	}
 	if f.c.state.expectations.awaits(key, next) || !f.c.state.expectations.satisfied(key, observed) {
 		t.Error("a failed write left its expectation behind")
+	}
+}
+
+func TestStatusEchoes(t *testing.T) {
+	session := func(resourceVersion string, status gamesv1.GameSessionStatus) *gamesv1.GameSession {
+		return &gamesv1.GameSession{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "arena", Name: "s1", UID: "a", ResourceVersion: resourceVersion, Generation: 2,
+				Labels: map[string]string{"team": "red"}},
+			Status: status,
+		}
+	}
+	// The status the sync writes carries a time of nanoseconds; the echo
+	// brings it back in seconds.
+	now := time.Date(2026, 12, 6, 12, 0, 0, 123456789, time.UTC)
+	written := gamesv1.GameSessionStatus{ObservedGeneration: 2, ProfileHash: "h2", Conditions: []metav1.Condition{{
+		Type: gamesv1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Ready", LastTransitionTime: metav1.NewTime(now)}}}
+	echoed := *written.DeepCopy()
+	echoed.Conditions[0].LastTransitionTime = metav1.NewTime(now.Truncate(time.Second))
+	before := session("10", gamesv1.GameSessionStatus{ObservedGeneration: 2, ProfileHash: "h1"})
+	echo := session("11", echoed)
+
+	for _, tc := range []struct {
+		name     string
+		between  func(e *statusEchoes)
+		old, new *gamesv1.GameSession
+		want     bool
+	}{
+		{name: "the write's own event", old: before, new: echo, want: true},
+		{name: "a resync of the copy before the write", old: before, new: before},
+		{name: "an update of another copy", old: session("9", before.Status), new: before},
+		{name: "a sync in between read the copy before the write", between: func(e *statusEchoes) { e.syncing("arena/s1") },
+			old: before, new: echo},
+		{name: "the write failed", between: func(e *statusEchoes) { e.withdraw("arena/s1", "10") }, old: before, new: echo},
+		{name: "the session deleted", between: func(e *statusEchoes) { e.forget("arena/s1") }, old: before, new: echo},
+		{name: "a relist that also brings a spec change", old: before, new: func() *gamesv1.GameSession {
+			s := echo.DeepCopy()
+			s.Generation = 3
+			return s
+		}()},
+		{name: "a relist that also brings a label", old: before, new: func() *gamesv1.GameSession {
+			s := echo.DeepCopy()
+			s.Labels = map[string]string{"team": "blue"}
+			return s
+		}()},
+		{name: "a relist that brings another status", old: before, new: func() *gamesv1.GameSession {
+			s := echo.DeepCopy()
+			s.Status.ProfileHash = "h3"
+			return s
+		}()},
+		{name: "a session recreated under the name", old: before, new: func() *gamesv1.GameSession {
+			s := echo.DeepCopy()
+			s.UID = "b"
+			return s
+		}()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newStatusEchoes()
+			e.expect("arena/s1", before, &written, "arena/lobby")
+			if tc.between != nil {
+				tc.between(e)
+			}
+			planProfile, got := e.echoed("arena/s1", tc.old, tc.new)
+			if got != tc.want {
+				t.Fatalf("echoed = %v, want %v", got, tc.want)
+			}
+			if got && planProfile != "arena/lobby" {
+				t.Errorf("the echo asks for a plan of %q, want arena/lobby", planProfile)
+			}
+			// An event on the copy the write was made on ends the record:
+			// the next event syncs.
+			if tc.old.ResourceVersion == "10" && tc.new.ResourceVersion != "10" {
+				if _, again := e.echoed("arena/s1", tc.old, tc.new); again {
+					t.Error("one write's record served two events")
+				}
+			}
+		})
 	}
 }

@@ -10,8 +10,10 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 	clientset "github.com/example/gamesession-controller/pkg/generated/clientset/versioned"
 	"github.com/example/gamesession-controller/pkg/metrics"
 )
@@ -45,6 +47,7 @@ type sessionController struct {
 	moves        *moveLedger
 	fanOut       *profileFanOut
 	inputChanges *inputChanges
+	echoes       *statusEchoes
 
 	// syncHandler is syncGameSession; a field, so tests can replace it.
 	syncHandler func(ctx context.Context, key string) error
@@ -67,6 +70,7 @@ func newSessionController(caches *caches, state *state, kubeClient kubernetes.In
 		revisions:        state.revisions,
 		moves:            state.moves,
 		inputChanges:     state.inputChanges,
+		echoes:           state.echoes,
 	}
 	c.syncHandler = c.syncGameSession
 	return c
@@ -118,6 +122,24 @@ func (c *sessionController) enqueueSessionsOf(profileKey string) {
 	for _, key := range c.sessionKeysOf(profileKey) {
 		c.queue.Add(key)
 	}
+}
+
+// updateSession queues the session, unless the update is the watch event of
+// the controller's own status write that a sync would find nothing in
+// (statusEchoes): then only the plan that write asked for is asked again.
+func (c *sessionController) updateSession(oldObj, newObj interface{}) {
+	old, okOld := oldObj.(*gamesv1.GameSession)
+	updated, okNew := newObj.(*gamesv1.GameSession)
+	if okOld && okNew {
+		if planProfile, echoed := c.echoes.echoed(cache.MetaObjectToName(updated).String(), old, updated); echoed {
+			c.logger.V(5).Info("The watch event of our own status write; no sync", "gameSession", klog.KObj(updated))
+			if planProfile != "" {
+				c.rollouts.requestPlanFor(planProfile)
+			}
+			return
+		}
+	}
+	c.enqueue(newObj)
 }
 
 func (c *sessionController) addDeployment(obj interface{}) {

@@ -30,6 +30,9 @@ package controller
 //	              has waited, for max-defer         time of its own
 //	profileHashes the hash of each profile          a memo, by profile UID and   both syncs          loses nothing
 //	(profile.go)  version                           resourceVersion
+//	echoes        each session's status write whose the cache lags our own       session sync        loses them: the next event of each session
+//	(expectations event needs no sync, by UID and the writes                       (writeStatus),      syncs it, as without them
+//	.go)          resourceVersion it was made on                                 session events
 //
 // The session lanes (lanes.go) are the session queue's storage, not state:
 // a restart empties them with the queue. The watch of the digest key's
@@ -42,6 +45,7 @@ type state struct {
 	moves        *moveLedger
 	fanOut       *profileFanOut // made by NewController, which has the session queue
 	inputChanges *inputChanges
+	echoes       *statusEchoes
 }
 
 func newState(opts Options) *state {
@@ -51,5 +55,6 @@ func newState(opts Options) *state {
 		plans:        newProfilePlans(),
 		moves:        newMoveLedger(opts.Clock, opts.MaxMovingSessions, opts.MaxMovesPerMinute),
 		inputChanges: newInputChanges(),
+		echoes:       newStatusEchoes(),
 	}
 }

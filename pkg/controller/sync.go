@@ -53,6 +53,7 @@ func (c *sessionController) syncGameSession(ctx context.Context, key string) err
 	ctx = klog.NewContext(ctx, logger)
 	// Taken first, so that every sync, even one that ends early, clears it.
 	rolling := c.fanOut.takeRolling(key)
+	c.echoes.syncing(key)
 	from := c.lanes.handedFrom(key)
 	// A place the budget kept for this session and the sync did not take
 	// goes to the next one waiting, however the sync ends.
@@ -118,6 +119,7 @@ func (c *sessionController) syncGameSession(ctx context.Context, key string) err
 // ownerReference, and deleting a session never waits on us.
 func (c *sessionController) forgetSession(key string) {
 	c.expectations.forget(key)
+	c.echoes.forget(key)
 	c.inputChanges.settled(key)
 	m, moving := c.moves.moveOf(key)
 	c.wake(c.moves.forget(key))
@@ -140,13 +142,33 @@ func (c *sessionController) report(ctx context.Context, done actResult, deferSta
 		c.deferStatus(v.key)
 		return nil
 	}
-	wroteStatus, err := c.writeStatus(ctx, v.session, done.status)
-	if profile != nil && (done.wrote || wroteStatus || done.decision.choice.hash != v.target || v.rolloutInProgress()) {
+	// A session not on its target, or in a rollout in progress, asks for
+	// a plan at every sync, its echo's included (statusEchoes).
+	planAgain := profile != nil && (done.decision.choice.hash != v.target || v.rolloutInProgress())
+	wroteStatus, err := c.writeStatus(ctx, done, planAgain)
+	if profile != nil && (done.wrote || wroteStatus || planAgain) {
 		// The session moved, became Ready or not, or is not on its target,
 		// or the rollout is in progress: a plan counts it again.
 		c.requestPlan(profile)
 	}
 	return err
+}
+
+// echoNeedsNoSync reports whether the sync of the copy that writing done's
+// status produces would find nothing to do: done left the Deployment as the
+// cache shows it, and the status decided again from the written one is the
+// written one. The decision reads the session's status only where the cache
+// shows no Deployment (mayRunUncached), which is not the case here.
+func (c *sessionController) echoNeedsNoSync(done actResult) bool {
+	v := done.view
+	if done.wrote || done.decision.action != actLeave || v.deployment == nil || v.live {
+		return false
+	}
+	written := *v.session
+	written.Status = *done.status.status
+	again := *v
+	again.session = &written
+	return !sessionStatusOf(&again, &done.decision, v.deployment, nil, c.progressDeadlineExceeded).changed()
 }
 
 // deferStatus queues the session in the status lane, unless another add of
@@ -604,8 +626,10 @@ func controlledByEarlierSession(d *appsv1.Deployment, session *gamesv1.GameSessi
 // writeStatus writes the new status if it differs from the cached one, then
 // announces its transitions as Events. The write carries the cached
 // resourceVersion, so a status computed from a stale copy is refused (a
-// conflict, retried quietly) instead of overwriting a newer one.
-func (c *sessionController) writeStatus(ctx context.Context, session *gamesv1.GameSession, status *sessionStatus) (bool, error) {
+// conflict, retried quietly) instead of overwriting a newer one. A write
+// whose watch event needs no sync is recorded first (statusEchoes).
+func (c *sessionController) writeStatus(ctx context.Context, done actResult, planAgain bool) (bool, error) {
+	session, status := done.view.session, done.status
 	if !status.changed() {
 		return false, nil
 	}
@@ -613,8 +637,16 @@ func (c *sessionController) writeStatus(ctx context.Context, session *gamesv1.Ga
 	// with the cached session is the larger part of the object.
 	updated := *session
 	updated.Status = *status.status
+	if c.echoNeedsNoSync(done) {
+		planProfile := ""
+		if done.view.profile != nil && (planAgain || done.decision.planNeeded) {
+			planProfile = profileKey(done.view.profile.Namespace, done.view.profile.Name)
+		}
+		c.echoes.expect(done.view.key, session, status.status, planProfile)
+	}
 	klog.FromContext(ctx).V(4).Info("Updating GameSession status")
 	if err := c.putStatus(ctx, &updated, metav1.UpdateOptions{FieldManager: Name}); err != nil {
+		c.echoes.withdraw(done.view.key, session.ResourceVersion)
 		return false, err
 	}
 	c.recordTransitions(session, &session.Status, status.status)
