@@ -156,12 +156,13 @@ func (c *sessionController) report(ctx context.Context, done actResult, deferSta
 
 // echoNeedsNoSync reports whether the sync of the copy that writing done's
 // status produces would find nothing to do: done left the Deployment as the
-// cache shows it, and the status decided again from the written one is the
+// cache shows it (a decision to leave it, or to write what it holds
+// already), and the status decided again from the written one is the
 // written one. The decision reads the session's status only where the cache
 // shows no Deployment (mayRunUncached), which is not the case here.
 func (c *sessionController) echoNeedsNoSync(done actResult) bool {
 	v := done.view
-	if done.wrote || done.decision.action != actLeave || v.deployment == nil || v.live {
+	if done.wrote || (done.decision.action != actLeave && done.decision.action != actWrite) || v.deployment == nil || v.live {
 		return false
 	}
 	written := *v.session
@@ -639,7 +640,9 @@ func (c *sessionController) writeStatus(ctx context.Context, done actResult, pla
 	updated.Status = *status.status
 	if c.echoNeedsNoSync(done) {
 		planProfile := ""
-		if done.view.profile != nil && (planAgain || done.decision.planNeeded) {
+		// The plans the echo's sync would ask for, all of the session's
+		// profile (an input change's, decided in inputs.go, included).
+		if done.view.profile != nil && (planAgain || done.decision.planNeeded || done.decision.inputs.requestPlan != "") {
 			planProfile = profileKey(done.view.profile.Namespace, done.view.profile.Name)
 		}
 		c.echoes.expect(done.view.key, session, status.status, planProfile)
