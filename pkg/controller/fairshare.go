@@ -131,8 +131,8 @@ func (q *fairQueue) next(usage func(namespace string) int) (string, bool) {
 	var best string
 	var bestTicket uint64
 	bestUsage := -1
-	// head drops the namespace it is asked of when none of it waits any
-	// more: a map entry removed once reached leaves the range as it was.
+	// head may delete the namespace it is asked of from byNamespace: an
+	// entry deleted once the range reached it changes nothing in the range.
 	for namespace := range q.byNamespace {
 		key, s, ok := q.head(namespace)
 		if !ok {

@@ -628,12 +628,11 @@ func revisionNews(prev, next *profilePlan) bool {
 // rolloutMembers returns the sessions of keys, the profile's permitted
 // sessions, that have a Deployment of their own, as the rollout policy sees
 // them. The sessions and their Deployments come from the caches, by key: no
-// request, and no allocation per member beyond its own. Sessions without a
-// Deployment they may write (none yet, being deleted, blocked by a foreign
-// one) are not part of the rollout. withReaders asks, in the same pass, for
-// the members whose Deployments the cache shows that read labelled Secrets
-// or ConfigMaps: the canaries of rotations are picked among them
-// (canaryMembers).
+// request. Sessions without a Deployment they may write (none yet, being
+// deleted, blocked by a foreign one) are not part of the rollout.
+// withReaders asks, in the same pass, for the members whose Deployments the
+// cache shows that read labelled Secrets or ConfigMaps: the canaries of
+// rotations are picked among them (canaryMembers).
 func (c *profileController) rolloutMembers(profile *corev1.ConfigMap, keys []string, hash string, withReaders bool) (members []rollout.Member, readers []readingMember) {
 	members = make([]rollout.Member, 0, len(keys))
 	for _, key := range keys {
@@ -824,9 +823,9 @@ func (c *profileController) forgetRollout(namespace, name string) {
 	c.metrics.ForgetRollout(namespace, name)
 }
 
-// inputRollout is where the input moves of the profile, of permitted
-// sessions, stand in the ledger, and whether their brake holds
-// (inputsToRun).
+// inputRollout is where the profile's input moves stand in the ledger, and
+// whether their brake holds (inputsToRun): its max-failed counts the
+// permitted sessions.
 func (c *profileController) inputRollout(profileKey string, policy rollout.Policy, permitted int) gamesv1.InputRolloutStatus {
 	moving, failed, waiting := c.moves.inputsOf(profileKey)
 	maxFailed, brake := policy.MaxFailedOf(permitted)
