@@ -197,7 +197,7 @@ func desiredPodTemplate(session *gamesv1.GameSession, profileHash string) corev1
 func rolledProfileHash(d *appsv1.Deployment, profile string) string {
 	hash := d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]
 	v := findByName(d.Spec.Template.Spec.Volumes, profileVolumeName)
-	if hash == "" || v == nil || v.ConfigMap == nil || v.ConfigMap.Name != RevisionName(profile, hash) {
+	if hash == "" || v == nil || v.ConfigMap == nil || !isRevisionName(v.ConfigMap.Name, profile, hash) {
 		return ""
 	}
 	return hash

@@ -3,7 +3,6 @@ package controller
 import (
 	"cmp"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 )
@@ -30,9 +29,10 @@ type fairQueue struct {
 	byNamespace map[string][]queuedKey
 	queued      map[string]queuedSession
 	tickets     uint64
-	// waitingOf counts the queued sessions by the profile they name, for
-	// the profiles' ProfileRollouts.
-	waitingOf map[string]int
+	// waitingOf counts the queued sessions by the profile they name, then
+	// by namespace, for the profiles' ProfileRollouts: kept as sessions
+	// join and leave, so that a plan reads them without walking the queue.
+	waitingOf map[string]map[string]int
 }
 
 // queuedKey is a session's place in its namespace's queue.
@@ -49,7 +49,7 @@ type queuedSession struct {
 }
 
 func newFairQueue() fairQueue {
-	return fairQueue{byNamespace: map[string][]queuedKey{}, queued: map[string]queuedSession{}, waitingOf: map[string]int{}}
+	return fairQueue{byNamespace: map[string][]queuedKey{}, queued: map[string]queuedSession{}, waitingOf: map[string]map[string]int{}}
 }
 
 // namespaceOfKey is the namespace of a session's key.
@@ -81,8 +81,13 @@ func (q *fairQueue) push(key, profile string) (firstOfProfile bool) {
 	if profile == "" {
 		return false
 	}
-	q.waitingOf[profile]++
-	return q.waitingOf[profile] == 1
+	byNamespace, waiting := q.waitingOf[profile]
+	if !waiting {
+		byNamespace = map[string]int{}
+		q.waitingOf[profile] = byNamespace
+	}
+	byNamespace[namespace]++
+	return !waiting
 }
 
 // remove takes the session out of the queue. It reports the profile it
@@ -96,7 +101,8 @@ func (q *fairQueue) remove(key string) (lastOfProfile string, ok bool) {
 	if s.profile == "" {
 		return "", false
 	}
-	if q.waitingOf[s.profile]--; q.waitingOf[s.profile] > 0 {
+	byNamespace := q.waitingOf[s.profile]
+	if decrement(byNamespace, namespaceOfKey(key)); len(byNamespace) > 0 {
 		return "", false
 	}
 	delete(q.waitingOf, s.profile)
@@ -125,9 +131,9 @@ func (q *fairQueue) next(usage func(namespace string) int) (string, bool) {
 	var best string
 	var bestTicket uint64
 	bestUsage := -1
-	// byNamespace may shrink as stale keys are dropped: iterate a copy of
-	// the namespaces.
-	for _, namespace := range slices.Collect(maps.Keys(q.byNamespace)) {
+	// head may delete the namespace it is asked of from byNamespace: an
+	// entry deleted once the range reached it changes nothing in the range.
+	for namespace := range q.byNamespace {
 		key, s, ok := q.head(namespace)
 		if !ok {
 			continue
@@ -140,24 +146,17 @@ func (q *fairQueue) next(usage func(namespace string) int) (string, bool) {
 	return best, bestUsage >= 0
 }
 
-// waitingIn counts, by namespace, the sessions that wait and name profile.
+// waitingIn counts, by namespace, the sessions that wait and name profile;
+// nil if none does. The map is the queue's: the caller only reads it, under
+// the ledger's lock.
 func (q *fairQueue) waitingIn(profile string) map[string]int {
-	if q.waitingOf[profile] == 0 {
-		return nil
-	}
-	byNamespace := map[string]int{}
-	for key, s := range q.queued {
-		if s.profile == profile {
-			byNamespace[namespaceOfKey(key)]++
-		}
-	}
-	return byNamespace
+	return q.waitingOf[profile]
 }
 
 // namespaces are the namespaces that have sessions waiting.
 func (q *fairQueue) namespaces() []string {
 	var out []string
-	for _, namespace := range slices.Collect(maps.Keys(q.byNamespace)) {
+	for namespace := range q.byNamespace {
 		if _, _, ok := q.head(namespace); ok {
 			out = append(out, namespace)
 		}

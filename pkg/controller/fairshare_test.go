@@ -169,7 +169,7 @@ func TestLedgerSequencesShareTheBudgetFairly(t *testing.T) {
 			switch {
 			case r < 4: // the session's sync asks for a move
 				wasQueued := slices.Contains(m.queue, key)
-				granted, wake := l.admit(key, move{kind: profileMove, to: fmt.Sprint(m.step), named: "p/" + namespaceOfKey(key)}, unlimited)
+				granted, wake := l.admit(key, move{kind: profileMove, to: fmt.Sprint(m.step), named: profileNamedBy(key)}, unlimited)
 				switch {
 				case granted && !m.kept[key] && !m.moving[key] && len(m.queue) > 0:
 					fail("%s, neither woken nor moving, took a place while %v wait", key, m.queue)
@@ -319,15 +319,26 @@ func (m *fairModel) handOut(key string, now time.Time) string {
 	return ""
 }
 
+// profileNamedBy is the profile the model's session of key names: by the
+// last digit of its name, each profile has sessions in several namespaces,
+// as one shared by grant.
+func profileNamedBy(key string) string {
+	return "shared/p" + key[len(key)-1:]
+}
+
 // books checks that the ledger's counts agree with its moves and queues:
-// the cluster places by namespace, the places kept, the starts of the
-// minute, the fair queue's tickets and its count by profile. "" if they do.
+// the cluster places by namespace, the input moves by profile, the places
+// kept, the starts of the minute, the fair queue's tickets and its count by
+// profile and namespace. "" if they do.
 func (l *moveLedger) books() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	moving, profiles := map[string]int{}, map[string]int{}
+	moving, profiles, inputs := map[string]int{}, map[string]int{}, map[string]int{}
 	total := 0
 	for key, m := range l.moves {
+		if m.kind == inputMove {
+			inputs[m.profile]++
+		}
 		if !m.stalled {
 			moving[namespaceOfKey(key)]++
 			total++
@@ -344,10 +355,13 @@ func (l *moveLedger) books() string {
 	for _, s := range l.starts {
 		started[s.namespace]++
 	}
-	byProfile := map[string]int{}
+	byProfile := map[string]map[string]int{}
 	for key, s := range l.clusterQueue.queued {
 		if s.profile != "" {
-			byProfile[s.profile]++
+			if byProfile[s.profile] == nil {
+				byProfile[s.profile] = map[string]int{}
+			}
+			byProfile[s.profile][namespaceOfKey(key)]++
 		}
 		found := false
 		for _, k := range l.clusterQueue.byNamespace[namespaceOfKey(key)] {
@@ -365,12 +379,14 @@ func (l *moveLedger) books() string {
 		return fmt.Sprintf("cluster places %d by namespace %v, the moves hold %d by namespace %v", l.clusterMoving, l.nsMoving, total, moving)
 	case !maps.Equal(profiles, l.profileMoving):
 		return fmt.Sprintf("profile places %v, the moves hold %v", l.profileMoving, profiles)
+	case !maps.Equal(inputs, l.inputsMoving):
+		return fmt.Sprintf("input moves by profile %v, the moves hold %v", l.inputsMoving, inputs)
 	case !maps.Equal(kept, l.nsKept):
 		return fmt.Sprintf("kept places by namespace %v, the kept sessions %v", l.nsKept, kept)
 	case !maps.Equal(started, l.nsStarted):
 		return fmt.Sprintf("starts by namespace %v, the starts of the minute %v", l.nsStarted, started)
-	case !maps.Equal(byProfile, l.clusterQueue.waitingOf):
-		return fmt.Sprintf("waiting by profile %v, the queue holds %v", l.clusterQueue.waitingOf, byProfile)
+	case !maps.EqualFunc(byProfile, l.clusterQueue.waitingOf, maps.Equal):
+		return fmt.Sprintf("waiting by profile and namespace %v, the queue holds %v", l.clusterQueue.waitingOf, byProfile)
 	case l.wokenLater != "" && !l.reserved[l.wokenLater]:
 		return fmt.Sprintf("%s is woken for later without a place kept", l.wokenLater)
 	}

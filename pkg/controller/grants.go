@@ -137,7 +137,7 @@ func (c *caches) referencePermitted(session *gamesv1.GameSession) (ok bool, mess
 // permittedKey reports whether the session of key may use the profile
 // profileNamespace/name, by its namespace alone: grants are by namespace.
 func (c *caches) permittedKey(key, profileNamespace, name string) bool {
-	namespace, _, _ := cache.SplitMetaNamespaceKey(key)
+	namespace := namespaceOfKey(key)
 	return namespace == profileNamespace || c.grants.Load().permits(namespace, profileNamespace, name)
 }
 

@@ -121,30 +121,48 @@ type readingMember struct {
 	reads      []inputRead
 }
 
-// canaryMembers are the readers for the canaries of the profile's
-// rotations, in name order. Where a Deployment stands is read only for the
-// first n readers of an object, the only ones decideInputCanaries looks at:
-// a plan of thousands of sessions digests the inputs of a few.
+// canaryMembers are the readers decideInputCanaries learns from, in name
+// order (pickCanaryMembers): where a Deployment stands is read for the
+// canaries alone.
 func (c *profileController) canaryMembers(readers []readingMember, n int) []canaryMember {
-	slices.SortFunc(readers, func(a, b readingMember) int { return strings.Compare(a.name, b.name) })
-	members := make([]canaryMember, len(readers))
-	picked := map[inputObject]int{}
-	for i, r := range readers {
-		members[i] = canaryMember{name: r.name, reads: r.reads}
-		canary := false
-		for _, read := range r.reads {
-			if picked[read.object] < n {
-				picked[read.object]++
-				canary = true
-			}
-		}
-		if !canary {
-			continue
-		}
+	return pickCanaryMembers(readers, n, func(r readingMember) (settled, failed bool) {
 		have, want, _, err := c.sessionInputs(r.session, r.deployment)
 		onWanted := err == nil && slices.Equal(want, have)
-		members[i].failed = onWanted && c.progressDeadlineExceeded(r.deployment)
-		members[i].settled = onWanted && deploymentComplete(r.deployment) && !members[i].failed
+		failed = onWanted && c.progressDeadlineExceeded(r.deployment)
+		return onWanted && deploymentComplete(r.deployment) && !failed, failed
+	})
+}
+
+// pickCanaryMembers sorts the readers by name and keeps those that
+// decideInputCanaries learns from: the first n readers of each object, its
+// canaries, with where they stand (status), and the first reader of each,
+// whose digest plans it (one of the canaries, unless n is 0). A reader past
+// the canaries of every object it reads changes nothing in them: a plan of
+// thousands of sessions passes on all but a few.
+func pickCanaryMembers(readers []readingMember, n int, status func(readingMember) (settled, failed bool)) []canaryMember {
+	slices.SortFunc(readers, func(a, b readingMember) int { return strings.Compare(a.name, b.name) })
+	var members []canaryMember
+	picked := map[inputObject]int{}
+	for _, r := range readers {
+		canary, first := false, false
+		for _, read := range r.reads {
+			switch count, seen := picked[read.object]; {
+			case count < n:
+				picked[read.object] = count + 1
+				canary = true
+			case !seen: // n is 0
+				picked[read.object] = 0
+				first = true
+			}
+		}
+		if !canary && !first {
+			continue
+		}
+		m := canaryMember{name: r.name, reads: r.reads}
+		if canary {
+			m.settled, m.failed = status(r)
+		}
+		members = append(members, m)
 	}
 	return members
 }

@@ -3,6 +3,7 @@ package controller
 import (
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	goruntime "runtime"
 	"slices"
 	"strings"
@@ -61,6 +62,43 @@ func TestDecideInputCanaries(t *testing.T) {
 	}
 	if got := decideInputCanaries(2, nil); got == nil {
 		t.Errorf("a profile without readers has a nil plan of canaries: its sessions would wait for one forever")
+	}
+}
+
+// The canaries decided from the readers pickCanaryMembers keeps are those
+// decided from every reader: random readers of a few objects, shuffled, each
+// settled or failed at random, under canaries of 0 to 4.
+func TestPickCanaryMembersKeepsWhatDecidesTheCanaries(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	objects := []inputObject{{kind: "Secret", key: "arena/blue"}, {kind: "Secret", key: "arena/green"},
+		{kind: "ConfigMap", key: "arena/red"}, {kind: "ConfigMap", key: "tenant/blue"}}
+	for round := range 2000 {
+		n := rng.IntN(5)
+		var readers []readingMember
+		status := map[string][2]bool{}
+		for i := range rng.IntN(30) {
+			r := readingMember{name: fmt.Sprintf("s%02d", i)}
+			for _, o := range objects {
+				if rng.IntN(3) == 0 {
+					r.reads = append(r.reads, inputRead{object: o, digest: fmt.Sprint(rng.IntN(2))})
+				}
+			}
+			if len(r.reads) > 0 {
+				readers = append(readers, r)
+			}
+			failed := rng.IntN(5) == 0
+			status[r.name] = [2]bool{!failed && rng.IntN(2) == 0, failed}
+		}
+		rng.Shuffle(len(readers), func(i, j int) { readers[i], readers[j] = readers[j], readers[i] })
+		// Every reader in name order, as the plan took them before.
+		var every []canaryMember
+		for _, r := range slices.SortedFunc(slices.Values(readers), func(a, b readingMember) int { return strings.Compare(a.name, b.name) }) {
+			every = append(every, canaryMember{name: r.name, reads: r.reads, settled: status[r.name][0], failed: status[r.name][1]})
+		}
+		picked := pickCanaryMembers(readers, n, func(r readingMember) (bool, bool) { return status[r.name][0], status[r.name][1] })
+		if want, got := decideInputCanaries(n, every), decideInputCanaries(n, picked); !sameInputCanaries(got, want) {
+			t.Fatalf("round %d, canary %d: from the %d readers kept %+v, from all %d %+v", round, n, len(picked), got, len(every), want)
+		}
 	}
 }
 

@@ -95,6 +95,9 @@ type moveLedger struct {
 	// max-failed of its input moves (a failed move to new content counts in
 	// its plan's).
 	inputsStalled map[string]int
+	// inputsMoving counts each profile's input moves, failed ones included,
+	// for its ProfileRollout: its plan reads them without walking the moves.
+	inputsMoving map[string]int
 }
 
 // moveKind is what a move changes in a session's pod template.
@@ -184,7 +187,7 @@ func (w *ledgerWake) add(o ledgerWake) {
 func newMoveLedger(clk clock.PassiveClock, maxMoving, perMinute int) *moveLedger {
 	return &moveLedger{clock: clk, maxMoving: max(0, maxMoving), perMinute: max(0, perMinute),
 		moves: map[string]move{}, profileMoving: map[string]int{}, reserved: map[string]bool{},
-		profileWaiting: map[string][]string{}, inputsStalled: map[string]int{}, clusterQueue: newFairQueue(),
+		profileWaiting: map[string][]string{}, inputsStalled: map[string]int{}, inputsMoving: map[string]int{}, clusterQueue: newFairQueue(),
 		nsMoving: map[string]int{}, nsKept: map[string]int{}, nsStarted: map[string]int{}}
 }
 
@@ -343,6 +346,9 @@ func (l *moveLedger) putLocked(key string, m move) {
 	} else if m.kind == inputMove {
 		l.inputsStalled[m.profile]++
 	}
+	if m.kind == inputMove {
+		l.inputsMoving[m.profile]++
+	}
 	if m.hasProfilePlace() {
 		l.profileMoving[m.profile]++
 	}
@@ -356,6 +362,9 @@ func (l *moveLedger) dropLocked(key string) ledgerWake {
 		return ledgerWake{}
 	}
 	delete(l.moves, key)
+	if m.kind == inputMove {
+		decrement(l.inputsMoving, m.profile)
+	}
 	if !m.stalled {
 		l.clusterMoving--
 		decrement(l.nsMoving, namespaceOfKey(key))
@@ -483,12 +492,7 @@ func (l *moveLedger) moveOf(key string) (move, bool) {
 func (l *moveLedger) inputsOf(profile string) (moving, failed, waiting int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, m := range l.moves {
-		if m.kind == inputMove && m.profile == profile {
-			moving++
-		}
-	}
-	return moving, l.inputsStalled[profile], len(l.profileWaiting[profile])
+	return l.inputsMoving[profile], l.inputsStalled[profile], len(l.profileWaiting[profile])
 }
 
 // profileFull reports whether the profile's max-rolling, limit, leaves the

@@ -489,13 +489,16 @@ func (c *profileController) planRollout(ctx context.Context, profile *corev1.Con
 	unavailableIn map[string]revisionState) *profilePlan {
 	key := profileKey(profile.Namespace, profile.Name)
 	policy, policyErr := c.policyOf(profile)
+	// One lookup of the profile's sessions serves the whole plan: it sorts
+	// thousands of keys.
+	keys := c.permittedSessionKeysOf(profile.Namespace, profile.Name)
 	in := rolloutInputs{
 		hash: hash, policy: policy, stored: c.storedRollout(profile), prev: c.plans.latest(key),
 		revision: revision, unavailableIn: unavailableIn,
-		inputs: c.inputRollout(profile, policy), clusterBudget: c.clusterBudgetWait(key), now: c.clock.Now(),
+		inputs: c.inputRollout(key, policy, len(keys)), clusterBudget: c.clusterBudgetWait(key), now: c.clock.Now(),
 	}
 	var readers []readingMember
-	in.members, readers = c.rolloutMembers(profile, hash, policy.AsksForCanary())
+	in.members, readers = c.rolloutMembers(profile, keys, hash, policy.AsksForCanary())
 	if policy.AsksForCanary() {
 		in.canaryMembers = c.canaryMembers(readers, policy.CanaryOf(len(in.members)))
 	}
@@ -622,26 +625,25 @@ func revisionNews(prev, next *profilePlan) bool {
 	return !maps.EqualFunc(before, next.unavailableIn, func(a, b revisionState) bool { return a.message == b.message })
 }
 
-// rolloutMembers returns the profile's sessions that have a Deployment of
-// their own, as the rollout policy sees them. The sessions come from the
-// profileRef index and their Deployments from the cache: no request.
-// Sessions without a Deployment they may write (none yet, being deleted,
-// blocked by a foreign one) are not part of the rollout. withReaders asks,
-// in the same pass, for the members whose Deployments the cache shows that
-// read labelled Secrets or ConfigMaps: the canaries of rotations are picked
-// among them (canaryMembers).
-func (c *profileController) rolloutMembers(profile *corev1.ConfigMap, hash string, withReaders bool) (members []rollout.Member, readers []readingMember) {
-	keys := c.permittedSessionKeysOf(profile.Namespace, profile.Name)
+// rolloutMembers returns the sessions of keys, the profile's permitted
+// sessions, that have a Deployment of their own, as the rollout policy sees
+// them. The sessions and their Deployments come from the caches, by key: no
+// request. Sessions without a Deployment they may write (none yet, being
+// deleted, blocked by a foreign one) are not part of the rollout.
+// withReaders asks, in the same pass, for the members whose Deployments the
+// cache shows that read labelled Secrets or ConfigMaps: the canaries of
+// rotations are picked among them (canaryMembers).
+func (c *profileController) rolloutMembers(profile *corev1.ConfigMap, keys []string, hash string, withReaders bool) (members []rollout.Member, readers []readingMember) {
 	members = make([]rollout.Member, 0, len(keys))
 	for _, key := range keys {
-		namespace, name, _ := cache.SplitMetaNamespaceKey(key)
+		namespace := namespaceOfKey(key)
 		member := memberName(profile.Namespace, key)
-		session, err := c.sessionLister.GameSessions(namespace).Get(name)
-		if err != nil || session.DeletionTimestamp != nil {
+		session, ok := cachedByKey[*gamesv1.GameSession](c.sessionIndexer, key)
+		if !ok || session.DeletionTimestamp != nil {
 			continue
 		}
-		d, err := c.deploymentLister.Deployments(namespace).Get(name)
-		if err != nil {
+		d, ok := cachedByKey[*appsv1.Deployment](c.deploymentIndexer, key)
+		if !ok {
 			// A Deployment the cache does not show may still have been
 			// moved by this controller: one that lost its label is written
 			// through a live read. Such a move keeps its place until the cache
@@ -683,12 +685,23 @@ func (c *profileController) rolloutMembers(profile *corev1.ConfigMap, hash strin
 	return members, readers
 }
 
+// cachedByKey is the object of key ("namespace/name") in indexer, as its
+// lister's Get returns it, without building the key again.
+func cachedByKey[T any](indexer cache.Indexer, key string) (T, bool) {
+	obj, exists, err := indexer.GetByKey(key)
+	if err != nil || !exists {
+		var none T
+		return none, false
+	}
+	return obj.(T), true
+}
+
 // memberName is the name of the session of key in the rollout of a profile
 // of namespace: its name when it is of that namespace, as ProfileRollouts
 // have always named them; "namespace/name" when it uses the profile by
 // grant.
 func memberName(namespace, key string) string {
-	if sessionNamespace, name, _ := cache.SplitMetaNamespaceKey(key); sessionNamespace != namespace {
+	if sessionNamespace, name, _ := strings.Cut(key, "/"); sessionNamespace != namespace {
 		return key
 	} else {
 		return name
@@ -811,10 +824,11 @@ func (c *profileController) forgetRollout(namespace, name string) {
 }
 
 // inputRollout is where the profile's input moves stand in the ledger, and
-// whether their brake holds (inputsToRun).
-func (c *profileController) inputRollout(profile *corev1.ConfigMap, policy rollout.Policy) gamesv1.InputRolloutStatus {
-	moving, failed, waiting := c.moves.inputsOf(profileKey(profile.Namespace, profile.Name))
-	maxFailed, brake := policy.MaxFailedOf(len(c.permittedSessionKeysOf(profile.Namespace, profile.Name)))
+// whether their brake holds (inputsToRun): its max-failed counts the
+// permitted sessions.
+func (c *profileController) inputRollout(profileKey string, policy rollout.Policy, permitted int) gamesv1.InputRolloutStatus {
+	moving, failed, waiting := c.moves.inputsOf(profileKey)
+	maxFailed, brake := policy.MaxFailedOf(permitted)
 	return gamesv1.InputRolloutStatus{MovingSessions: int32(moving), FailedSessions: int32(failed),
 		WaitingSessions: int32(waiting), Halted: brake && failed > maxFailed}
 }

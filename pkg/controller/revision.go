@@ -567,11 +567,24 @@ func RevisionSelector() string {
 // content, which is harmless: equal hashes are equal content, and a
 // revision is deleted only when no Deployment mounts it.
 func RevisionName(profile, hash string) string {
+	return revisionNamePrefix(profile, hash) + "-" + hash
+}
+
+// revisionNamePrefix is what comes before the dash and the hash in
+// RevisionName.
+func revisionNamePrefix(profile, hash string) string {
 	prefix := strings.Replace(profile, "/", ".", 1)
 	if limit := maxNameLength - len(hash) - 1; len(prefix) > limit {
 		prefix = strings.TrimRight(prefix[:limit], "-.")
 	}
-	return prefix + "-" + hash
+	return prefix
+}
+
+// isRevisionName reports whether name is RevisionName(profile, hash)
+// without building that name: a plan asks it of every member.
+func isRevisionName(name, profile, hash string) bool {
+	rest, ok := strings.CutPrefix(name, revisionNamePrefix(profile, hash))
+	return ok && len(rest) == 1+len(hash) && rest[0] == '-' && rest[1:] == hash
 }
 
 // newRevision returns the revision of profile's current content, hash, in

@@ -3,6 +3,7 @@ package controller
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -36,6 +37,42 @@ func TestRevisionNameIsAlwaysAValidName(t *testing.T) {
 	}
 	if got, want := RevisionName("classic", hash), "classic-"+hash; got != want {
 		t.Errorf("RevisionName = %q, want %q", got, want)
+	}
+}
+
+// isRevisionName answers as a comparison with RevisionName would: for the
+// names of the profile's own revisions, of its other contents, of other
+// profiles, shortened or not, and for names that differ by one character.
+func TestIsRevisionNameIsRevisionNameCompared(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	hashes := []string{ProfileHash(newProfile(testNamespace, "classic", classicData)), "0123abcd", "", "ab"}
+	profiles := []string{"classic", "arena/classic", "classic.x", strings.Repeat("a", 253),
+		strings.Repeat("a", 231) + "-b.c", strings.Repeat("a", 231) + ".-bcd", strings.Repeat("ab/", 84)}
+	matches := 0
+	for range 5000 {
+		profile, hash := profiles[rng.IntN(len(profiles))], hashes[rng.IntN(len(hashes))]
+		name := RevisionName(profile, hash)
+		if rng.IntN(2) == 0 {
+			name = RevisionName(profiles[rng.IntN(len(profiles))], hashes[rng.IntN(len(hashes))])
+		}
+		switch rng.IntN(4) {
+		case 0: // one character changed
+			b := []byte(name)
+			b[rng.IntN(len(b))] = "-.a0/"[rng.IntN(5)]
+			name = string(b)
+		case 1: // cut short
+			name = name[:rng.IntN(len(name)+1)]
+		}
+		want := name == RevisionName(profile, hash)
+		if got := isRevisionName(name, profile, hash); got != want {
+			t.Fatalf("isRevisionName(%q, %q, %q) = %v, want %v", name, profile, hash, got, want)
+		}
+		if want {
+			matches++
+		}
+	}
+	if matches < 1000 {
+		t.Fatalf("only %d of the names compared were revision names", matches)
 	}
 }
 

@@ -174,8 +174,13 @@ func (p Plan) NewSessionsOnTarget() bool {
 // now is the time of the plan: it decides whether the maintenance window is
 // open, and whether it has been open for MaxDefer since memory.Started.
 func Decide(policy Policy, members []Member, memory Memory, now time.Time) Plan {
-	sorted := slices.Clone(members)
-	slices.SortFunc(sorted, compareMembers)
+	// The controller lists members in name order, mostly: a sorted input is
+	// read as it is, never written.
+	sorted := members
+	if !slices.IsSortedFunc(members, compareMembers) {
+		sorted = slices.Clone(members)
+		slices.SortFunc(sorted, compareMembers)
+	}
 
 	plan := tally(sorted)
 	malformed := plan.resolve(policy)
@@ -371,7 +376,16 @@ func (p *Plan) phase(sorted []Member, paused, halted, closed bool) (Phase, []Mem
 }
 
 func notOnTarget(members []Member) []Member {
-	var out []Member
+	n := 0
+	for _, m := range members {
+		if !m.OnTarget {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]Member, 0, n)
 	for _, m := range members {
 		if !m.OnTarget {
 			out = append(out, m)

@@ -153,8 +153,17 @@ func checkDecide(rng *rand.Rand, policy Policy, members []Member, memory Memory)
 
 	shuffled := slices.Clone(members)
 	rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
-	if again := Decide(policy, shuffled, memory, testNow); !reflect.DeepEqual(again, plan) {
-		return plan, fmt.Errorf("Decide depends on input order:\n  %+v\nthen\n  %+v", plan, again)
+	// In name order, as the controller lists them, Decide reads the members
+	// without a copy of its own.
+	inOrder := slices.SortedFunc(slices.Values(members), compareMembers)
+	for _, ordered := range [][]Member{shuffled, inOrder} {
+		before := slices.Clone(ordered)
+		if again := Decide(policy, ordered, memory, testNow); !reflect.DeepEqual(again, plan) {
+			return plan, fmt.Errorf("Decide depends on input order:\n  %+v\nthen\n  %+v", plan, again)
+		}
+		if !slices.Equal(ordered, before) {
+			return plan, fmt.Errorf("Decide modified its input")
+		}
 	}
 
 	for _, check := range []func(Policy, []Member, Memory, Plan) error{
