@@ -152,6 +152,10 @@ release: ## Write a release bundle into _output/release/VERSION: CRD, install.ya
 diagrams: ## Render every Mermaid diagram of README.md and docs/ into bin/docs (needs Debian's chromium; installs mermaid-cli with npm).
 	hack/render-mermaid.sh
 
+.PHONY: dashboard-picture
+dashboard-picture: controlplane ## Redraw docs/images/dashboard.svg, the Grafana dashboard over a real run: local control plane, controller, Prometheus (built into bin/tools on first use) and traffic (~9 min).
+	hack/dashboard-picture.sh
+
 .PHONY: clean
 clean: ## Remove build outputs (keeps the control plane build).
 	rm -rf $(BIN_DIR)/gamesession-controller $(BIN_DIR)/run-local $(BIN_DIR)/codegen $(BIN_DIR)/image $(BIN_DIR)/docs _output

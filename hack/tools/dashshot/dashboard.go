@@ -27,8 +27,7 @@ type panel struct {
 	Targets     []target    `json:"targets"`
 	// Panels holds the panels of a collapsed row; an expanded row has none
 	// and its panels follow it at the top level.
-	Panels    []panel `json:"panels"`
-	Collapsed bool    `json:"collapsed"`
+	Panels []panel `json:"panels"`
 }
 
 // gridPos places a panel on Grafana's grid: 24 columns, rows of one unit
@@ -46,7 +45,6 @@ type fieldDefaults struct {
 	Unit       string     `json:"unit"`
 	Min        *float64   `json:"min"`
 	Max        *float64   `json:"max"`
-	Decimals   *int       `json:"decimals"`
 	Custom     custom     `json:"custom"`
 	Thresholds thresholds `json:"thresholds"`
 	Mappings   []mapping  `json:"mappings"`
@@ -98,9 +96,8 @@ type override struct {
 }
 
 type options struct {
-	TextMode  string `json:"textMode"`
-	ColorMode string `json:"colorMode"`
-	Legend    *struct {
+	TextMode string `json:"textMode"`
+	Legend   *struct {
 		ShowLegend bool `json:"showLegend"`
 	} `json:"legend"`
 }

@@ -247,8 +247,8 @@ func (p *picture) timeAxis(c *canvas, plot box, grid bool) {
 	span := p.End.Sub(p.Start)
 	steps := []time.Duration{10 * time.Second, 15 * time.Second, 30 * time.Second, time.Minute, 2 * time.Minute,
 		5 * time.Minute, 10 * time.Minute, 15 * time.Minute, 30 * time.Minute, time.Hour, 2 * time.Hour, 6 * time.Hour}
-	// About one label per 90 px.
-	want := span / time.Duration(max(1, int(plot.w/90)))
+	// About one label per 60 px: a 6-column panel gets three or four.
+	want := span / time.Duration(max(1, int(plot.w/60)))
 	step := steps[len(steps)-1]
 	for _, s := range steps {
 		if s >= want {
@@ -355,7 +355,17 @@ func (p *picture) drawTimeSeries(c *canvas, pn panel, d panelData, b box) {
 		hi = lo + 1
 	}
 	plotTop, plotBottom := b.y+4, b.y+b.h-legendH-18
-	ticks, lo2, hi2 := niceTicks(lo, hi, max(2, int((plotBottom-plotTop)/30)))
+	// Bytes are shown in KiB, MiB, GiB: ticks at round decimal numbers of
+	// bytes would read 9.54 MiB, so pick them in the unit shown.
+	scale := 1.0
+	for def.Unit == "bytes" && math.Max(math.Abs(lo), math.Abs(hi))/scale >= 1024 {
+		scale *= 1024
+	}
+	ticks, lo2, hi2 := niceTicks(lo/scale, hi/scale, max(2, int((plotBottom-plotTop)/30)))
+	lo2, hi2 = lo2*scale, hi2*scale
+	for i := range ticks {
+		ticks[i] *= scale
+	}
 	if def.Min == nil {
 		lo = lo2
 	}
@@ -378,9 +388,13 @@ func (p *picture) drawTimeSeries(c *canvas, pn panel, d panelData, b box) {
 	}
 	p.timeAxis(c, plot, true)
 	c.printf("<g>\n")
-	for _, s := range d.Series {
+	for i, s := range d.Series {
 		if def.Custom.DrawStyle == "points" {
-			r := math.Max(def.Custom.PointSize, 4) / 2
+			// Series of points often share a value (the rollout phases are
+			// all 1): each later series is drawn smaller, so that one whose
+			// points lie under another's still shows as a ring around them
+			// where Grafana would hide it.
+			r := math.Max(def.Custom.PointSize, 4)/2 + 1.5*float64(len(d.Series)-1-i)
 			for _, pt := range s.Points {
 				c.printf(`<circle cx="%.1f" cy="%.1f" r="%.1f" fill="%s"/>`+"\n", p.xOf(plot, pt.T), yOf(clamp(pt.V, lo, hi)), r, s.Color)
 			}
