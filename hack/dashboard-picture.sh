@@ -19,7 +19,7 @@
 #   3. starts Prometheus scraping the controller's /metrics every second as
 #      the job gamesession-controller-metrics, the job the dashboard selects;
 #   4. drives traffic with kubectl (this is a doc-generation script, not a
-#      test, so kubectl is fine): 45 more sessions over three profiles, paced
+#      test, so kubectl is fine): 55 more sessions over three profiles, paced
 #      rollouts of all three (a canary, a budget, busy sessions deferred, a
 #      pause, a maintenance window, a broken profile halted by its brake and
 #      then fixed), more sessions mid-rollout, and at the end a few sessions

@@ -41,11 +41,11 @@ var namedColors = map[string]string{
 }
 
 // palette colours the series of a panel in order, distinct on a dark
-// background.
+// background, the first eight far apart.
 var palette = []string{
 	"#73bf69", "#f2cc0c", "#8ab8ff", "#ff780a", "#f2495c",
-	"#5794f2", "#b877d9", "#705da0", "#37872d", "#fade2a",
-	"#6ed0e0", "#ef843c", "#e24d42", "#1f78c1", "#ba43a6",
+	"#b877d9", "#6ed0e0", "#ff9eb5", "#1f60c4", "#c8f2c2",
+	"#a16d00", "#705da0", "#37872d", "#fade2a", "#ba43a6",
 }
 
 func colorOf(name string) string {
@@ -268,7 +268,13 @@ func (p *picture) timeAxis(c *canvas, plot box, grid bool) {
 		if grid {
 			c.line(x, plot.y, x, plot.y+plot.h, colorGrid, 1)
 		}
-		c.text(x, plot.y+plot.h+12, 10, colorMuted, "middle", "400", t.UTC().Format(layout))
+		// A label that would stick out of the plot runs into the value
+		// axis' labels: leave it out, its grid line says enough.
+		label := t.UTC().Format(layout)
+		if half := float64(len(label)) * 10 * charWidth / 2; x-half < plot.x || x+half > plot.x+plot.w {
+			continue
+		}
+		c.text(x, plot.y+plot.h+12, 10, colorMuted, "middle", "400", label)
 	}
 }
 
