@@ -153,7 +153,7 @@ diagrams: ## Render every Mermaid diagram of README.md and docs/ into bin/docs (
 	hack/render-mermaid.sh
 
 .PHONY: dashboard-picture
-dashboard-picture: controlplane ## Redraw docs/images/dashboard.svg, the Grafana dashboard over a real run: local control plane, controller, Prometheus (built into bin/tools on first use) and traffic (~9 min).
+dashboard-picture: controlplane ## Redraw docs/images/dashboard.svg, the Grafana dashboard over a real run: local control plane, controller, Prometheus (built into bin/tools on first use) and traffic (~8 min).
 	hack/dashboard-picture.sh
 
 .PHONY: clean

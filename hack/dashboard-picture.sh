@@ -5,7 +5,7 @@
 # drawn by hack/tools/dashshot, our renderer, from the dashboard's own queries
 # against a real Prometheus server.
 #
-# What it does (about 9 minutes; the first run also builds Prometheus, a few
+# What it does (about 8 minutes; the first run also builds Prometheus, a few
 # minutes more, and the control plane if `make controlplane` never ran):
 #
 #   1. builds the Prometheus server pinned in hack/tools/prometheus into
