@@ -43,9 +43,12 @@ verify: ## Check generated code is current, gofmt, go vet, doc comments (hack/go
 	$(GO) vet ./...
 	$(GO) run ./hack/godoclint $$($(GO) list -f '{{.Dir}}' ./...)
 	@# The modules beside the controller's: vetted, and their go.mod tidy.
-	@for m in test/deploy hack/tools/image hack/tools/release cmd/kubectl-gamesession; do \
+	@for m in test/deploy hack/tools/image hack/tools/release hack/tools/dashshot cmd/kubectl-gamesession; do \
 	  (cd $$m && $(GO) vet ./... && $(GO) mod tidy -diff) || { echo "module $$m: go vet or go mod tidy -diff failed" >&2; exit 1; }; \
 	done
+	@# hack/tools/prometheus has no package of its own (go vet would refuse
+	@# it), only the tools it pins: promtool and the Prometheus server.
+	@(cd hack/tools/prometheus && $(GO) mod tidy -diff) || { echo "module hack/tools/prometheus: go mod tidy -diff failed" >&2; exit 1; }
 	@if $(GO) list -m all | grep -q sigs.k8s.io/controller-runtime; then \
 	  echo "sigs.k8s.io/controller-runtime must not be in the module graph" >&2; exit 1; fi
 
@@ -148,6 +151,10 @@ release: ## Write a release bundle into _output/release/VERSION: CRD, install.ya
 .PHONY: diagrams
 diagrams: ## Render every Mermaid diagram of README.md and docs/ into bin/docs (needs Debian's chromium; installs mermaid-cli with npm).
 	hack/render-mermaid.sh
+
+.PHONY: dashboard-picture
+dashboard-picture: controlplane ## Redraw docs/images/dashboard.svg, the Grafana dashboard over a real run: local control plane, controller, Prometheus (built into bin/tools on first use) and traffic (~8 min).
+	hack/dashboard-picture.sh
 
 .PHONY: clean
 clean: ## Remove build outputs (keeps the control plane build).

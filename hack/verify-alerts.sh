@@ -37,7 +37,9 @@ build_promtool() {
   fi
   echo "verify-alerts: building promtool from hack/tools/prometheus..."
   local start=${SECONDS}
-  (cd "${module}" && go build "${build_flags[@]}" -o "${out}/" tool)
+  # The module's other tool, the Prometheus server of
+  # hack/dashboard-picture.sh, is not needed here: build promtool alone.
+  (cd "${module}" && go build "${build_flags[@]}" -o "${out}/" github.com/prometheus/prometheus/cmd/promtool)
   echo "${want}" > "${stamp}"
   echo "verify-alerts: built promtool in $((SECONDS - start))s"
 }
