@@ -759,14 +759,6 @@ func (c *sessionController) settleMove(key string, session *gamesv1.GameSession,
 			return
 		}
 	}
-	if _, _, answered, pending := c.revisions.lastMount(key); pending && !answered {
-		// The session's last write lost its answer (a timeout, a 500) and
-		// the cache does not show it: it may have been made, and d, from
-		// before it, says nothing of what the Deployment rolls now. The
-		// place is kept until the cache shows the write or the session's
-		// next write tells (seed 100517479).
-		return
-	}
 	failed := c.progressDeadlineExceeded(d)
 	switch {
 	case blocks(d, session) || d.Spec.Paused || deploymentComplete(d):
