@@ -43,7 +43,7 @@ var (
 
 	workqueueRetries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "workqueue_retries_total",
-		Help: "Delayed adds (AddRateLimited) handled by the work queue: retries after errors, and the deliberate delays of profile fan-outs and rollout waits. Not an error count.",
+		Help: "Adds through the delaying queue (AddAfter, and AddRateLimited through it), with or without a delay: retries after errors, the fan-out's adds of a profile's sessions, rollout waits. Not an error count.",
 	}, []string{"name"})
 )
 

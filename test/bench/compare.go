@@ -108,7 +108,21 @@ func (r *results) writeCompare(w func(string, ...any)) {
 			secs(dur(cm)), secs(dur(cdm)), secs(dur(om)), secs(dur(odm)), secs(dur(bm)), cr, or, pm, lo, hi,
 			100*thisShare, 100*otherShare, syncsPerSession(s.ctl, s.size), syncsPerSession(s.other, s.size))
 	}
-	w("\n%s\n", fmt.Sprintf("Rounds: %d per size.", r.cfg.rounds))
+	w("\n%s\n", fmt.Sprintf("Rounds: %d per size. Each round, as in the fan-out rounds above:", r.cfg.rounds))
+	w("\n| Sessions | Round | Binary | Rolled | Per session | Written | Queue |\n|---:|---:|---|---:|---|---|---|\n")
+	for _, s := range r.compare {
+		for i := range s.ctl {
+			for _, b := range []struct {
+				name string
+				f    fanRound
+			}{{"this", s.ctl[i]}, {"other", s.other[i]}} {
+				f := b.f
+				w("| %s | %d | %s | %s | %s / %s / %s | %s / %s / %s | %g waits, %g failed, %d reopened |\n", num(s.size), i+1, b.name, secs(f.rolled),
+					secs(f.perSession.median), secs(f.perSession.p99), secs(f.perSession.max),
+					secs(f.written.median), secs(f.written.p99), secs(f.written.max), f.longWaits, f.failed, f.reopened)
+			}
+		}
+	}
 }
 
 // cpuShares is, per round, the controller's CPU time as a share of the

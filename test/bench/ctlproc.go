@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -198,7 +200,16 @@ type ctlState struct {
 	depth, unfinished, adds, syncs, conflicts, fanOuts float64
 	requests                                           map[string]float64 // "method code" -> count
 	heapInuse                                          float64
+	// failed counts the syncs that ended in an error or a conflict, which
+	// the queue retries after a backoff, and longWaits the session queue's
+	// keys that waited in it over longQueueWait before a worker took them:
+	// a fan-out's tail that is neither is not the queue's.
+	failed, longWaits float64
 }
+
+// longQueueWait is the wait in the queue counted as long: a bucket bound of
+// workqueue_queue_duration_seconds.
+const longQueueWait = 10.0
 
 func readState(ss samples) ctlState {
 	return ctlState{
@@ -210,7 +221,22 @@ func readState(ss samples) ctlState {
 		fanOuts:    ss.sum("gamesession_controller_profile_fanout_sessions_count", nil),
 		requests:   ss.by("rest_client_requests_total", nil, "method", "code"),
 		heapInuse:  ss.sum("go_memstats_heap_inuse_bytes", nil),
+		failed:     ss.sum("gamesession_controller_syncs_total", map[string]string{"result": "conflict"}) + ss.sum("gamesession_controller_syncs_total", map[string]string{"result": "error"}),
+		longWaits:  waitsOver(ss, longQueueWait),
 	}
+}
+
+// waitsOver counts the session queue's keys that waited longer than bound,
+// a bucket bound of workqueue_queue_duration_seconds (ExponentialBuckets
+// print it as, for example, 9.999999999999999).
+func waitsOver(ss samples, bound float64) float64 {
+	all := ss.sum("workqueue_queue_duration_seconds_count", queueLabel)
+	for le, n := range ss.by("workqueue_queue_duration_seconds_bucket", queueLabel, "le") {
+		if v, err := strconv.ParseFloat(le, 64); err == nil && math.Abs(v-bound) < bound*1e-9 {
+			return all - n
+		}
+	}
+	return math.NaN()
 }
 
 // waitDrained returns once cond holds and the work queue is empty and idle

@@ -247,14 +247,16 @@ func (r *results) writeStateRows(w func(string, ...any)) {
 
 func (r *results) writeDetails(w func(string, ...any)) {
 	w("## Details\n\n### Fan-out rounds\n\n")
-	w("`rolled`: edit (or first ceiling update) → the watch saw the last Deployment with the new value. `per session`: edit → the watch saw each of the controller's Deployments with it, median / 99th percentile / longest (the longest is `rolled`). `idle`: → the controller's queue empty and every sync done (status written). Cores: CPU seconds per wall second during the window.\n\n")
-	w("| Sessions | Delay | Round | Ceiling rolled | Ceiling cores | Controller rolled | Per session | Controller idle | Controller cores | Ratio |\n|---:|---|---:|---:|---|---:|---|---:|---|---:|\n")
+	w("`rolled`: edit (or first ceiling update) → the watch saw the last Deployment with the new value. `per session`: edit → the watch saw each of the controller's Deployments with it, median / 99th percentile / longest (the longest is `rolled`). `written`: the same, by the API server's time of each write (its managedFields, whole seconds, so up to 1 s early): where the two part, the watch delivered late. `queue`: keys that waited over %gs in the session queue, the syncs that failed (an error or a conflict, retried after a backoff), and the benchmark's watch reopened, in the window. `idle`: → the controller's queue empty and every sync done (status written). Cores: CPU seconds per wall second during the window.\n\n", longQueueWait)
+	w("| Sessions | Delay | Round | Ceiling rolled | Ceiling cores | Controller rolled | Per session | Written | Queue | Controller idle | Controller cores | Ratio |\n|---:|---|---:|---:|---|---:|---|---|---|---:|---|---:|\n")
 	for _, series := range [][]*fanSeries{r.fanZero, r.fanDefault} {
 		for _, s := range series {
 			for i := range s.ctl {
 				c, b := s.ctl[i], s.ceil[i]
-				w("| %s | %s | %d | %s | %s | %s | %s / %s / %s | %s | %s | %.2fx |\n", num(s.size), s.delay, i+1, secs(b.rolled), b.req.coresUsed(),
-					secs(c.rolled), secs(c.perSession.median), secs(c.perSession.p99), secs(c.perSession.max), secs(c.drained), c.req.coresUsed(), s.ratios[i])
+				w("| %s | %s | %d | %s | %s | %s | %s / %s / %s | %s / %s / %s | %g waits, %g failed, %d reopened | %s | %s | %.2fx |\n", num(s.size), s.delay, i+1, secs(b.rolled), b.req.coresUsed(),
+					secs(c.rolled), secs(c.perSession.median), secs(c.perSession.p99), secs(c.perSession.max),
+					secs(c.written.median), secs(c.written.p99), secs(c.written.max), c.longWaits, c.failed, c.reopened,
+					secs(c.drained), c.req.coresUsed(), s.ratios[i])
 			}
 		}
 	}

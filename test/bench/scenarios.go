@@ -211,6 +211,15 @@ type fanRound struct {
 	// perSession is edit -> each Deployment seen with the new hash: the
 	// median, the 99th percentile and the longest, for the tail.
 	perSession spreadOf
+	// written is edit -> each of those Deployments written, by the API
+	// server's managedFields time (whole seconds, so up to 1 s early):
+	// where it trails perSession, the watch delivered late.
+	written spreadOf
+	// longWaits are the session queue's keys that waited over
+	// longQueueWait, failed the syncs retried after a backoff, in the
+	// window; reopened the benchmark's own watch reopened.
+	longWaits, failed float64
+	reopened          int
 }
 
 // spreadOf is a distribution's median, 99th percentile and maximum.
@@ -242,6 +251,7 @@ func (e *env) fanOut(ctx context.Context, p *ctlProc, h *hotProfile, timeout tim
 		return r, err
 	}
 	st0 := readState(ss0)
+	reopened0 := e.tracker.watchesReopened()
 	hash, start, err := e.editProfile(ctx, h)
 	if err != nil {
 		return r, err
@@ -253,6 +263,8 @@ func (e *env) fanOut(ctx context.Context, p *ctlProc, h *hotProfile, timeout tim
 		return r, fmt.Errorf("fan-out of %s via %s: %w", h.cm.Name, p.name, err)
 	}
 	r.perSession = spreadOfTimes(start, e.tracker.arrivals(benchNS, hash))
+	r.written = spreadOfTimes(start, e.tracker.writes(benchNS, hash))
+	r.reopened = e.tracker.watchesReopened() - reopened0
 	drainedAt, _, err := p.waitDrained(wctx, func(s ctlState) bool { return s.fanOuts > st0.fanOuts })
 	if err != nil {
 		return r, err
@@ -271,9 +283,11 @@ func (e *env) fanOut(ctx context.Context, p *ctlProc, h *hotProfile, timeout tim
 	st2 := readState(ss2)
 	r.client = delta(st0.requests, st2.requests)
 	r.syncs = st2.syncs - st0.syncs
-	logf("fan-out %d via %s: rolled %s (per session: median %s, p99 %s), drained %s, %g syncs; requests %s; cores %s", h.size, p.name,
+	r.longWaits, r.failed = st2.longWaits-st0.longWaits, st2.failed-st0.failed
+	logf("fan-out %d via %s: rolled %s (per session: median %s, p99 %s; written: median %s, p99 %s, last %s), drained %s, %g syncs, %g queue waits over %gs, %g failed syncs, %d watches reopened; requests %s; cores %s", h.size, p.name,
 		r.rolled.Round(time.Millisecond), r.perSession.median.Round(time.Millisecond), r.perSession.p99.Round(time.Millisecond),
-		r.drained.Round(time.Millisecond), r.syncs, strings.Join(r.req.lines(), ", "), r.req.coresUsed())
+		r.written.median.Round(time.Millisecond), r.written.p99.Round(time.Millisecond), r.written.max.Round(time.Millisecond),
+		r.drained.Round(time.Millisecond), r.syncs, r.longWaits, longQueueWait, r.failed, r.reopened, strings.Join(r.req.lines(), ", "), r.req.coresUsed())
 	return r, nil
 }
 

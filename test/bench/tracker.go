@@ -28,11 +28,18 @@ import (
 type tracker struct {
 	client kubernetes.Interface
 
-	mu        sync.Mutex
-	hashes    map[string]string    // namespace/name -> annotation value
-	counts    map[string]int       // namespace|value -> Deployments carrying it
-	changes   map[string]int       // namespace/name -> annotation changes seen
-	since     map[string]time.Time // namespace/name -> when the watch delivered its current value
+	mu      sync.Mutex
+	hashes  map[string]string    // namespace/name -> annotation value
+	counts  map[string]int       // namespace|value -> Deployments carrying it
+	changes map[string]int       // namespace/name -> annotation changes seen
+	since   map[string]time.Time // namespace/name -> when the watch delivered its current value
+	// written is, per Deployment, the API server's time of the last write
+	// of its spec (managedFields, whole seconds): against since, it tells a
+	// write made late from a write the watch delivered late.
+	written map[string]time.Time
+	// reopened counts the watches the server ended and the tracker reopened:
+	// each is a gap in which events wait.
+	reopened  int
 	waiters   []*waiter
 	observers []*rolloutObserver // paced rollouts being followed (paced.go)
 }
@@ -55,7 +62,7 @@ func (t *tracker) countLocked(w *waiter) int {
 
 func newTracker(client kubernetes.Interface) *tracker {
 	return &tracker{client: client, hashes: map[string]string{}, counts: map[string]int{}, changes: map[string]int{},
-		since: map[string]time.Time{}}
+		since: map[string]time.Time{}, written: map[string]time.Time{}}
 }
 
 // run lists once, then watches from that resourceVersion until ctx ends,
@@ -78,6 +85,11 @@ func (t *tracker) run(ctx context.Context, ready chan<- struct{}) {
 		}
 		var err error
 		rv, err = t.watch(ctx, rv)
+		if ctx.Err() == nil {
+			t.mu.Lock()
+			t.reopened++
+			t.mu.Unlock()
+		}
 		if err != nil && ctx.Err() == nil {
 			logf("tracker: watch: %v", err)
 			sleepCtx(ctx, 200*time.Millisecond)
@@ -99,6 +111,7 @@ func (t *tracker) relist(ctx context.Context) (string, error) {
 	for i := range list.Items {
 		d := &list.Items[i]
 		t.setLocked(d.Namespace+"/"+d.Name, d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation], now)
+		t.writtenLocked(d)
 		t.observeLocked(d, now)
 	}
 	return list.ResourceVersion, nil
@@ -130,6 +143,7 @@ func (t *tracker) watch(ctx context.Context, rv string) (string, error) {
 			d := ev.Object.(*appsv1.Deployment)
 			t.mu.Lock()
 			t.setLocked(d.Namespace+"/"+d.Name, d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation], now)
+			t.writtenLocked(d)
 			t.observeLocked(d, now)
 			t.mu.Unlock()
 		}
@@ -138,6 +152,20 @@ func (t *tracker) watch(ctx context.Context, rv string) (string, error) {
 		}
 	}
 	return rv, nil
+}
+
+// writtenLocked notes when the API server says d's spec was last written:
+// the latest managedFields entry of an update of the main resource.
+func (t *tracker) writtenLocked(d *appsv1.Deployment) {
+	var last time.Time
+	for _, f := range d.ManagedFields {
+		if f.Subresource == "" && f.Time != nil && f.Time.After(last) {
+			last = f.Time.Time
+		}
+	}
+	if !last.IsZero() {
+		t.written[d.Namespace+"/"+d.Name] = last
+	}
 }
 
 func (t *tracker) set(key, value string, at time.Time) {
@@ -159,6 +187,7 @@ func (t *tracker) setLocked(key, value string, at time.Time) {
 	if value == "" {
 		delete(t.hashes, key)
 		delete(t.since, key)
+		delete(t.written, key)
 	} else {
 		t.hashes[key] = value
 		t.since[key] = at
@@ -219,6 +248,27 @@ func (t *tracker) arrivals(namespace, value string) []time.Time {
 		}
 	}
 	return out
+}
+
+// writes are the API server's times of the last spec write of each
+// Deployment of namespace that carries value now (whole seconds).
+func (t *tracker) writes(namespace, value string) []time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []time.Time
+	for key, v := range t.hashes {
+		if w, ok := t.written[key]; ok && v == value && namespaceOf(key) == namespace {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// watchesReopened is how many times the tracker has reopened its watch.
+func (t *tracker) watchesReopened() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.reopened
 }
 
 // count is how many Deployments of namespace carry value now.
