@@ -342,6 +342,10 @@ func run(ctx context.Context, cfg config) (err error) {
 			return err
 		}
 	}
+	if m, err := readMem(d.pid()); err == nil && d.cmd != nil {
+		res.fanZeroPeak = m.HWM
+		res.fanZeroSessions = sum(cfg.sizes) + max(cfg.profiles-len(cfg.sizes), 0)*cfg.otherPerProfile
+	}
 	if len(cfg.variants) > 0 {
 		// The idle controller stays up, as in the paired ceiling rounds.
 		if res.variants, err = e.ceilingVariants(ctx, e.hot[len(e.hot)-1].size); err != nil {

@@ -29,16 +29,21 @@ type results struct {
 	noFilterAfter  memSample
 	fanDefault     []*fanSeries
 	fanZero        []*fanSeries
-	burstDefault   burstResult
-	burstZero      burstResult
-	slow           slowResult
-	variants       *variantSeries
-	compare        []*abSeries
-	profiled       *fanRound
-	paced          []pacedRound
-	pacedBaseline  []pacedRound // unpaced, with the stand-in, before each paced round
-	busy           *busyRound
-	tenants        *tenantsResult
+	// fanZeroPeak is the peak RSS of the controller of fanZero, over its
+	// cold start and every fan-out, burst and idle wait it ran, with
+	// fanZeroSessions sessions cached.
+	fanZeroPeak     uint64
+	fanZeroSessions int
+	burstDefault    burstResult
+	burstZero       burstResult
+	slow            slowResult
+	variants        *variantSeries
+	compare         []*abSeries
+	profiled        *fanRound
+	paced           []pacedRound
+	pacedBaseline   []pacedRound // unpaced, with the stand-in, before each paced round
+	busy            *busyRound
+	tenants         *tenantsResult
 }
 
 const (
@@ -136,6 +141,10 @@ func (r *results) markdown() string {
 		}
 		w("| 2 | API requests per profile change (API server's `apiserver_request_total`, delay 0, round 1) | %s | %s | — | %.2f Deployment writes/session | 1 Deployment write per session, status only where it changes, 0 GET, 0 LIST | %s |\n",
 			num(s.size), requestSummary(d, s.size), d.deploymentWrites()/float64(s.size), yes(ok))
+	}
+	if r.fanZeroPeak > 0 {
+		w("| 5 | Memory: peak RSS (VmHWM) of the fan-out controller over its cold start and every fan-out above, without `GOMEMLIMIT` | %s | **%s** | — | — | under the manifest's %s limit (which also sets `GOMEMLIMIT` to it) | %s |\n",
+			num(r.fanZeroSessions), mib(r.fanZeroPeak), mib(manifestMemoryLimit), yes(r.fanZeroPeak < manifestMemoryLimit))
 	}
 	r.writePacedRequestsRow(w)
 	r.writeBusyRows(w)
