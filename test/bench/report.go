@@ -87,8 +87,16 @@ func (r *results) markdown() string {
 	for _, s := range r.fanZero {
 		ctl, ceil := s.medians()
 		lo, med, hi := spread(s.ratios)
-		w("| 1 | Fan-out, `--profile-change-delay=0`: edit → last Deployment watched with the new hash | %s | %s | ceiling (JSON update loop) %s (%.0f updates/s) | **%.2fx** (%.2f–%.2f) | ≤ 1.0x | %s |\n",
-			num(s.size), secs(ctl), secs(ceil), float64(s.size)/ceil.Seconds(), med, lo, hi, yes(med <= 1.0))
+		goal := lastDeploymentGoal(s.size)
+		slowest := s.ctl[0]
+		for _, c := range s.ctl {
+			if c.rolled > slowest.rolled {
+				slowest = c
+			}
+		}
+		w("| 1 | Fan-out, `--profile-change-delay=0`: edit → last Deployment watched with the new hash; per session in the slowest round, median / p99 / last | %s | %s; %s / %s / %s | ceiling (JSON update loop) %s (%.0f updates/s) | **%.2fx** (%.2f–%.2f) | ≤ %.1fx | %s |\n",
+			num(s.size), secs(ctl), secs(slowest.perSession.median), secs(slowest.perSession.p99), secs(slowest.perSession.max),
+			secs(ceil), float64(s.size)/ceil.Seconds(), med, lo, hi, goal, yes(med <= goal))
 	}
 	for _, s := range r.fanZero {
 		// Per pair, like the fan-out's ratio.
@@ -512,6 +520,17 @@ func orNone(s string) string {
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
 	return line
+}
+
+// lastDeploymentGoal is issue 32's goal for edit → last Deployment against
+// the update loop: 1.0x at the reference scenario's 7,340 sessions, 1.3x
+// below it, where the update loop's 16 writers do not saturate the machine
+// and every sync's own latency shows.
+func lastDeploymentGoal(sessions int) float64 {
+	if sessions >= 7340 {
+		return 1.0
+	}
+	return 1.3
 }
 
 // manifestMemoryLimit is the memory limit of artifacts/manager/deployment.yaml.
