@@ -9,10 +9,21 @@ import (
 )
 
 // statusLaneMaxWait bounds how long a key waits in the status lane while
-// Deployment work keeps coming: past it, the two lanes take turns. A fan-out
-// of 7,340 sessions writes its Deployments in about 25s on the reference
-// machine, so the bound does not cut into one.
-const statusLaneMaxWait = 30 * time.Second
+// Deployment work keeps coming: past it, the status lane gets a share of the
+// workers (firstLanePerStatusKey). It is a guard against starving the
+// statuses, not a schedule: a fan-out of 7,340 sessions writes its
+// Deployments in 25-32s on the reference machine, and one in a slow round
+// in more, so the bound sits well above that.
+const statusLaneMaxWait = time.Minute
+
+// firstLanePerStatusKey is how many first-lane keys are handed out for each
+// status-lane key once the status lane's oldest has waited statusLaneMaxWait.
+// A status write costs the API server about four Deployment writes, so the
+// first lane keeps about two thirds of the server: starved statuses drain,
+// and the Deployment writes still queued slow by half at most. Taking turns
+// instead gave the statuses four fifths and slowed the Deployment writes
+// fivefold: the last 1,900 of a slow 7,340 fan-out waited 40s more.
+const firstLanePerStatusKey = 8
 
 // sessionLanes orders the GameSession queue in two lanes. A status write
 // costs the API server about four times a Deployment write, and a session
@@ -20,8 +31,8 @@ const statusLaneMaxWait = 30 * time.Second
 // a little later; one still waiting for its Deployment write loses time to
 // every status written before it. So a sync that would only write a status
 // while other keys wait in the first lane leaves it to the status lane, which
-// is handed out only when the first lane is empty (or its head has waited
-// statusLaneMaxWait). In a paced rollout that keeps the next wave's
+// is handed out only when the first lane is empty (or, at a lesser pace, once
+// its head has waited statusLaneMaxWait). In a paced rollout that keeps the next wave's
 // Deployment writes ahead of the previous wave's status writes, and a status
 // written late is often written once, with the Deployment already complete,
 // instead of once per step of its rollout.
@@ -77,8 +88,10 @@ type laneQueue struct {
 	statusCount int
 	seq         uint64
 	// handed holds the lane of each key handed out and not yet asked about.
-	handed         map[string]lane
-	lastFromStatus bool
+	handed map[string]lane
+	// firstSinceStatus counts the first lane's keys handed out since the
+	// status lane's last.
+	firstSinceStatus int
 }
 
 type laneEntry struct {
@@ -202,21 +215,24 @@ func (q *laneQueue) Len() int {
 }
 
 // Pop hands out the first lane's oldest key, or the status lane's when the
-// first is empty or, every other time, when the status lane's oldest has
-// waited statusLaneMaxWait. The workqueue calls it only when Len > 0.
+// first is empty or, once the status lane's oldest has waited
+// statusLaneMaxWait, after every firstLanePerStatusKey keys of the first.
+// The workqueue calls it only when Len > 0.
 func (q *laneQueue) Pop() string {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.first = dropStale(q.first, q.queued)
 	q.status = dropStale(q.status, q.queued)
-	fromStatus := len(q.first) == 0 ||
-		(len(q.status) > 0 && !q.lastFromStatus && q.clock.Since(q.status[0].since) >= statusLaneMaxWait)
+	overdue := len(q.status) > 0 && q.clock.Since(q.status[0].since) >= statusLaneMaxWait
+	fromStatus := len(q.first) == 0 || overdue && q.firstSinceStatus >= firstLanePerStatusKey
 	from, entries := firstLane, &q.first
 	if fromStatus {
 		from, entries = statusLane, &q.status
 		q.statusCount--
+		q.firstSinceStatus = 0
+	} else {
+		q.firstSinceStatus++
 	}
-	q.lastFromStatus = fromStatus
 	e := (*entries)[0]
 	(*entries)[0] = laneEntry{}
 	*entries = (*entries)[1:]

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -90,17 +91,20 @@ func TestSessionQueueStatusOnlyAddWhileProcessing(t *testing.T) {
 }
 
 // The status lane is not starved: once its oldest key has waited
-// statusLaneMaxWait, the lanes take turns.
+// statusLaneMaxWait, it gets one key for every firstLanePerStatusKey keys of
+// the first lane, and the first lane keeps the rest.
 func TestSessionQueueStatusLaneWaitsAtMost(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	q, lanes := newSessionQueue("", clk)
 	defer q.ShutDown()
 
-	for _, key := range []string{"s1", "s2"} {
+	for _, key := range []string{"s1", "s2", "s3"} {
 		lanes.addStatusOnly(key)
 	}
-	for _, key := range []string{"d1", "d2", "d3"} {
-		q.Add(key)
+	var first []string
+	for i := range 2*firstLanePerStatusKey + 1 {
+		first = append(first, fmt.Sprintf("d%d", i+1))
+		q.Add(first[i])
 	}
 	next := func() string {
 		key, _ := q.Get()
@@ -110,12 +114,23 @@ func TestSessionQueueStatusLaneWaitsAtMost(t *testing.T) {
 	if got := next(); got != "d1" {
 		t.Fatalf("first: %s, want d1", got)
 	}
-	clk.Step(statusLaneMaxWait)
+	// Short of the bound, the first lane goes first.
+	clk.Step(statusLaneMaxWait - time.Second)
+	if got := next(); got != "d2" {
+		t.Fatalf("before the wait: %s, want d2", got)
+	}
+	clk.Step(time.Second)
 	var got []string
-	for range 4 {
+	for q.Len() > 0 {
 		got = append(got, next())
 	}
-	if want := []string{"s1", "d2", "s2", "d3"}; !slices.Equal(got, want) {
+	// d2 counts: the status lane's first key comes after firstLanePerStatusKey
+	// keys of the first lane, its second as many keys later, and its last
+	// when the first lane is empty.
+	want := slices.Concat(first[2:firstLanePerStatusKey], []string{"s1"},
+		first[firstLanePerStatusKey:2*firstLanePerStatusKey], []string{"s2"},
+		first[2*firstLanePerStatusKey:], []string{"s3"})
+	if !slices.Equal(got, want) {
 		t.Errorf("after the wait: %v, want %v", got, want)
 	}
 }
