@@ -225,7 +225,11 @@ func (e *env) pacedSeries(ctx context.Context, maxRolling string) (baseline, out
 		}
 	}
 	time.Sleep(quietPeriod)
-	if _, _, err := p.waitDrained(wctx, func(ctlState) bool { return true }); err != nil {
+	// A deadline of its own: the one above has been running since before
+	// the baseline rounds, which at 7,340 sessions outlast it.
+	dctx, cancelDrain := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancelDrain()
+	if _, _, err := p.waitDrained(dctx, func(ctlState) bool { return true }); err != nil {
 		return baseline, out, err
 	}
 	for _, h := range e.hot {
