@@ -238,6 +238,25 @@ func spreadOfTimes(start time.Time, at []time.Time) spreadOf {
 	return spreadOf{median: ds[len(ds)/2], p99: ds[min(len(ds), p99)-1], max: ds[len(ds)-1]}
 }
 
+// perSecond counts the times in each whole second after start, as
+// "second:count" pairs, for the shape of a fan-out's tail in the log.
+func perSecond(start time.Time, at []time.Time) string {
+	counts := map[int]int{}
+	last := 0
+	for _, t := range at {
+		s := max(int(t.Sub(start.Truncate(time.Second))/time.Second), 0)
+		counts[s]++
+		last = max(last, s)
+	}
+	var b strings.Builder
+	for s := 0; s <= last; s++ {
+		if counts[s] > 0 {
+			fmt.Fprintf(&b, "%d:%d ", s, counts[s])
+		}
+	}
+	return strings.TrimSpace(b.String())
+}
+
 // fanOut edits a hot profile and measures until every one of its Deployments
 // carries the new hash, then until the controller is idle again.
 func (e *env) fanOut(ctx context.Context, p *ctlProc, h *hotProfile, timeout time.Duration) (fanRound, error) {
@@ -263,7 +282,9 @@ func (e *env) fanOut(ctx context.Context, p *ctlProc, h *hotProfile, timeout tim
 		return r, fmt.Errorf("fan-out of %s via %s: %w", h.cm.Name, p.name, err)
 	}
 	r.perSession = spreadOfTimes(start, e.tracker.arrivals(benchNS, hash))
-	r.written = spreadOfTimes(start, e.tracker.writes(benchNS, hash))
+	writes := e.tracker.writes(benchNS, hash)
+	r.written = spreadOfTimes(start, writes)
+	logf("fan-out %d via %s: Deployments written per second after the edit (the API server's clock): %s", h.size, p.name, perSecond(start, writes))
 	r.reopened = e.tracker.watchesReopened() - reopened0
 	drainedAt, _, err := p.waitDrained(wctx, func(s ctlState) bool { return s.fanOuts > st0.fanOuts })
 	if err != nil {
