@@ -32,10 +32,10 @@ const firstLanePerStatusKey = 8
 // every status written before it. So a sync that would only write a status
 // while other keys wait in the first lane leaves it to the status lane, which
 // is handed out only when the first lane is empty (or, at a lesser pace, once
-// its head has waited statusLaneMaxWait). In a paced rollout that keeps the next wave's
-// Deployment writes ahead of the previous wave's status writes, and a status
-// written late is often written once, with the Deployment already complete,
-// instead of once per step of its rollout.
+// its head has waited statusLaneMaxWait). In a paced rollout that keeps the
+// next wave's Deployment writes ahead of the previous wave's status writes,
+// and a status written late is often written once, with the Deployment
+// already complete, instead of once per step of its rollout.
 //
 // A key goes to the status lane only if every add of it since it was last
 // queued or handed out asked for a status write alone: an event that lands

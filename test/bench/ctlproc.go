@@ -212,7 +212,7 @@ type ctlState struct {
 const longQueueWait = 10.0
 
 func readState(ss samples) ctlState {
-	return ctlState{
+	st := ctlState{
 		depth:      ss.sum("workqueue_depth", queueLabel),
 		unfinished: ss.sum("workqueue_unfinished_work_seconds", queueLabel),
 		adds:       ss.sum("workqueue_adds_total", queueLabel),
@@ -221,9 +221,11 @@ func readState(ss samples) ctlState {
 		fanOuts:    ss.sum("gamesession_controller_profile_fanout_sessions_count", nil),
 		requests:   ss.by("rest_client_requests_total", nil, "method", "code"),
 		heapInuse:  ss.sum("go_memstats_heap_inuse_bytes", nil),
-		failed:     ss.sum("gamesession_controller_syncs_total", map[string]string{"result": "conflict"}) + ss.sum("gamesession_controller_syncs_total", map[string]string{"result": "error"}),
-		longWaits:  waitsOver(ss, longQueueWait),
+
+		longWaits: waitsOver(ss, longQueueWait),
 	}
+	st.failed = st.conflicts + ss.sum("gamesession_controller_syncs_total", map[string]string{"result": "error"})
+	return st
 }
 
 // waitsOver counts the session queue's keys that waited longer than bound,

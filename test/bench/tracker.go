@@ -239,26 +239,24 @@ func (t *tracker) awaitIn(ctx context.Context, namespaces []string, value string
 // arrivals are the times the watch delivered value to each Deployment of
 // namespace that carries it now.
 func (t *tracker) arrivals(namespace, value string) []time.Time {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var out []time.Time
-	for key, v := range t.hashes {
-		if v == value && namespaceOf(key) == namespace {
-			out = append(out, t.since[key])
-		}
-	}
-	return out
+	return t.timesOf(t.since, namespace, value)
 }
 
 // writes are the API server's times of the last spec write of each
 // Deployment of namespace that carries value now (whole seconds).
 func (t *tracker) writes(namespace, value string) []time.Time {
+	return t.timesOf(t.written, namespace, value)
+}
+
+// timesOf picks from times, a map by namespace/name, the entries of the
+// Deployments of namespace that carry value now.
+func (t *tracker) timesOf(times map[string]time.Time, namespace, value string) []time.Time {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var out []time.Time
 	for key, v := range t.hashes {
-		if w, ok := t.written[key]; ok && v == value && namespaceOf(key) == namespace {
-			out = append(out, w)
+		if at, ok := times[key]; ok && v == value && namespaceOf(key) == namespace {
+			out = append(out, at)
 		}
 	}
 	return out
