@@ -158,6 +158,9 @@ type requestCounter struct {
 	// differ by their selector. An informer appears, at 0, with its first
 	// list or watch.
 	lists map[string]map[string]int
+	// heldLists, by resource, is closed when the lists of that resource
+	// that holdLists made wait may go on.
+	heldLists map[string]chan struct{}
 }
 
 func newRequestCounter() *requestCounter {
@@ -174,6 +177,7 @@ func (rc *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 			rc.counts[verb+" "+resource+" "+name]++
 		}
 		rc.urls = append(rc.urls, req.Method+" "+req.URL.RequestURI())
+		held := rc.heldLists[resource]
 		if verb == "list" || verb == "watch" {
 			if rc.lists[resource] == nil {
 				rc.lists[resource] = make(map[string]int)
@@ -183,6 +187,13 @@ func (rc *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 			}
 		}
 		rc.mu.Unlock()
+		if verb == "list" && held != nil {
+			select {
+			case <-held:
+			case <-req.Context().Done():
+				return nil, req.Context().Err()
+			}
+		}
 		resp, err := rt.RoundTrip(req)
 		if err == nil {
 			rc.mu.Lock()
@@ -259,6 +270,29 @@ func (rc *requestCounter) answered(key string, code int) int {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	return rc.answers[fmt.Sprintf("%s %d", key, code)]
+}
+
+// holdLists makes every list of the resource the controller sends from now
+// on wait, unsent, until release is called: an informer whose watch is
+// refused then cannot learn of a change by polling either. Its backoff is
+// untouched, so the window does not depend on when its next list is due.
+func (rc *requestCounter) holdLists(resource string) (release func()) {
+	gate := make(chan struct{})
+	rc.mu.Lock()
+	if rc.heldLists == nil {
+		rc.heldLists = make(map[string]chan struct{})
+	}
+	rc.heldLists[resource] = gate
+	rc.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			rc.mu.Lock()
+			delete(rc.heldLists, resource)
+			rc.mu.Unlock()
+			close(gate)
+		})
+	}
 }
 
 // listsPerInformer returns how many informers of the resource sent a list

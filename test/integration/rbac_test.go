@@ -36,16 +36,13 @@ const (
 	// then): about 2s here.
 	denialTimeout = 40 * time.Second
 
-	// blindFor is how long a change must go unseen by the informers whose
-	// watch is refused. Such an informer falls back to polling with LIST, and
-	// client-go's reflector backs off 0.8s*2^n (jitter only lengthens it)
-	// between attempts: after its fifth LIST the next one is at least 12.8s
-	// away. A watching controller reacts in a fraction of a second, and
-	// completes a step within it: the slowest step measured in CI, a
-	// profile edit rolled to three Deployments, took 2.3s on busy cores,
-	// and 4.6s and 4.85s with the race-enabled unit tests beside it. The
-	// window is 9s, about twice that, and still 3.8s short of the next list.
-	blindFor = 9 * time.Second
+	// blindFor is how long a change must go unseen by the controller once
+	// its watch of the change's resource is refused and its lists of it are
+	// held (requestCounter.holdLists). A watching controller completes each
+	// such step well within it: the slowest measured in CI, a profile edit
+	// rolled to three Deployments, took 2.3s on busy cores, and 4.6s and
+	// 4.85s with the race-enabled unit tests beside it. 10s is twice that.
+	blindFor = 10 * time.Second
 
 	// heldFor is how long a revision that a ReplicaSet mounts must be seen
 	// kept once it is stale otherwise: several profile syncs (one follows
@@ -137,8 +134,22 @@ var rbacSteps = []rbacStep{
 		}},
 	{name: "record the rollout",
 		// The profile's ProfileRollout, created and its status written for
-		// the profile's content.
-		done: func(s *rbacScenario) (bool, error) { return s.rolloutRecorded("arena", s.hash, "") }},
+		// the profile's content, up to every session Ready: until then the
+		// controller has status to write, and a write that finds the
+		// ProfileRollout gone (the next step deletes it) creates it again
+		// without the watch.
+		done: func(s *rbacScenario) (bool, error) {
+			if ok, err := s.rolloutRecorded("arena", s.hash, ""); !ok {
+				return ok, err
+			}
+			r, err := s.game.GamesV1().ProfileRollouts(s.ns).Get(s.ctx, "arena", metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			st := r.Status
+			return st.TotalSessions > 0 && st.ReadySessions == st.TotalSessions && st.MovedSessions == st.TotalSessions,
+				fmt.Errorf("ProfileRollout arena: %d moved and %d ready of %d", st.MovedSessions, st.ReadySessions, st.TotalSessions)
+		}},
 	{name: "restore a deleted ProfileRollout", reaction: true,
 		// Only the ProfileRollout informer sees the delete: the controller
 		// creates the profile's ProfileRollout again and writes its status.
@@ -530,8 +541,8 @@ type revocationEffect struct {
 	setup func(*rbacScenario)
 	// polling: the verb is a watch, whose informers (one per resource, or
 	// several: profiles and revisions are both ConfigMaps) fall back to
-	// polling. The step's change is made once each of them has listed three
-	// times, and must go unseen for blindFor.
+	// polling with lists. The step's change is made once each of them has
+	// listed, with their lists held, and must go unseen for blindFor.
 	polling bool
 	// streamingOff: the verb is a list, which an informer needs only when it
 	// cannot stream its list over a watch (API servers without WatchList,
@@ -714,26 +725,26 @@ func (s *rbacScenario) failsWithout(effect revocationEffect) {
 
 	if effect.polling {
 		resource := strings.Fields(effect.denied)[1]
-		// Counted per informer: with two informers of a resource, three
-		// lists in all may be two of one, whose next list is then less
-		// than blindFor away.
-		// Five lists: the next is then at least 12.8s away, 3.8s more than
-		// blindFor, a margin CI's load does not eat (with three, a list came
-		// within a shorter blindFor once in a CI rehearsal).
-		s.waitFor(fmt.Sprintf("every %s informer to poll: watch refused, 5 lists each", resource), func() bool {
+		s.waitFor(fmt.Sprintf("every %s informer to poll: watch refused, a list each", resource), func() bool {
 			informers, lists := s.ctl.requests.listsPerInformer(resource)
-			return s.ctl.requests.answered(effect.denied, http.StatusForbidden) > 0 && informers > 0 && lists >= 5
+			return s.ctl.requests.answered(effect.denied, http.StatusForbidden) > 0 && informers > 0 && lists >= 1
 		})
+		// Polling would see the change at the next list, which client-go's
+		// backoff may bring within a second (it resets two minutes after
+		// the informer started): held, the lists cannot, and a reaction
+		// could only come by some other way, the watch being refused.
+		release := s.ctl.requests.holdLists(resource)
 		step.act(s)
 		deadline := time.Now().Add(blindFor)
 		for time.Now().Before(deadline) {
 			if ok, _ := step.done(s); ok {
-				t.Fatalf("step %q completed without a %s watch: the rule is not needed", step.name, resource)
+				t.Fatalf("step %q completed without a %s watch or list: the rule is not needed", step.name, resource)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
+		release()
 		informers, lists := s.ctl.requests.listsPerInformer(resource)
-		t.Logf("step %q: no reaction within %s while %d %s informer(s) poll (%d lists in all, at least %d each, watch refused %d times)",
+		t.Logf("step %q: no reaction within %s while %d %s informer(s) poll, lists held (%d lists in all, at least %d each, watch refused %d times)",
 			step.name, blindFor, informers, resource, s.ctl.requests.answered("list "+resource, http.StatusOK), lists,
 			s.ctl.requests.answered(effect.denied, http.StatusForbidden))
 		return
