@@ -24,7 +24,7 @@ func (e *env) compareSeries(ctx context.Context) ([]*abSeries, error) {
 	delayArg := "--profile-change-delay=0"
 	for _, h := range e.hot {
 		s := &abSeries{size: h.size, compareBin: e.cfg.compareBin}
-		timeout := 2*time.Minute + time.Duration(h.size)*10*time.Millisecond
+		timeout := 2*time.Minute + time.Duration(h.size)*40*time.Millisecond
 		for round := range e.cfg.rounds {
 			var ctl, other fanRound
 			var ceil ceilingRound

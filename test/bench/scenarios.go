@@ -424,6 +424,9 @@ func (e *env) ceiling(ctx context.Context, n int, variant string) (ceilingRound,
 			return r, err
 		}
 		r.rolled = rolledAt.Sub(start)
+		// Beside the fan-out's: a shape both share is the API server's.
+		logf("ceiling %s %d: Deployments written per second (the API server's clock): %s", variant, n,
+			perSecond(start, e.tracker.writes(ceilingNS, value)))
 	}
 	time.Sleep(quietPeriod)
 	after, err := e.snapshot(ctx, nil)
@@ -513,7 +516,7 @@ func (e *env) fanOutSeries(ctx context.Context, p *ctlProc, delay time.Duration)
 	var out []*fanSeries
 	for _, h := range e.hot {
 		s := &fanSeries{size: h.size, delay: delay}
-		timeout := 2*time.Minute + time.Duration(h.size)*10*time.Millisecond
+		timeout := 2*time.Minute + time.Duration(h.size)*40*time.Millisecond
 		for round := range e.cfg.rounds {
 			var c fanRound
 			var b ceilingRound
