@@ -71,6 +71,10 @@ type sessionView struct {
 	live       bool
 	// rolled is the revision of the profile the Deployment runs, "" if none.
 	rolled string
+	// mounted is the revision of the profile its profile volume mounts,
+	// which is rolled unless a hand edit took the pod template's hash
+	// annotation away from it: the pods run it all the same.
+	mounted string
 	// deadlineExceeded: the Deployment controller gave up on the
 	// Deployment's current template (caches.progressDeadlineExceeded, as
 	// the profile sync counts it).
@@ -212,7 +216,7 @@ func decideSession(v *sessionView) sessionDecision {
 		return d
 	}
 	d.action = actWrite
-	if v.rolled != "" && v.rolled != v.target && d.choice.hash == v.target {
+	if running := v.mounted; running != "" && running != v.target && d.choice.hash == v.target {
 		// A move of a running session, which the ledger must grant: the
 		// cluster-wide budget, and under a paced policy the profile's
 		// max-rolling, which the moves for new inputs count in too. Refused,
@@ -221,10 +225,10 @@ func decideSession(v *sessionView) sessionDecision {
 		case notRefused:
 			d.move, d.profileLimit = v.profileMove()
 		case refusedByProfile:
-			d.choice = waitingChoice(rollout.Plan{}, v.ref, v.rolled, v.target, v.policy)
+			d.choice = waitingChoice(rollout.Plan{}, v.ref, running, v.target, v.policy)
 		default:
-			d.choice = revisionChoice{hash: v.rolled, reason: gamesv1.ReasonWaitingForClusterBudget,
-				message: fmt.Sprintf(MessageWaitingForClusterBudget, RevisionName(v.ref, v.rolled),
+			d.choice = revisionChoice{hash: running, reason: gamesv1.ReasonWaitingForClusterBudget,
+				message: fmt.Sprintf(MessageWaitingForClusterBudget, RevisionName(v.ref, running),
 					RevisionName(v.ref, v.target), v.budget)}
 		}
 	}

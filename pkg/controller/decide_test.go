@@ -23,7 +23,7 @@ func decisionView(oldHash, newHash string) *sessionView {
 		profile: profile, ref: "classic",
 		target: newHash, policy: rollout.DefaultPolicy(),
 		available:  map[string]bool{oldHash: true, newHash: true},
-		deployment: d, rolled: oldHash,
+		deployment: d, rolled: oldHash, mounted: oldHash,
 		have: inputSets{}, want: inputSets{},
 		refused: map[moveKind]ledgerRefusal{},
 	}
@@ -36,6 +36,16 @@ func paced(v *sessionView) {
 	v.plan = &profilePlan{hash: v.target, policy: v.policy.String(), plan: rollout.Plan{Phase: rollout.PhaseRolling,
 		MaxRolling: 2, Admitted: []string{memberName(v.profile.Namespace, v.key)}}}
 	v.latest = v.plan
+}
+
+// handEditedHash gives a decision view a Deployment whose pod template's
+// profile-hash annotation someone else edited: its volume still mounts the
+// revision it ran (seed 100621731: the write that moved it to the target
+// went past the cluster's budget per minute).
+func handEditedHash(v *sessionView) {
+	v.deployment.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation] = "edited"
+	v.rolled = rolledProfileHash(v.deployment, v.ref)
+	v.mounted = mountedProfileHash(v.deployment, v.ref)
 }
 
 // decideSession reads nothing but its view, and changes nothing of it: two
@@ -102,6 +112,12 @@ func TestDecideSession(t *testing.T) {
 			action: actWrite, hash: newHash, move: &move{kind: profileMove, to: newHash, named: testNamespace + "/classic"}},
 		{name: "refused by the ledger, the Deployment keeps its revision and its spec is applied",
 			view:   func(v *sessionView) { v.refused[profileMove] = refusedByCluster },
+			action: actWrite, hash: oldHash, reason: gamesv1.ReasonWaitingForClusterBudget},
+		{name: "the hash annotation edited away from the mounted revision, the write to the target is a move all the same",
+			view:   handEditedHash,
+			action: actWrite, hash: newHash, move: &move{kind: profileMove, to: newHash, named: testNamespace + "/classic"}},
+		{name: "the hash annotation edited away and the move refused, the Deployment keeps the revision it mounts",
+			view:   func(v *sessionView) { handEditedHash(v); v.refused[profileMove] = refusedByCluster },
 			action: actWrite, hash: oldHash, reason: gamesv1.ReasonWaitingForClusterBudget},
 		{name: "a paced move asks for a place of the profile's max-rolling, as its plan resolved it",
 			view:   paced,

@@ -192,6 +192,22 @@ func desiredPodTemplate(session *gamesv1.GameSession, profileHash string) corev1
 	return t
 }
 
+// mountedProfileHash returns the hash of the profile's revision that the
+// Deployment's profile volume mounts, whatever its pod template's hash
+// annotation says, or "" if it mounts none.
+func mountedProfileHash(d *appsv1.Deployment, profile string) string {
+	v := findByName(d.Spec.Template.Spec.Volumes, profileVolumeName)
+	if v == nil || v.ConfigMap == nil {
+		return ""
+	}
+	name := v.ConfigMap.Name
+	hash := name[strings.LastIndexByte(name, '-')+1:]
+	if !isRevisionName(name, profile, hash) {
+		return ""
+	}
+	return hash
+}
+
 // rolledProfileHash returns the profile hash in the Deployment's pod template
 // if the Deployment mounts the revision of that profile and hash, else "".
 func rolledProfileHash(d *appsv1.Deployment, profile string) string {

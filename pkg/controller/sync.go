@@ -229,6 +229,7 @@ func (c *sessionController) view(session *gamesv1.GameSession, profile *corev1.C
 	}
 	if deployment != nil {
 		v.rolled = rolledProfileHash(deployment, v.ref)
+		v.mounted = mountedProfileHash(deployment, v.ref)
 		v.deadlineExceeded = c.progressDeadlineExceeded(deployment)
 	} else {
 		v.mayRunUncached = c.mayRunUncached(session)
@@ -239,7 +240,7 @@ func (c *sessionController) view(session *gamesv1.GameSession, profile *corev1.C
 			v.available[hash] = c.rollouts.revisionAvailable(session.Namespace, v.ref, hash)
 		}
 	}
-	mayMount(v.rolled)
+	mayMount(v.mounted)
 	if profile == nil {
 		return v
 	}
