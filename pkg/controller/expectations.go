@@ -43,6 +43,11 @@ type expectation struct {
 	uid        types.UID
 	generation int64
 	recorded   time.Time
+	// unconfirmedFrom, if set, is the resourceVersion the write was made
+	// from, when its answer (a server error, a timeout) did not say whether
+	// it applied: until the cache moves past that version, only a live read
+	// tells (unconfirmed).
+	unconfirmedFrom string
 }
 
 func newWriteExpectations(clk clock.PassiveClock) *writeExpectations {
@@ -75,6 +80,49 @@ func (e *writeExpectations) withdraw(sessionKey string, uid types.UID, generatio
 	}
 }
 
+// unanswered keeps the expectation of a write whose answer did not say
+// whether it applied, made from the Deployment at resourceVersion from. Were
+// it withdrawn, a sync on the cache from before the write would take the
+// Deployment for unmoved, and free the move's place in the ledger while the
+// move may be running.
+func (e *writeExpectations) unanswered(sessionKey string, uid types.UID, generation int64, from string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if exp, ok := e.bySession[sessionKey]; ok && exp.uid == uid && exp.generation == generation {
+		exp.unconfirmedFrom = from
+		e.bySession[sessionKey] = exp
+	}
+}
+
+// unconfirmed reports whether the session's last write is one whose answer
+// did not say whether it applied, and cached, the Deployment as the cache
+// holds it, is still the one it was made from.
+func (e *writeExpectations) unconfirmed(sessionKey string, cached *appsv1.Deployment) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	exp, ok := e.bySession[sessionKey]
+	return ok && exp.unconfirmedFrom != "" && cached != nil && cached.UID == exp.uid &&
+		cached.ResourceVersion == exp.unconfirmedFrom
+}
+
+// confirm settles an unconfirmed write by a live read of its Deployment (nil:
+// none). Unchanged since the write was made from it, or replaced, the
+// Deployment shows the write did not apply, and the expectation goes;
+// otherwise the cache is behind the API server, and the sync waits for it to
+// show the live generation.
+func (e *writeExpectations) confirm(sessionKey string, live *appsv1.Deployment) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	exp, ok := e.bySession[sessionKey]
+	switch {
+	case !ok || exp.unconfirmedFrom == "":
+	case live == nil || live.UID != exp.uid || live.ResourceVersion == exp.unconfirmedFrom:
+		delete(e.bySession, sessionKey)
+	default:
+		e.bySession[sessionKey] = expectation{uid: live.UID, generation: live.Generation, recorded: e.clock.Now()}
+	}
+}
+
 // satisfied reports whether cached, the session's Deployment as the cache
 // holds it (nil if none), shows the last write, and forgets the expectation
 // once it does. A Deployment that was replaced satisfies it: there is
@@ -90,6 +138,14 @@ func (e *writeExpectations) satisfied(sessionKey string, cached *appsv1.Deployme
 		return true
 	}
 	if cached == nil && e.clock.Since(exp.recorded) < expectationTimeout {
+		return true
+	}
+	if exp.unconfirmedFrom != "" && cached != nil && cached.UID == exp.uid && cached.ResourceVersion != exp.unconfirmedFrom &&
+		cached.Generation < exp.generation {
+		// The cache moved past the version the write was made from, and
+		// not by the write: had it applied, it would be the next version,
+		// of the generation expected or later.
+		delete(e.bySession, sessionKey)
 		return true
 	}
 	if cached != nil && cached.UID == exp.uid && cached.Generation < exp.generation &&

@@ -9,9 +9,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	core "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
@@ -106,17 +108,86 @@ func TestWriteExpectsItsGenerationBeforeTheAnswer(t *testing.T) {
 		t.Error("while the write was under way, its generation was not expected: an early watch event of it would queue a full sync")
 	}
 
-	// A write that fails leaves no expectation behind to hold the next sync.
+	// A write refused leaves no expectation behind to hold the next sync.
 	f = newFixture(ctx, t, session, newData, observed)
 	f.kubeClient.PrependReactor("update", "deployments", func(core.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewInternalError(errors.New("lost"))
+		return true, nil, apierrors.NewConflict(schema.GroupResource{Group: "apps", Resource: "deployments"}, "arena-1", errors.New("changed"))
 	})
 	f.expectKube(writeDeployment(testNamespace, "arena-1"))
 	if _, _, err := f.runSync(ctx, key, f.c.sessions.syncHandler); err == nil {
 		t.Fatal("the sync of a refused write reported no error")
 	}
 	if f.c.state.expectations.awaits(key, next) || !f.c.state.expectations.satisfied(key, observed) {
-		t.Error("a failed write left its expectation behind")
+		t.Error("a refused write left its expectation behind")
+	}
+
+	// A write answered with a server error may have applied: its
+	// expectation stays, and the next sync, on a cache that still shows the
+	// Deployment it was made from, asks the API server. Here the write did
+	// not apply: the Deployment is as it was, and the sync writes it again.
+	f = newFixture(ctx, t, session, newData, observed)
+	failed := false
+	f.kubeClient.PrependReactor("update", "deployments", func(core.Action) (bool, runtime.Object, error) {
+		if failed {
+			return false, nil, nil
+		}
+		failed = true
+		return true, nil, apierrors.NewInternalError(errors.New("etcdserver: request timed out"))
+	})
+	f.expectKube(writeDeployment(testNamespace, "arena-1"))
+	if _, _, err := f.runSync(ctx, key, f.c.sessions.syncHandler); err == nil {
+		t.Fatal("the sync of a write answered 500 reported no error")
+	}
+	if !f.c.state.expectations.awaits(key, next) || !f.c.state.expectations.unconfirmed(key, observed) {
+		t.Error("a write answered 500 left no unconfirmed expectation: a sync on the cache from before it would take the Deployment for unmoved")
+	}
+	f.expectKube(getDeployment(testNamespace, "arena-1"), writeDeployment(testNamespace, "arena-1"))
+	f.expectGame(updateSessionStatus(testNamespace, "arena-1"))
+	f.run(ctx, key)
+}
+
+// A write answered with a server error that did apply: the live read finds
+// the Deployment changed since, and the sync waits for the cache to show it
+// rather than decide on the copy from before the write.
+func TestUnconfirmedWriteWaitsForTheCache(t *testing.T) {
+	e := newWriteExpectations(clock.RealClock{})
+	before := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{UID: "d1", Generation: 3, ResourceVersion: "10"}}
+	e.expectGeneration("ns/s", "d1", 4)
+	e.unanswered("ns/s", "d1", 4, "10")
+	if !e.unconfirmed("ns/s", before) {
+		t.Fatal("the cache shows the Deployment the write was made from: unconfirmed")
+	}
+	applied := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{UID: "d1", Generation: 4, ResourceVersion: "11"}}
+	e.confirm("ns/s", applied)
+	if e.unconfirmed("ns/s", before) || e.satisfied("ns/s", before) {
+		t.Error("the write applied: the sync must wait for the cache to show it")
+	}
+	if !e.satisfied("ns/s", applied) {
+		t.Error("the cache shows the write: satisfied")
+	}
+
+	// Not applied, the Deployment is unchanged: the expectation goes.
+	e.expectGeneration("ns/s", "d1", 4)
+	e.unanswered("ns/s", "d1", 4, "10")
+	e.confirm("ns/s", before)
+	if !e.satisfied("ns/s", before) || e.awaits("ns/s", applied) {
+		t.Error("the write did not apply: nothing to wait for")
+	}
+	// The cache moved past the version the write was made from, to one of
+	// the generation before the write's (another writer's label): the
+	// write did not apply, or it would come first.
+	e.expectGeneration("ns/s", "d1", 4)
+	e.unanswered("ns/s", "d1", 4, "10")
+	relabelled := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{UID: "d1", Generation: 3, ResourceVersion: "12"}}
+	if e.unconfirmed("ns/s", relabelled) || !e.satisfied("ns/s", relabelled) {
+		t.Error("the cache moved past the write's version without it: nothing to wait for")
+	}
+	// Gone: nothing to wait for either.
+	e.expectGeneration("ns/s", "d1", 4)
+	e.unanswered("ns/s", "d1", 4, "10")
+	e.confirm("ns/s", nil)
+	if !e.satisfied("ns/s", before) {
+		t.Error("the Deployment is gone: nothing to wait for")
 	}
 }
 

@@ -74,8 +74,9 @@ func (w *world) checkControllerCreate(d *appsv1.Deployment) {
 // controller sent a write for, whose Deployment left the cache, whose
 // Deployment's ReplicaSets the cache shows (one that lost its label, looked
 // for without a create when the session has nothing to mount; a restarted
-// controller knows it only by its ReplicaSets), or whose cached status was
-// written for an earlier spec (a Deployment may have been made since).
+// controller knows it only by its ReplicaSets), whose cached status was
+// written for an earlier spec (a Deployment may have been made since), or
+// whose last write was answered 500 (applied or not, only a live read tells).
 func (w *world) checkControllerGet(name string) {
 	afterCreate := w.lastCreate.name == name && w.lastCreate.alreadyExists
 	s := w.caches[sessionsResource].session(name)
@@ -83,11 +84,13 @@ func (w *world) checkControllerGet(name string) {
 	lostFromCache := deployments.deployment(name) == nil && s != nil &&
 		(s.Status.ProfileHash != "" || s.Status.Replicas > 0 || w.controllerTried[name] || deployments.everHeld[worldKeyOf(name)] ||
 			w.replicaSetCachedOf(name) || s.Status.ObservedGeneration > 0 && s.Status.ObservedGeneration < s.Generation)
-	if !afterCreate && !lostFromCache {
+	if !afterCreate && !lostFromCache && !w.writeUnanswered[name] {
 		w.violate("unexpected-request", "GET of Deployment %s other than right after a Create answered AlreadyExists, "+
-			"or of a Deployment its session's status describes and the cache does not show: syncs read the caches", name)
+			"after a write answered 500, or of a Deployment its session's status describes and the cache does not show: "+
+			"syncs read the caches", name)
 	}
 	w.lastCreate = lastCreate{}
+	delete(w.writeUnanswered, name)
 }
 
 // replicaSetCachedOf reports whether the controller's ReplicaSet cache holds

@@ -55,7 +55,9 @@ import (
 // credits lapse. (Before the cache shows them, a sync may rightly wait; and a
 // sync that found the current revision missing from its cache has not found
 // the Deployment in order: it waits for the revision, whose arrival queues it
-// again. Nor has a sync that leaves the session saying it waits for its
+// again; nor has a sync whose live read, after a write answered 500, found
+// the Deployment newer than its cache: it waits for the cache to show it.
+// Nor has a sync that leaves the session saying it waits for its
 // rollout's turn, a plan, its revision or room in the cluster-wide budget
 // (waitsForRollout): its turn, not a change, brings the move, and the budget
 // wakes it with its place kept. What the sync says is the status it wrote, or

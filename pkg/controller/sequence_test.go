@@ -240,6 +240,8 @@ var foundByLongRuns = []struct {
 	{100383317, "budget per minute: a move whose write a conflict refused starts at its retried write"},
 	{100380258, "harness: a revision that cannot be created in the platform's namespace does not hold the sessions of another"},
 	{100386726, "harness: a place handed out counts as many places as the limits count a move"},
+	{100517479, "budget: a move whose write was answered 500 but applied keeps its place until a live read or the cache tells"},
+	{100621731, "budget per minute: a write to the target is a move when a hand edit took the hash annotation away from the revision the volume mounts"},
 }
 
 func TestSequenceRegressions(t *testing.T) {
@@ -391,6 +393,10 @@ type world struct {
 	// controllerTried names the Deployments the controller ever sent a
 	// create or patch for, answered or not.
 	controllerTried map[string]bool
+	// writeUnanswered names the Deployments whose last write the
+	// controller sent was answered 500, applied or not: a GET of each may
+	// follow, as only the API server knows what became of the write.
+	writeUnanswered map[string]bool
 	// lastRevisionCreate is the revision whose create last answered
 	// AlreadyExists: a GET of it may follow (see getConfigMap).
 	lastRevisionCreate string
@@ -401,9 +407,13 @@ type world struct {
 	syncWroteStatus bool
 	// syncHeld is set when the current session sync finds its profile's
 	// current revision missing from the revision cache (see heldForRevision).
-	syncHeld       bool
-	profileSyncKey string
-	requestsBy     map[string]int
+	syncHeld bool
+	// syncAwaitsCache is set when the current session sync read live a
+	// Deployment whose last write was answered 500, and found it newer
+	// than its cache: it may rightly wait for the cache to show that.
+	syncAwaitsCache bool
+	profileSyncKey  string
+	requestsBy      map[string]int
 
 	// Revisions (see world_revisions_test.go): the names ever created, the
 	// last deletion of each name, the last writer of each Deployment, and
@@ -518,6 +528,7 @@ func newWorldOf(seed uint64, matchSafe, tenancy bool, inputs ...*worldInput) *wo
 		lastWriter:        map[string]author{},
 		deletedLately:     map[string]types.UID{},
 		controllerTried:   map[string]bool{},
+		writeUnanswered:   map[string]bool{},
 
 		bursts:   map[string]*profileBurst{},
 		nonOwned: map[types.UID]nonOwnedFields{},
@@ -742,7 +753,7 @@ func (w *world) stopController() {
 // panicked, which ends the sequence.
 func (w *world) sync() bool {
 	w.lastCreate = lastCreate{}
-	w.syncKey, w.syncWrote, w.syncWroteStatus, w.syncHeld = "", false, false, false
+	w.syncKey, w.syncWrote, w.syncWroteStatus, w.syncHeld, w.syncAwaitsCache = "", false, false, false, false
 	panicked := false
 	rateLimited, _ := w.call(func() {
 		defer func() {
@@ -774,7 +785,7 @@ func (w *world) sync() bool {
 	// A sync that left its status write to the status lane has not found
 	// the session in order: the status lane's sync of it goes on.
 	deferred := w.queue.takeDeferred(key)
-	if !w.syncWrote && !w.syncHeld && !deferred && !w.waitsForRollout(name) {
+	if !w.syncWrote && !w.syncHeld && !w.syncAwaitsCache && !deferred && !w.waitsForRollout(name) {
 		w.lapseCredits(name)
 	}
 	return true

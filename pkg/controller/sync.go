@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -80,6 +81,18 @@ func (c *sessionController) syncGameSession(ctx context.Context, key string) err
 	profile, refusal, deployment, err := c.readInputs(session)
 	if err != nil {
 		return err
+	}
+	if c.expectations.unconfirmed(key, deployment) {
+		// The answer to our last write (a server error, a timeout) did not
+		// say whether it applied, and the cache shows the Deployment from
+		// before it: taken for unmoved, it would free the move's place in
+		// the ledger while the move may run (seed 100517479). Only the API
+		// server can tell; this rare live read asks it.
+		live, err := c.uncachedDeployment(ctx, session)
+		if err != nil {
+			return err
+		}
+		c.expectations.confirm(key, live)
 	}
 	if !c.expectations.satisfied(key, deployment) {
 		// The cache has not caught up with our last write to the Deployment.
@@ -416,6 +429,25 @@ func (c *sessionController) writeSession(ctx context.Context, v *sessionView, d 
 	return written, wrote, err
 }
 
+// cachedAt reports whether the cache shows d at its resourceVersion: a write
+// made from it is made from the cache's copy, which later copies follow.
+func (c *sessionController) cachedAt(d *appsv1.Deployment) bool {
+	cached, err := c.deploymentLister.Deployments(d.Namespace).Get(d.Name)
+	return err == nil && cached.UID == d.UID && cached.ResourceVersion == d.ResourceVersion
+}
+
+// mayHaveApplied reports whether a write answered with err may have been
+// applied all the same: a server error or a timeout, unlike a refusal
+// (4xx), says nothing of what the API server did.
+func mayHaveApplied(err error) bool {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		code := status.Status().Code
+		return code < 400 || code >= 500
+	}
+	return true
+}
+
 // mayRunUncached reports whether a session whose Deployment the cache does
 // not show may have one all the same: its status describes one, a write of
 // this controller's has not shown yet, or its Deployment left the cache
@@ -582,7 +614,10 @@ func (c *sessionController) writeDeployment(ctx context.Context, session *gamesv
 	}
 	written, err := send()
 	c.rollouts.enqueueProfilesOfRevisions(c.revisions.wrote(key, write, written, err))
-	if specChange && (err != nil || written.Generation == observed.Generation) {
+	switch {
+	case specChange && err != nil && mayHaveApplied(err) && c.cachedAt(observed):
+		c.expectations.unanswered(key, observed.UID, observed.Generation+1, observed.ResourceVersion)
+	case specChange && (err != nil || written.Generation == observed.Generation):
 		c.expectations.withdraw(key, observed.UID, observed.Generation+1)
 	}
 	if err != nil {

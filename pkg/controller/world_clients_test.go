@@ -188,6 +188,10 @@ func (w *world) createDeployment(a core.CreateAction) (bool, runtime.Object, err
 }
 
 func (w *world) getDeployment(a core.GetAction) (bool, runtime.Object, error) {
+	if live, cached := w.server.deployment(a.GetName()), w.caches[deploymentsResource].deployment(a.GetName()); w.writeUnanswered[a.GetName()] &&
+		live != nil && cached != nil && live.ResourceVersion != cached.ResourceVersion {
+		w.syncAwaitsCache = true
+	}
 	w.checkControllerGet(a.GetName())
 	w.noteLiveRead(a.GetName())
 	d := w.server.deployment(a.GetName())
@@ -210,6 +214,7 @@ func (w *world) patchDeployment(a core.PatchAction) (bool, runtime.Object, error
 		patch = patch[:240] + "..."
 	}
 	f, faulty := w.takeFault("patch")
+	w.writeUnanswered[name] = faulty && (f == faultServerError || f == faultLostResponse)
 	if faulty && f != faultLostResponse {
 		w.logf("  → PATCH deployment %s %s: injected %s", name, patch, f)
 		return true, nil, injectedError(f, deploymentsResource, name)
@@ -242,6 +247,7 @@ func (w *world) updateDeployment(a core.UpdateAction) (bool, runtime.Object, err
 	name := d.Name
 	w.controllerTried[name] = true
 	f, faulty := w.takeFault("patch")
+	w.writeUnanswered[name] = faulty && (f == faultServerError || f == faultLostResponse)
 	if faulty && f != faultLostResponse {
 		w.logf("  → UPDATE deployment %s (rv %s): injected %s", name, d.ResourceVersion, f)
 		return true, nil, injectedError(f, deploymentsResource, name)
