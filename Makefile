@@ -134,7 +134,7 @@ bench: controlplane ## Benchmarks on the local control plane, quick size (~4 min
 	$(GO) run ./test/bench
 
 .PHONY: bench-full
-bench-full: controlplane ## The 7,340-session scenario (~20 min): table in docs/bench/full.md.
+bench-full: controlplane ## The 7,340-session scenario (about an hour on 2 cores): table in docs/bench/full.md.
 	$(GO) run ./test/bench -preset=full
 
 .PHONY: image

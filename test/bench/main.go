@@ -68,7 +68,7 @@ func parseFlags(args []string) (config, bool, string, error) {
 	var internalNoFilter bool
 	var internalKubeconfig string
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.StringVar(&c.preset, "preset", "quick", "quick (1,000 sessions, 2,000 unrelated ConfigMaps, a few minutes) or full (1,000 and 7,340 sessions, 10,000 unrelated ConfigMaps, ~20 minutes). Other flags override it.")
+	fs.StringVar(&c.preset, "preset", "quick", "quick (1,000 sessions, 2,000 unrelated ConfigMaps, a few minutes) or full (1,000 and 7,340 sessions, 10,000 unrelated ConfigMaps, about an hour on 2 cores). Other flags override it.")
 	fs.StringVar(&sizes, "sessions", "", "Comma-separated fan-out sizes: for each, one profile shared by that many sessions.")
 	fs.IntVar(&c.profiles, "profiles", 0, "Profile ConfigMaps in all; those beyond the shared ones get -other-sessions sessions each, which a fan-out must leave alone.")
 	fs.IntVar(&c.otherPerProfile, "other-sessions", 1, "Sessions of each other profile.")
