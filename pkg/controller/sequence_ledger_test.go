@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -55,8 +56,9 @@ import (
 // credits lapse. (Before the cache shows them, a sync may rightly wait; and a
 // sync that found the current revision missing from its cache has not found
 // the Deployment in order: it waits for the revision, whose arrival queues it
-// again; nor has a sync whose live read, after a write answered 500, found
-// the Deployment newer than its cache: it waits for the cache to show it.
+// again; nor have the syncs after a live read that, following a write
+// answered 500, found the Deployment newer than the cache: they wait for
+// the cache to show it (cacheBehindLiveRead).
 // Nor has a sync that leaves the session saying it waits for its
 // rollout's turn, a plan, its revision or room in the cluster-wide budget
 // (waitsForRollout): its turn, not a change, brings the move, and the budget
@@ -157,6 +159,30 @@ func (w *world) heldForRevision(key string) bool {
 	cached := w.caches[revisionsResource].revision(revision)
 	deleted, lately := w.deletedLately[revision]
 	return cached == nil || (lately && cached.UID == deleted)
+}
+
+// cacheBehindLiveRead reports whether the controller read Deployment name
+// live after a write of it was answered 500, found it newer than its cache,
+// and the cache has not shown that version yet: its syncs may rightly wait.
+func (w *world) cacheBehindLiveRead(name string) bool {
+	want, ok := w.awaitsCache[name]
+	if !ok {
+		return false
+	}
+	d := w.caches[deploymentsResource].deployment(name)
+	if d == nil || resourceVersionAtLeast(d.ResourceVersion, want) {
+		delete(w.awaitsCache, name)
+		return false
+	}
+	return true
+}
+
+// resourceVersionAtLeast compares the world's resourceVersions, which are
+// counters.
+func resourceVersionAtLeast(rv, than string) bool {
+	a, errA := strconv.ParseInt(rv, 10, 64)
+	b, errB := strconv.ParseInt(than, 10, 64)
+	return errA == nil && errB == nil && a >= b
 }
 
 // lapseCredits is told of each sync that succeeded without writing the

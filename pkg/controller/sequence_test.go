@@ -242,6 +242,7 @@ var foundByLongRuns = []struct {
 	{100386726, "harness: a place handed out counts as many places as the limits count a move"},
 	{100517479, "budget: a move whose write was answered 500 but applied keeps its place until a live read or the cache tells"},
 	{100621731, "budget per minute: a write to the target is a move when a hand edit took the hash annotation away from the revision the volume mounts"},
+	{100641623, "harness: syncs that wait for the cache to show what a live read after a write answered 500 found are no proof of order"},
 }
 
 func TestSequenceRegressions(t *testing.T) {
@@ -408,12 +409,13 @@ type world struct {
 	// syncHeld is set when the current session sync finds its profile's
 	// current revision missing from the revision cache (see heldForRevision).
 	syncHeld bool
-	// syncAwaitsCache is set when the current session sync read live a
-	// Deployment whose last write was answered 500, and found it newer
-	// than its cache: it may rightly wait for the cache to show that.
-	syncAwaitsCache bool
-	profileSyncKey  string
-	requestsBy      map[string]int
+	// awaitsCache maps a Deployment that the controller read live after a
+	// write of it was answered 500, and found newer than its cache, to the
+	// resourceVersion it read: until the cache shows that, its syncs may
+	// rightly wait (cacheBehindLiveRead).
+	awaitsCache    map[string]string
+	profileSyncKey string
+	requestsBy     map[string]int
 
 	// Revisions (see world_revisions_test.go): the names ever created, the
 	// last deletion of each name, the last writer of each Deployment, and
@@ -529,6 +531,7 @@ func newWorldOf(seed uint64, matchSafe, tenancy bool, inputs ...*worldInput) *wo
 		deletedLately:     map[string]types.UID{},
 		controllerTried:   map[string]bool{},
 		writeUnanswered:   map[string]bool{},
+		awaitsCache:       map[string]string{},
 
 		bursts:   map[string]*profileBurst{},
 		nonOwned: map[types.UID]nonOwnedFields{},
@@ -753,7 +756,7 @@ func (w *world) stopController() {
 // panicked, which ends the sequence.
 func (w *world) sync() bool {
 	w.lastCreate = lastCreate{}
-	w.syncKey, w.syncWrote, w.syncWroteStatus, w.syncHeld, w.syncAwaitsCache = "", false, false, false, false
+	w.syncKey, w.syncWrote, w.syncWroteStatus, w.syncHeld = "", false, false, false
 	panicked := false
 	rateLimited, _ := w.call(func() {
 		defer func() {
@@ -785,7 +788,7 @@ func (w *world) sync() bool {
 	// A sync that left its status write to the status lane has not found
 	// the session in order: the status lane's sync of it goes on.
 	deferred := w.queue.takeDeferred(key)
-	if !w.syncWrote && !w.syncHeld && !w.syncAwaitsCache && !deferred && !w.waitsForRollout(name) {
+	if !w.syncWrote && !w.syncHeld && !w.cacheBehindLiveRead(name) && !deferred && !w.waitsForRollout(name) {
 		w.lapseCredits(name)
 	}
 	return true

@@ -82,17 +82,8 @@ func (c *sessionController) syncGameSession(ctx context.Context, key string) err
 	if err != nil {
 		return err
 	}
-	if c.expectations.unconfirmed(key, deployment) {
-		// The answer to our last write (a server error, a timeout) did not
-		// say whether it applied, and the cache shows the Deployment from
-		// before it: taken for unmoved, it would free the move's place in
-		// the ledger while the move may run (seed 100517479). Only the API
-		// server can tell; this rare live read asks it.
-		live, err := c.uncachedDeployment(ctx, session)
-		if err != nil {
-			return err
-		}
-		c.expectations.confirm(key, live)
+	if err := c.confirmUnansweredWrite(ctx, key, session, deployment); err != nil {
+		return err
 	}
 	if !c.expectations.satisfied(key, deployment) {
 		// The cache has not caught up with our last write to the Deployment.
@@ -125,6 +116,25 @@ func (c *sessionController) syncGameSession(ctx context.Context, key string) err
 	// Deployments (see sessionLanes).
 	deferStatus := rolling && done.wrote || from == firstLane && c.lanes.firstLaneWaiting() && done.status.changed()
 	return c.report(ctx, done, deferStatus)
+}
+
+// confirmUnansweredWrite settles the session's last Deployment write when
+// its answer (a server error, a timeout) did not say whether it applied and
+// the cache still shows the Deployment from before it. Taken for unmoved,
+// that copy would free the move's place in the ledger while the move may run
+// (seed 100517479). Only the API server can tell: this rare live read asks
+// it.
+func (c *sessionController) confirmUnansweredWrite(ctx context.Context, key string, session *gamesv1.GameSession,
+	cached *appsv1.Deployment) error {
+	if !c.expectations.unconfirmed(key, cached) {
+		return nil
+	}
+	live, err := c.uncachedDeployment(ctx, session)
+	if err != nil {
+		return err
+	}
+	c.expectations.confirm(key, live)
+	return nil
 }
 
 // forgetSession ends what the controller keeps of a deleted session. No

@@ -190,7 +190,7 @@ func (w *world) createDeployment(a core.CreateAction) (bool, runtime.Object, err
 func (w *world) getDeployment(a core.GetAction) (bool, runtime.Object, error) {
 	if live, cached := w.server.deployment(a.GetName()), w.caches[deploymentsResource].deployment(a.GetName()); w.writeUnanswered[a.GetName()] &&
 		live != nil && cached != nil && live.ResourceVersion != cached.ResourceVersion {
-		w.syncAwaitsCache = true
+		w.awaitsCache[a.GetName()] = live.ResourceVersion
 	}
 	w.checkControllerGet(a.GetName())
 	w.noteLiveRead(a.GetName())
