@@ -211,12 +211,10 @@ func mountedProfileHash(d *appsv1.Deployment, profile string) string {
 // rolledProfileHash returns the profile hash in the Deployment's pod template
 // if the Deployment mounts the revision of that profile and hash, else "".
 func rolledProfileHash(d *appsv1.Deployment, profile string) string {
-	hash := d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]
-	v := findByName(d.Spec.Template.Spec.Volumes, profileVolumeName)
-	if hash == "" || v == nil || v.ConfigMap == nil || !isRevisionName(v.ConfigMap.Name, profile, hash) {
-		return ""
+	if hash := mountedProfileHash(d, profile); hash != "" && hash == d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation] {
+		return hash
 	}
-	return hash
+	return ""
 }
 
 // What the controller owns in its Deployments, and so compares and writes:
