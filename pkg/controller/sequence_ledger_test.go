@@ -134,28 +134,42 @@ func (w *world) isMove(after *appsv1.Deployment) bool {
 // finds that its Deployment does not run its profile's current revision,
 // and that the revision cache lacks that revision, or still shows one the
 // controller deleted (which it will not mount before it has created it
-// again): the sync then writes at
-// most the session's spec, keeping the revision the Deployment runs, and the
-// revision's arrival queues the session again.
+// again): the sync then writes at most the session's spec, keeping the
+// revision the Deployment runs, and the revision's arrival queues the
+// session again. With its profile missing, a session's sync is held when the
+// revision its Deployment runs is missing so: it then leaves the Deployment
+// exactly as it is, and that revision's arrival queues it again.
 func (w *world) heldForRevision(key string) bool {
 	name := worldNameOfKey(key)
 	s := w.caches[sessionsResource].session(name)
 	if s == nil || s.DeletionTimestamp != nil {
 		return false
 	}
-	p := w.cachedProfileOf(s)
-	if p == nil {
-		return false
-	}
 	d := w.caches[deploymentsResource].deployment(name)
 	if d != nil && (d.DeletionTimestamp != nil || !controlledBy(d, s.UID)) {
 		return false // blocked: the sync does not get as far as the revision
+	}
+	p := w.cachedProfileOf(s)
+	if p == nil {
+		// Without its profile, the session's spec is applied only with the
+		// revision its Deployment runs in the cache (decideWithoutProfile).
+		hash := ""
+		if d != nil {
+			hash = d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]
+		}
+		return hash != "" && mountsRevision(d, s.Spec.ProfileRef, hash) &&
+			w.revisionMissingFromCache(worldRevisionName(s.Namespace, s.Spec.ProfileRef, hash))
 	}
 	hash := ProfileHash(p)
 	if mountsRevision(d, p.Name, hash) {
 		return false
 	}
-	revision := worldRevisionName(s.Namespace, p.Name, hash)
+	return w.revisionMissingFromCache(worldRevisionName(s.Namespace, p.Name, hash))
+}
+
+// revisionMissingFromCache reports whether the revision cache lacks the
+// revision of that name, or still shows one the controller deleted.
+func (w *world) revisionMissingFromCache(revision string) bool {
 	cached := w.caches[revisionsResource].revision(revision)
 	deleted, lately := w.deletedLately[revision]
 	return cached == nil || (lately && cached.UID == deleted)

@@ -243,6 +243,8 @@ var foundByLongRuns = []struct {
 	{100517479, "budget: a move whose write was answered 500 but applied keeps its place until a live read or the cache tells"},
 	{100621731, "budget per minute: a write to the target is a move when a hand edit took the hash annotation away from the revision the volume mounts"},
 	{100641623, "harness: syncs that wait for the cache to show what a live read after a write answered 500 found are no proof of order"},
+	{100651141, "harness: a session whose profile is missing leaves its Deployment until the revision it runs reaches the cache, and that is no proof of order"},
+	{100591783, "harness: a write that changes the template for the session's spec may bring its Secret digest to the current key"},
 }
 
 func TestSequenceRegressions(t *testing.T) {
