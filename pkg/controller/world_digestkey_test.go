@@ -26,7 +26,8 @@ import (
 //     So a new key that changed pod templates would be a duplicate-write;
 //   - key-change-restart, directly: no write gives a template another
 //     digest of the same data of its Secrets, under any of the keys the
-//     world has had (checkKeyRestart);
+//     world has had, unless it changes the template for another reason
+//     too, which restarts its pods anyway (checkKeyRestart);
 //   - at rest, a session runs the digest of the Secrets the server holds as
 //     the current key digests them (input-digest-stale), read through its
 //     Deployment's key record: an old digest standing for the same data
@@ -161,6 +162,15 @@ func (w *world) checkKeyRestart(before, after *appsv1.Deployment) {
 			w.covered["Secret digest of an earlier version, key unknown"]++
 			continue
 		}
+		if same && restartsAnyway(in, before, after) {
+			// The template changes for another reason (the session's
+			// spec, its profile's revision): its pods restart whatever
+			// the digest, and the write brings the digest to the current
+			// key, as sessionInputs says. Whether it was due is the write
+			// ledger's question.
+			w.covered["Secret digest refreshed by a write that restarts anyway"]++
+			continue
+		}
 		if same && w.adoptedOtherData(in, before, had, ran) {
 			// The key that took the digest over took it for the data its
 			// cache showed, not those the template ran (a change pending,
@@ -174,6 +184,15 @@ func (w *world) checkKeyRestart(before, after *appsv1.Deployment) {
 				"a new digest key restarted its game servers", after.Name, ran)
 		}
 	}
+}
+
+// restartsAnyway reports whether after's pod template differs from before's
+// in more than the digest of the kind's objects.
+func restartsAnyway(in *worldInput, before, after *appsv1.Deployment) bool {
+	a, b := before.Spec.Template.DeepCopy(), after.Spec.Template.DeepCopy()
+	delete(a.Annotations, in.hashAnnotation)
+	delete(b.Annotations, in.hashAnnotation)
+	return !equality.Semantic.DeepEqual(a, b)
 }
 
 // adoptedOtherData reports whether d's key record says a key took its
