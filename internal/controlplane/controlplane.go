@@ -327,14 +327,17 @@ func (cp *ControlPlane) APIServerMetrics(ctx context.Context) (string, error) {
 }
 
 // ServiceAccountConfig returns a config authenticating as the existing
-// ServiceAccount namespace/name, with a one-hour token from the TokenRequest
-// API. It carries only what RBAC grants that account.
+// ServiceAccount namespace/name, with a twelve-hour token from the
+// TokenRequest API. It carries only what RBAC grants that account. The
+// token outlives the longest run that uses it: the full benchmark takes
+// over an hour, and an expired token would leave its controller
+// Unauthorized midway.
 func (cp *ControlPlane) ServiceAccountConfig(ctx context.Context, namespace, name string) (*rest.Config, error) {
 	client, err := kubernetes.NewForConfig(cp.RESTConfig())
 	if err != nil {
 		return nil, err
 	}
-	expiry := int64(3600)
+	expiry := int64(12 * 3600)
 	tr, err := client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry},
 	}, metav1.CreateOptions{})
