@@ -216,8 +216,9 @@ func (r *results) variantMedian(size int, name string) float64 {
 
 // controllerInformers is the number of informers, and so of watches, the
 // controller runs: GameSessions, ProfileRollouts, profiles, revisions,
-// Deployments, ReplicaSets and labelled Secrets.
-const controllerInformers = 7
+// labelled session ConfigMaps, Deployments, ReplicaSets, labelled Secrets
+// and the digest key's Secret.
+const controllerInformers = 9
 
 // writeStateRows writes the rows of the measurements the -fanout-only mode
 // skips: watches, idle, memory, cold start and bursts.
