@@ -153,12 +153,12 @@ func (w *world) heldForRevision(key string) bool {
 	if p == nil {
 		// Without its profile, the session's spec is applied only with the
 		// revision its Deployment runs in the cache (decideWithoutProfile).
-		hash := ""
-		if d != nil {
-			hash = d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]
+		if d == nil {
+			return false
 		}
-		return hash != "" && mountsRevision(d, s.Spec.ProfileRef, hash) &&
-			w.revisionMissingFromCache(worldRevisionName(s.Namespace, s.Spec.ProfileRef, hash))
+		running := d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]
+		return running != "" && mountsRevision(d, s.Spec.ProfileRef, running) &&
+			w.revisionMissingFromCache(worldRevisionName(s.Namespace, s.Spec.ProfileRef, running))
 	}
 	hash := ProfileHash(p)
 	if mountsRevision(d, p.Name, hash) {
