@@ -43,6 +43,29 @@ const (
 	// only within it, for example "Mon-Fri 02:00-06:00 Europe/Berlin" (see
 	// [Window]). Absent: any time.
 	AnnotationWindow = "rollout.games.example.com/window"
+	// AnnotationDelivery is how a new content reaches the sessions' game
+	// servers: "restart" (the default) moves each session to a new pod
+	// template, so its game servers restart with the new files; "live"
+	// rewrites the files its running game servers mount, and they reload
+	// them (see [DeliveryLive]).
+	AnnotationDelivery = "rollout.games.example.com/delivery"
+	// AnnotationLiveDefersBusy is "true" when a live delivery waits for busy
+	// sessions as a restart does (max-defer applies); absent or "false", a
+	// busy session takes a live change at once, since nothing restarts.
+	AnnotationLiveDefersBusy = "rollout.games.example.com/live-defers-busy"
+)
+
+// Delivery is how a profile's new content reaches running game servers.
+type Delivery string
+
+const (
+	// DeliveryRestart runs the new content in a new pod template: the game
+	// servers restart to read it.
+	DeliveryRestart Delivery = "restart"
+	// DeliveryLive writes the new content into the files the running game
+	// servers mount; no pod is replaced, and each game server says, through
+	// its pod, whether it applied the content.
+	DeliveryLive Delivery = "live"
 )
 
 // MaxDeferNever is the max-defer value with which busy sessions wait until
@@ -75,7 +98,16 @@ type Policy struct {
 	// Window is the maintenance window outside which nothing moves; nil
 	// allows any time.
 	Window *Window
+	// Delivery is how the content reaches the game servers; "" is
+	// DeliveryRestart.
+	Delivery Delivery
+	// LiveDefersBusy makes a live delivery wait for busy sessions as a
+	// restart does.
+	LiveDefersBusy bool
 }
+
+// Live reports whether the policy delivers content to running game servers.
+func (p Policy) Live() bool { return p.Delivery == DeliveryLive }
 
 // Defers reports whether a busy session still holds back at now a move
 // that waits since started (the rollout's start, or a Secret change's), and
@@ -143,10 +175,11 @@ func (p Policy) String() string {
 	if p.Unpaced() {
 		// max-defer changes which sessions move even when all may: a change
 		// of it is a change of policy, which the controller tells sessions.
+		s := "unpaced"
 		if p.MaxDefer != nil {
-			return "unpaced, max-defer " + p.MaxDefer.String()
+			s += ", max-defer " + p.MaxDefer.String()
 		}
-		return "unpaced"
+		return s + p.deliveryString(", ")
 	}
 	parts := []string{
 		"max-rolling " + p.MaxRolling.String(),
@@ -167,7 +200,21 @@ func (p Policy) String() string {
 	if p.Paused {
 		parts = append(parts, "paused")
 	}
-	return strings.Join(parts, ", ")
+	return strings.Join(parts, ", ") + p.deliveryString(", ")
+}
+
+// deliveryString renders a live delivery, after sep; a restart, the
+// default, as nothing, so that policies written before live delivery keep
+// their text (a change of it is a change of policy).
+func (p Policy) deliveryString(sep string) string {
+	if !p.Live() {
+		return ""
+	}
+	s := sep + "delivery live"
+	if p.LiveDefersBusy {
+		s += ", live-defers-busy"
+	}
+	return s
 }
 
 // ParseIntOrPercent parses a non-negative integer ("10") or a non-negative
@@ -251,6 +298,16 @@ func PolicyFor(annotations map[string]string, defaults Policy) (Policy, error) {
 		p.Window = v
 		errs = append(errs, annotationError(AnnotationWindow, err))
 	}
+	if s, ok := annotations[AnnotationDelivery]; ok {
+		v, err := parseDelivery(s)
+		p.Delivery = v
+		errs = append(errs, annotationError(AnnotationDelivery, err))
+	}
+	if s, ok := annotations[AnnotationLiveDefersBusy]; ok {
+		v, err := parseBool(s)
+		p.LiveDefersBusy = v
+		errs = append(errs, annotationError(AnnotationLiveDefersBusy, err))
+	}
 	if err := errors.Join(errs...); err != nil {
 		paused := defaults
 		paused.Paused = true
@@ -310,6 +367,26 @@ func parsePaused(s string) (bool, error) {
 	default:
 		return true, fmt.Errorf(`invalid value %q: want "true" or "false"`, s)
 	}
+}
+
+// parseDelivery parses a delivery mode.
+func parseDelivery(s string) (Delivery, error) {
+	switch d := Delivery(s); d {
+	case DeliveryRestart, DeliveryLive:
+		return d, nil
+	}
+	return DeliveryRestart, fmt.Errorf(`invalid value %q: want "restart" or "live"`, s)
+}
+
+// parseBool parses "true" or "false", as annotations spell them.
+func parseBool(s string) (bool, error) {
+	switch s {
+	case "true":
+		return true, nil
+	case "false":
+		return false, nil
+	}
+	return false, fmt.Errorf(`invalid value %q: want "true" or "false"`, s)
 }
 
 // annotationError names the annotation in err, or returns nil if err is nil.

@@ -196,6 +196,35 @@ func TestPolicyFor(t *testing.T) {
 			wantErr: []string{AnnotationMaxFailed, `"1.5%"`},
 		},
 		{
+			name:        "live delivery",
+			annotations: map[string]string{AnnotationDelivery: "live"},
+			want:        func() Policy { p := defaults; p.Delivery = DeliveryLive; return p }(),
+		},
+		{
+			name:        "restart delivery, spelt out",
+			annotations: map[string]string{AnnotationDelivery: "restart"},
+			want:        func() Policy { p := defaults; p.Delivery = DeliveryRestart; return p }(),
+		},
+		{
+			name:        "live delivery that defers busy sessions",
+			annotations: map[string]string{AnnotationDelivery: "live", AnnotationLiveDefersBusy: "true"},
+			want:        func() Policy { p := defaults; p.Delivery, p.LiveDefersBusy = DeliveryLive, true; return p }(),
+		},
+		{
+			// A typo must not switch a profile's delivery: nothing moves,
+			// and no session changes how it runs (restart is the defaults').
+			name:        "unknown delivery",
+			annotations: map[string]string{AnnotationDelivery: "Live"},
+			want:        pausedDefaults,
+			wantErr:     []string{AnnotationDelivery, `"Live"`, `"restart" or "live"`},
+		},
+		{
+			name:        "bad live-defers-busy",
+			annotations: map[string]string{AnnotationDelivery: "live", AnnotationLiveDefersBusy: "yes"},
+			want:        pausedDefaults,
+			wantErr:     []string{AnnotationLiveDefersBusy, `"yes"`},
+		},
+		{
 			name: "every bad annotation is named",
 			annotations: map[string]string{
 				AnnotationMaxRolling: "x",
@@ -286,6 +315,18 @@ func TestPolicyString(t *testing.T) {
 		{
 			Policy{MaxRolling: intstr.FromString("100%"), Canary: intstr.FromInt32(0), Window: mustWindow(t, "Mon-Fri 02:00-06:00 Europe/Berlin")},
 			"max-rolling 100%, canary 0, window Mon-Fri 02:00-06:00 Europe/Berlin",
+		},
+		{
+			Policy{MaxRolling: intstr.FromString("100%"), Canary: intstr.FromInt32(0), Delivery: DeliveryRestart},
+			"unpaced",
+		},
+		{
+			Policy{MaxRolling: intstr.FromString("100%"), Canary: intstr.FromInt32(0), Delivery: DeliveryLive},
+			"unpaced, delivery live",
+		},
+		{
+			Policy{MaxRolling: intstr.FromInt32(2), Canary: intstr.FromInt32(1), Delivery: DeliveryLive, LiveDefersBusy: true},
+			"max-rolling 2, canary 1, delivery live, live-defers-busy",
 		},
 	}
 	for _, tc := range tests {
