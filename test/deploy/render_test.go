@@ -356,19 +356,40 @@ func TestPrometheusRule(t *testing.T) {
 	}
 }
 
-// TestChartAdmissionPolicy: the chart's pod rights policy is the one of
-// artifacts/admission, byte for byte; default values render it and its
-// binding, admissionPolicy.enabled=false leaves out both and nothing else,
-// and a namespace-scoped install, whose tenant cannot create cluster-scoped
-// objects, renders neither.
+// TestChartAdmissionPolicy: the chart's admission policies are those of
+// artifacts/admission, byte for byte, each file <name>.yaml there copied to
+// files/admission-<name>.yaml; default values render each policy and its
+// binding, admissionPolicy.enabled=false leaves out all of them and nothing
+// else, and a namespace-scoped install, whose tenant cannot create
+// cluster-scoped objects, renders none.
 func TestChartAdmissionPolicy(t *testing.T) {
-	want, err := os.ReadFile(filepath.Join(artifactsDir, "admission", "pod-rights.yaml"))
+	artifactFiles, err := filepath.Glob(filepath.Join(artifactsDir, "admission", "*.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	copied := filepath.Join(chartDir, "files", "admission-pod-rights.yaml")
-	if got, err := os.ReadFile(copied); err != nil || !bytes.Equal(got, want) {
-		t.Errorf("%s differs from artifacts/admission/pod-rights.yaml (%v): cp artifacts/admission/pod-rights.yaml %s", copied, err, copied)
+	artifactFiles = slices.DeleteFunc(artifactFiles, func(p string) bool { return filepath.Base(p) == "kustomization.yaml" })
+	copies, err := filepath.Glob(filepath.Join(chartDir, "files", "admission-*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wantCopies []string
+	for _, artifact := range artifactFiles {
+		want, err := os.ReadFile(artifact)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copied := filepath.Join(chartDir, "files", "admission-"+filepath.Base(artifact))
+		wantCopies = append(wantCopies, copied)
+		if got, err := os.ReadFile(copied); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s differs from %s (%v): cp %s %s", copied, artifact, err, artifact, copied)
+		}
+	}
+	if !slices.Equal(copies, wantCopies) {
+		t.Errorf("the chart has %v, want a copy of each policy file of artifacts/admission: %v", copies, wantCopies)
+	}
+	wantNames := sortedNames(only(kustomize(t, filepath.Join(artifactsDir, "admission")), "ValidatingAdmissionPolicy"))
+	if len(wantNames) == 0 {
+		t.Fatal("artifacts/admission builds no ValidatingAdmissionPolicy")
 	}
 
 	admissionKinds := []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
@@ -380,8 +401,8 @@ func TestChartAdmissionPolicy(t *testing.T) {
 	}
 	defaults := render(t, systemNamespace, clusterValues)
 	for _, kind := range admissionKinds {
-		if got := only(defaults, kind); len(got) != 1 || got[0].GetName() != "gamesession-pod-rights" {
-			t.Errorf("default values render %s %v, want gamesession-pod-rights", kind, sortedKeys(got))
+		if got := only(defaults, kind); !slices.Equal(sortedNames(got), wantNames) {
+			t.Errorf("default values render %s %v, want %v", kind, sortedKeys(got), wantNames)
 		}
 	}
 	off := render(t, systemNamespace, map[string]any{"admissionPolicy": map[string]any{"enabled": false}})
@@ -390,4 +411,14 @@ func TestChartAdmissionPolicy(t *testing.T) {
 	if got := withoutPolicy(namespaced); len(got) != len(namespaced) {
 		t.Errorf("rbac.scope=namespace renders the cluster-scoped admission policy: %v", sortedKeys(namespaced))
 	}
+}
+
+// sortedNames returns the names of objs, sorted.
+func sortedNames(objs []*unstructured.Unstructured) []string {
+	names := make([]string, 0, len(objs))
+	for _, obj := range objs {
+		names = append(names, obj.GetName())
+	}
+	slices.Sort(names)
+	return names
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -33,19 +34,20 @@ import (
 const (
 	admissionDir     = "../../artifacts/admission"
 	podRightsPolicy  = "gamesession-pod-rights"
+	profileAckPolicy = "gamesession-profile-ack"
 	matchmakerPolicy = "gamesession-matchmaker-busy-label-only"
 )
 
-// installPodRightsPolicy applies the objects of artifacts/admission (the
+// installAdmissionPolicies applies the objects of artifacts/admission (the
 // resources its kustomization lists) and waits until the API server has
-// type-checked the policy against the GameSession CRD, failing the test on
-// any warning: a misspelt field path is one there, and an error, so a
-// refusal, at run time. The API server checks validations and message
-// expressions only, not variables or match conditions, so a copy of the
+// type-checked each policy against the resources it matches, failing the
+// test on any warning: a misspelt field path is one there, and an error, so
+// a refusal, at run time. The API server checks validations and message
+// expressions only, not variables or match conditions, so a copy of each
 // policy, bound to nothing, has each of those as a validation of its own.
-// Both are removed when the test ends, so that the other tests of the
+// All are removed when the test ends, so that the other tests of the
 // package run without them.
-func (e *env) installPodRightsPolicy() {
+func (e *env) installAdmissionPolicies() {
 	e.t.Helper()
 	data, err := os.ReadFile(filepath.Join(admissionDir, "kustomization.yaml"))
 	if err != nil {
@@ -65,50 +67,72 @@ func (e *env) installPodRightsPolicy() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	var policy admissionregistrationv1.ValidatingAdmissionPolicy
+	var policies []*admissionregistrationv1.ValidatingAdmissionPolicy
 	for _, obj := range objs {
 		if obj.GetKind() == "ValidatingAdmissionPolicy" {
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(obj.Object, &policy, true); err != nil {
+			policy := &admissionregistrationv1.ValidatingAdmissionPolicy{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(obj.Object, policy, true); err != nil {
 				e.t.Fatal(err)
 			}
+			policies = append(policies, policy)
 		}
 	}
-	if policy.Name != podRightsPolicy {
-		e.t.Fatalf("artifacts/admission has no ValidatingAdmissionPolicy %s", podRightsPolicy)
+	for _, name := range []string{podRightsPolicy, profileAckPolicy} {
+		if !slices.ContainsFunc(policies, func(p *admissionregistrationv1.ValidatingAdmissionPolicy) bool { return p.Name == name }) {
+			e.t.Fatalf("artifacts/admission has no ValidatingAdmissionPolicy %s", name)
+		}
 	}
-	probe := policy.DeepCopy()
-	probe.Name += "-typecheck"
-	probe.Spec.MatchConditions = nil
-	probe.Spec.Validations = nil
-	var probed []string
-	for _, c := range policy.Spec.MatchConditions {
-		probe.Spec.Validations = append(probe.Spec.Validations, admissionregistrationv1.Validation{Expression: c.Expression})
-		probed = append(probed, "spec.matchConditions "+c.Name)
+	type typeCheck struct {
+		probe  *admissionregistrationv1.ValidatingAdmissionPolicy
+		probed []string // what each of the probe's validations stands for
 	}
-	for _, v := range policy.Spec.Variables {
-		// Any expression, as a validation: it must return a bool.
-		probe.Spec.Validations = append(probe.Spec.Validations, admissionregistrationv1.Validation{Expression: "size([" + v.Expression + "]) == 1"})
-		probed = append(probed, "spec.variables "+v.Name)
+	var probes []typeCheck
+	for _, policy := range policies {
+		probe := policy.DeepCopy()
+		probe.Name += "-typecheck"
+		probe.Spec.MatchConditions = nil
+		probe.Spec.Validations = nil
+		var probed []string
+		for _, c := range policy.Spec.MatchConditions {
+			probe.Spec.Validations = append(probe.Spec.Validations, admissionregistrationv1.Validation{Expression: c.Expression})
+			probed = append(probed, "spec.matchConditions "+c.Name)
+		}
+		for _, v := range policy.Spec.Variables {
+			// Any expression, as a validation: it must return a bool.
+			probe.Spec.Validations = append(probe.Spec.Validations, admissionregistrationv1.Validation{Expression: "size([" + v.Expression + "]) == 1"})
+			probed = append(probed, "spec.variables "+v.Name)
+		}
+		probes = append(probes, typeCheck{probe, probed})
 	}
 
 	applier, err := manifests.NewApplier(adminConfig())
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if err := applier.Apply(e.ctx, "", objs...); err != nil {
-		e.t.Fatalf("applying artifacts/admission: %v", err)
-	}
 	admission := e.kube.AdmissionregistrationV1()
-	if _, err := admission.ValidatingAdmissionPolicies().Create(e.ctx, probe, metav1.CreateOptions{}); err != nil {
-		e.t.Fatalf("creating the policy's type checking copy: %v", err)
-	}
 	e.t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_ = admission.ValidatingAdmissionPolicyBindings().Delete(ctx, podRightsPolicy, metav1.DeleteOptions{})
-		_ = admission.ValidatingAdmissionPolicies().Delete(ctx, podRightsPolicy, metav1.DeleteOptions{})
-		_ = admission.ValidatingAdmissionPolicies().Delete(ctx, probe.Name, metav1.DeleteOptions{})
+		for _, obj := range objs {
+			switch obj.GetKind() {
+			case "ValidatingAdmissionPolicyBinding":
+				_ = admission.ValidatingAdmissionPolicyBindings().Delete(ctx, obj.GetName(), metav1.DeleteOptions{})
+			case "ValidatingAdmissionPolicy":
+				_ = admission.ValidatingAdmissionPolicies().Delete(ctx, obj.GetName(), metav1.DeleteOptions{})
+			}
+		}
+		for _, p := range probes {
+			_ = admission.ValidatingAdmissionPolicies().Delete(ctx, p.probe.Name, metav1.DeleteOptions{})
+		}
 	})
+	if err := applier.Apply(e.ctx, "", objs...); err != nil {
+		e.t.Fatalf("applying artifacts/admission: %v", err)
+	}
+	for _, p := range probes {
+		if _, err := admission.ValidatingAdmissionPolicies().Create(e.ctx, p.probe, metav1.CreateOptions{}); err != nil {
+			e.t.Fatalf("creating the type checking copy of %s: %v", p.probe.Name, err)
+		}
+	}
 	checked := func(name string) *admissionregistrationv1.ValidatingAdmissionPolicy {
 		var got *admissionregistrationv1.ValidatingAdmissionPolicy
 		e.eventually("policy "+name+" type-checked", func() (bool, error) {
@@ -121,16 +145,18 @@ func (e *env) installPodRightsPolicy() {
 		})
 		return got
 	}
-	for _, w := range checked(podRightsPolicy).Status.TypeChecking.ExpressionWarnings {
-		e.t.Errorf("type checking of %s: %s", w.FieldRef, w.Warning)
-	}
-	for _, w := range checked(probe.Name).Status.TypeChecking.ExpressionWarnings {
-		what := w.FieldRef
-		var i int
-		if _, err := fmt.Sscanf(w.FieldRef, "spec.validations[%d]", &i); err == nil && i < len(probed) {
-			what = probed[i]
+	for i, policy := range policies {
+		for _, w := range checked(policy.Name).Status.TypeChecking.ExpressionWarnings {
+			e.t.Errorf("type checking of %s %s: %s", policy.Name, w.FieldRef, w.Warning)
 		}
-		e.t.Errorf("type checking of %s: %s", what, w.Warning)
+		for _, w := range checked(probes[i].probe.Name).Status.TypeChecking.ExpressionWarnings {
+			what := w.FieldRef
+			var j int
+			if _, err := fmt.Sscanf(w.FieldRef, "spec.validations[%d]", &j); err == nil && j < len(probes[i].probed) {
+				what = probes[i].probed[j]
+			}
+			e.t.Errorf("type checking of %s %s: %s", policy.Name, what, w.Warning)
+		}
 	}
 }
 
@@ -261,7 +287,7 @@ func TestAdmissionPolicyGrantsNoMoreThanPods(t *testing.T) {
 	e := newEnv(t)
 	ns := e.namespace()
 	begin := time.Now()
-	e.installPodRightsPolicy()
+	e.installAdmissionPolicies()
 	typeChecked := time.Since(begin)
 	e.createProfile(ns, "arena", dataOf("1"))
 	if _, err := e.kube.CoreV1().ServiceAccounts(ns).Create(e.ctx,
@@ -595,7 +621,7 @@ func (e *env) applyMatchmakerExample(namespace string) {
 func TestAdmissionPolicyFollowsPodSecurityBaseline(t *testing.T) {
 	e := newEnv(t)
 	ns := e.namespace()
-	e.installPodRightsPolicy()
+	e.installAdmissionPolicies()
 	namespace, err := e.kube.CoreV1().Namespaces().Get(e.ctx, ns, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
