@@ -27,6 +27,10 @@ type caches struct {
 	deploymentLister  appslisters.DeploymentLister
 	deploymentIndexer cache.Indexer
 	replicaSetIndexer cache.Indexer
+	// liveProfileLister and livePodIndexer are nil when live delivery is
+	// off (Informers.LiveProfiles, LivePods).
+	liveProfileLister corelisters.ConfigMapLister
+	livePodIndexer    cache.Indexer
 	grants            atomic.Pointer[grantChecker] // nil: no ReferenceGrant API (yet)
 	// inputs are the kinds of referenced input tracked (inputs.go), each
 	// with its cache (nil for a kind whose informer is not given).
@@ -59,6 +63,10 @@ func newCaches(informers Informers, opts Options, logger klog.Logger) *caches {
 	if informers.Grants != nil {
 		c.grants.Store(&grantChecker{indexer: informers.Grants.GetIndexer()})
 	}
+	if informers.LiveProfiles != nil && informers.LivePods != nil {
+		c.liveProfileLister = informers.LiveProfiles.Lister()
+		c.livePodIndexer = informers.LivePods.Informer().GetIndexer()
+	}
 	return c
 }
 
@@ -82,6 +90,9 @@ func (i Informers) synced() []cache.InformerSynced {
 	}
 	if i.DigestKeySecret != nil {
 		synced = append(synced, i.DigestKeySecret.Informer().HasSynced)
+	}
+	if i.LiveProfiles != nil && i.LivePods != nil {
+		synced = append(synced, i.LiveProfiles.Informer().HasSynced, i.LivePods.Informer().HasSynced)
 	}
 	return synced
 }

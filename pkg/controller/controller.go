@@ -144,6 +144,13 @@ type Informers struct {
 	// their changes roll nothing, and the Deployments keep the digest they
 	// have.
 	SessionConfigs coreinformers.ConfigMapInformer
+	// LiveProfiles: the sessions' live profiles (LiveProfileSelector),
+	// through SlimLiveProfile: which revision each holds, never its data.
+	// LivePods: the pods of sessions delivered live (LivePodSelector),
+	// through SlimLivePod: their acknowledgments. Both nil: live delivery
+	// is off, and a profile that asks for it is delivered by restart.
+	LiveProfiles coreinformers.ConfigMapInformer
+	LivePods     coreinformers.PodInformer
 }
 
 // Controller runs two controllers over one set of informers, the way the
@@ -280,6 +287,12 @@ func (c *Controller) register(informers Informers) error {
 	if informers.Grants != nil {
 		registrations = append(registrations, registration{informers.Grants, h.grants})
 	}
+	if informers.LiveProfiles != nil && informers.LivePods != nil {
+		indexes = append(indexes, index{informers.LivePods.Informer(), sessionOfPodIndex, sessionOfPodIndexFunc})
+		registrations = append(registrations,
+			registration{informers.LiveProfiles.Informer(), h.liveProfiles},
+			registration{informers.LivePods.Informer(), h.livePods})
+	}
 	for i, t := range informers.trackedInputs() {
 		if informer := t.informer; informer != nil {
 			in := c.caches.inputs[i]
@@ -305,6 +318,10 @@ func (c *Controller) register(informers Informers) error {
 // (sequence_test.go) delivers its events to the same ones.
 type eventHandlers struct {
 	sessions, rollouts, profiles, revisions, deployments, replicaSets, grants cache.ResourceEventHandlerFuncs
+	// liveProfiles and livePods queue the session a live profile or pod
+	// belongs to: the cache caught up with a delivery, or a game server
+	// acknowledged one.
+	liveProfiles, livePods cache.ResourceEventHandlerFuncs
 	// inputs are the handlers of the referenced inputs' informers, in the
 	// order of caches.inputs (those of a kind not tracked are unused).
 	inputs []cache.ResourceEventHandlerFuncs
@@ -374,6 +391,20 @@ func (c *Controller) eventHandlers() eventHandlers {
 	}
 	for _, in := range c.caches.inputs {
 		h.inputs = append(h.inputs, s.inputEventHandlers(in))
+	}
+	h.liveProfiles = cache.ResourceEventHandlerFuncs{
+		AddFunc:    s.enqueueSessionOfLiveProfile,
+		UpdateFunc: func(_, obj interface{}) { s.enqueueSessionOfLiveProfile(obj) },
+		DeleteFunc: s.enqueueSessionOfLiveProfile,
+	}
+	h.livePods = cache.ResourceEventHandlerFuncs{
+		AddFunc: s.enqueueSessionOfPod,
+		UpdateFunc: func(oldObj, newObj interface{}) {
+			if ackChanged(oldObj, newObj) {
+				s.enqueueSessionOfPod(newObj)
+			}
+		},
+		DeleteFunc: s.enqueueSessionOfPod,
 	}
 	return h
 }

@@ -71,6 +71,8 @@ type fixture struct {
 	replicaSetIndexer cache.Indexer
 	secretIndexer     cache.Indexer
 	configIndexer     cache.Indexer // session-config ConfigMaps
+	liveIndexer       cache.Indexer // live profiles
+	podIndexer        cache.Indexer // pods of live sessions
 
 	// Requests the next run must make, in order; list and watch excluded.
 	kubeActions []wantAction
@@ -131,6 +133,8 @@ func newFixtureWithOptions(ctx context.Context, t testing.TB, opts Options, obje
 	f.replicaSetIndexer = informers.ReplicaSets.Informer().GetIndexer()
 	f.secretIndexer = informers.Secrets.Informer().GetIndexer()
 	f.configIndexer = informers.SessionConfigs.Informer().GetIndexer()
+	f.liveIndexer = informers.LiveProfiles.Informer().GetIndexer()
+	f.podIndexer = informers.LivePods.Informer().GetIndexer()
 	for _, obj := range objects {
 		f.setCached(obj)
 	}
@@ -154,6 +158,8 @@ func testInformers(kubeClient kubernetes.Interface, gameClient clientset.Interfa
 		Secrets:          kubeFactory.Core().V1().Secrets(),
 		SecretDigestKeys: SecretDigestKeys{Current: testDigestKey},
 		SessionConfigs:   kubeinformers.NewSharedInformerFactory(kubeClient, 0).Core().V1().ConfigMaps(),
+		LiveProfiles:     kubeinformers.NewSharedInformerFactory(kubeClient, 0).Core().V1().ConfigMaps(),
+		LivePods:         kubeFactory.Core().V1().Pods(),
 	}
 }
 
@@ -273,6 +279,9 @@ func (f *fixture) indexerFor(obj runtime.Object) cache.Indexer {
 		if cm.Labels[RevisionLabel] == RevisionLabelValue {
 			return f.revisionIndexer
 		}
+		if cm.Labels[LiveProfileLabel] == LiveProfileLabelValue {
+			return f.liveIndexer
+		}
 		if _, standIn := cm.Annotations[dataDigestAnnotation]; standIn {
 			// What SessionConfigDigester leaves: no label to tell by.
 			return f.configIndexer
@@ -286,6 +295,8 @@ func (f *fixture) indexerFor(obj runtime.Object) cache.Indexer {
 		return f.rolloutIndexer
 	case *corev1.Secret:
 		return f.secretIndexer
+	case *corev1.Pod:
+		return f.podIndexer
 	}
 	f.t.Fatalf("no informer cache for %T", obj)
 	return nil

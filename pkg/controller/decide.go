@@ -113,6 +113,18 @@ type sessionView struct {
 	// refused are the kinds of move the ledger refused this sync, and by
 	// which limit.
 	refused map[moveKind]ledgerRefusal
+
+	// Live delivery (live.go). wantsLive: the profile's policy delivers
+	// its content live; runsLive: the Deployment's pod template mounts the
+	// session's live profile, whose revision is then rolled and mounted.
+	// A session without a Deployment runs as it wants. liveProfile is the
+	// cached live profile (nil for none), liveTaken a ConfigMap of its name
+	// that the session does not control; delivery where the revision it
+	// holds stands with the session's pods.
+	wantsLive, runsLive bool
+	liveProfile         *corev1.ConfigMap
+	liveTaken           bool
+	delivery            liveDelivery
 }
 
 // ledgerRefusal says which of the ledger's limits refused a move.
@@ -189,8 +201,12 @@ func decideSession(v *sessionView) sessionDecision {
 		return decideWithoutProfile(v)
 	}
 	base := v.deploymentWithoutInputs(v.target)
-	d.choice = v.chooseRevision(base)
+	d.choice = v.deliveryOf(v.chooseRevision(base))
 	d.planNeeded, d.requeueAfter = d.choice.planNeeded, d.choice.requeueAfter
+	if v.runsLive && v.delivery.progress == livePending && !v.delivery.deadline.IsZero() {
+		// No event marks the deadline of a delivery nobody acknowledges.
+		d.requeueAfter = earliest(d.requeueAfter, v.delivery.deadline.Sub(v.now))
+	}
 	if v.live {
 		// No event is sure to announce what becomes of a Deployment only a
 		// live read shows: look again.
@@ -212,11 +228,12 @@ func decideSession(v *sessionView) sessionDecision {
 		return d
 	case observed == nil:
 		d.action = actCreate
-		d.desired, d.inputs = v.withInputsToRun(withRevision(base, v.ref, d.choice.hash), true)
+		d.desired, d.inputs = v.withInputsToRun(v.withContent(base, d.choice), true)
 		return d
 	}
 	d.action = actWrite
-	if running := v.mounted; running != "" && running != v.target && d.choice.hash == v.target {
+	if running := v.mounted; running != "" && (running != v.target || v.runsLive != v.wantsLive) &&
+		d.choice.hash == v.target && d.choice.live == v.wantsLive {
 		// A move of a running session, which the ledger must grant: the
 		// cluster-wide budget, and under a paced policy the profile's
 		// max-rolling, which the moves for new inputs count in too. Refused,
@@ -226,13 +243,14 @@ func decideSession(v *sessionView) sessionDecision {
 			d.move, d.profileLimit = v.profileMove()
 		case refusedByProfile:
 			d.choice = waitingChoice(rollout.Plan{}, v.ref, running, v.target, v.policy)
+			d.choice.live = v.runsLive
 		default:
-			d.choice = revisionChoice{hash: running, reason: gamesv1.ReasonWaitingForClusterBudget,
+			d.choice = revisionChoice{hash: running, live: v.runsLive, reason: gamesv1.ReasonWaitingForClusterBudget,
 				message: fmt.Sprintf(MessageWaitingForClusterBudget, RevisionName(v.ref, running),
 					RevisionName(v.ref, v.target), v.budget)}
 		}
 	}
-	d.desired, d.inputs = v.withInputsToRun(withRevision(base, v.ref, d.choice.hash), true)
+	d.desired, d.inputs = v.withInputsToRun(v.withContent(base, d.choice), true)
 	if d.move == nil && d.inputs.move != nil {
 		d.move, d.profileLimit = d.inputs.move, d.inputs.profileLimit
 	}
@@ -260,12 +278,44 @@ func (v *sessionView) profileMove() (*move, int) {
 // scale, say) is still applied when that revision exists, since its pods can
 // then be recreated; otherwise the Deployment is left exactly as it is.
 func decideWithoutProfile(v *sessionView) sessionDecision {
-	if v.rolled == "" || !v.available[v.rolled] {
+	// A live session's pods read its live profile, which keeps its
+	// content whatever becomes of the profile and its revisions.
+	if v.rolled == "" || !v.runsLive && !v.available[v.rolled] {
 		return sessionDecision{action: actLeave, why: leaveProfileMissing}
 	}
-	d := sessionDecision{action: actWrite, choice: revisionChoice{hash: v.rolled}}
-	d.desired, d.inputs = v.withInputsToRun(v.deploymentWithoutInputs(v.rolled), true)
+	d := sessionDecision{action: actWrite, choice: revisionChoice{hash: v.rolled, live: v.runsLive}}
+	d.desired, d.inputs = v.withInputsToRun(v.withContent(v.deploymentWithoutInputs(v.rolled), d.choice), true)
 	return d
+}
+
+// deliveryOf is the choice with how its content is to be delivered: the
+// way the profile's policy asks for when the session moves to the
+// profile's current content in that way (a choice with no reason to wait),
+// else the way it runs now. A change of delivery is a move like a change
+// of content, under the same policy: it restarts the game servers once.
+func (v *sessionView) deliveryOf(choice revisionChoice) revisionChoice {
+	choice.live = v.runsLive
+	if choice.hash == v.target && choice.reason == "" {
+		choice.live = v.wantsLive
+	}
+	return choice
+}
+
+// withContent is base delivering choice's content: mounting its revision,
+// or the session's live profile.
+func (v *sessionView) withContent(base *appsv1.Deployment, choice revisionChoice) *appsv1.Deployment {
+	if choice.live {
+		return withLiveDelivery(base, v.session.Name)
+	}
+	return withRevision(base, v.ref, choice.hash)
+}
+
+// earliest is the shorter of two requeues, 0 being none.
+func earliest(a, b time.Duration) time.Duration {
+	if a == 0 || (b > 0 && b < a) {
+		return b
+	}
+	return a
 }
 
 // blockedRecheck is when to look again at a Deployment of the session's
@@ -291,7 +341,7 @@ func blockedRecheck(d *appsv1.Deployment, session *gamesv1.GameSession) time.Dur
 // its inputs.
 func (v *sessionView) chooseRevision(base *appsv1.Deployment) revisionChoice {
 	rolled, target := v.rolled, v.target
-	if rolled == target {
+	if rolled == target && v.runsLive == v.wantsLive {
 		return revisionChoice{hash: target}
 	}
 	targetRevision := RevisionName(v.ref, target)
@@ -338,7 +388,7 @@ func (v *sessionView) chooseRevision(base *appsv1.Deployment) revisionChoice {
 // of the digest key alone does not count: its write restarts nothing, and
 // must take no move along ahead of its turn.
 func (v *sessionView) needsWriteAt(base *appsv1.Deployment, hash string) bool {
-	desired, _ := v.withInputsToRun(withRevision(base, v.ref, hash), false)
+	desired, _ := v.withInputsToRun(v.withContent(base, revisionChoice{hash: hash, live: v.runsLive}), false)
 	if observed := v.deployment; observed != nil {
 		recorded, ok := observed.Labels[gamesv1.SecretsKeyLabel]
 		if _, wanted := desired.Labels[gamesv1.SecretsKeyLabel]; ok || wanted {
@@ -442,9 +492,12 @@ func sessionStatusOf(v *sessionView, d *sessionDecision, current *appsv1.Deploym
 		s.deploymentInvalid(invalid)
 	default:
 		s.deployment(current)
-		if d.choice.hash == v.target {
+		switch {
+		case d.choice.live && current != nil:
+			s.deliveredLive(v, d.choice)
+		case d.choice.hash == v.target:
 			s.upToDate(v.target)
-		} else {
+		default:
 			s.waiting(d.choice.reason, d.choice.message)
 		}
 	}

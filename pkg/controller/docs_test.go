@@ -180,7 +180,7 @@ func TestDocsListEverySessionReason(t *testing.T) {
 	upToDateReasons := sets.New(gamesv1.ReasonRevisionPending, gamesv1.ReasonRevisionUnavailable,
 		gamesv1.ReasonWaitingForTurn, gamesv1.ReasonRolloutPaused, gamesv1.ReasonRolloutHalted,
 		gamesv1.ReasonRolloutBlocked, gamesv1.ReasonSessionBusy, gamesv1.ReasonOutsideWindow,
-		gamesv1.ReasonWaitingForClusterBudget)
+		gamesv1.ReasonWaitingForClusterBudget, gamesv1.ReasonDeliveryPending, gamesv1.ReasonDeliveryFailed)
 	resolvedReasons := sets.New(gamesv1.ReasonProfileNotFound, gamesv1.ReasonReferenceNotPermitted)
 	var cases [][]metav1.Condition
 	for _, reason := range sets.List(readyReasons) {

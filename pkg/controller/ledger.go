@@ -711,6 +711,15 @@ func (c *sessionController) seedLedger() {
 			starts = append(starts, moveStarted{at: at, namespace: d.Namespace})
 		}
 		ref := metav1.GetControllerOf(d)
+		if ref != nil && ref.Kind == gameSessionKind.Kind && deliversLive(d, ref.Name) {
+			if m, at, ok := c.seedLiveMove(d, ref); ok {
+				moving[d.Namespace+"/"+ref.Name] = m
+				if now.Sub(at) < time.Minute {
+					starts = append(starts, moveStarted{at: at, namespace: d.Namespace})
+				}
+			}
+			continue
+		}
 		hash := d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]
 		if ref == nil || ref.Kind != gameSessionKind.Kind || hash == "" || d.Spec.Paused ||
 			deploymentComplete(d) || c.progressDeadlineExceeded(d) {
@@ -758,6 +767,10 @@ func (c *sessionController) settleMove(key string, session *gamesv1.GameSession,
 		if m, ok = c.moves.moveOf(key); !ok {
 			return
 		}
+	}
+	if m.kind != inputMove && deliversLive(d, session.Name) {
+		c.settleLiveMove(key, session, d, m)
+		return
 	}
 	failed := c.progressDeadlineExceeded(d)
 	switch {

@@ -95,6 +95,10 @@ type profilePlan struct {
 	window string
 	// unpaced tells a plan that gates no session (rollout.Policy.Unpaced).
 	unpaced bool
+	// live tells a plan that delivers live (live.go): its moved sessions
+	// hold the content in their live profiles, and its Ready ones are
+	// those whose every game server applied it.
+	live bool
 	// inputs is where the profile's input moves stood in the ledger when
 	// the plan was made, with the canaries of its rotations.
 	inputs gamesv1.InputRolloutStatus
@@ -331,9 +335,19 @@ func (c *caches) cachedProfile(namespace, name string) (*corev1.ConfigMap, error
 }
 
 // policyOf returns a profile's rollout policy; an annotation that does not
-// parse pauses the rollout (see rollout.PolicyFor).
+// parse pauses the rollout (see rollout.PolicyFor). So does a live delivery
+// this controller was not started for (--live-delivery): delivered by
+// restart instead, the edit would restart the very game servers its author
+// meant to keep running.
 func (c *profileController) policyOf(profile *corev1.ConfigMap) (rollout.Policy, error) {
-	return rollout.PolicyFor(profile.Annotations, c.rolloutDefaults)
+	policy, err := rollout.PolicyFor(profile.Annotations, c.rolloutDefaults)
+	if err == nil && policy.Live() && !c.liveOn() {
+		paused := c.rolloutDefaults
+		paused.Paused = true
+		return paused, fmt.Errorf("annotation %s: %q needs the controller's --live-delivery, which is off: start it with --live-delivery, or remove the annotation",
+			rollout.AnnotationDelivery, rollout.DeliveryLive)
+	}
+	return policy, err
 }
 
 // storedRollout returns the profile's ProfileRollout as the controller last
@@ -417,7 +431,9 @@ type rolloutInputs struct {
 	// canaryMembers are the members as the canaries of rotations see them,
 	// read only when the policy has a canary.
 	canaryMembers []canaryMember
-	now           time.Time
+	// live: the content is delivered live.
+	live bool
+	now  time.Time
 }
 
 // decideRollout is the profile's plan towards in.hash: what the rollout
@@ -456,6 +472,7 @@ func decideRollout(in rolloutInputs) *profilePlan {
 	plan := rollout.Decide(in.policy, in.members, memory, in.now)
 	next := &profilePlan{hash: hash, policy: in.policy.String(), plan: plan, revision: in.revision,
 		unavailableIn: in.unavailableIn, started: memory.Started, window: windowString(in.policy), unpaced: in.policy.Unpaced(),
+		live:   in.live,
 		memory: rollout.Memory{Halted: plan.Phase == rollout.PhaseHalted, StableHash: memory.StableHash, Started: memory.Started},
 		inputs: in.inputs, clusterBudget: in.clusterBudget}
 	if in.policy.AsksForCanary() {
@@ -496,9 +513,10 @@ func (c *profileController) planRollout(ctx context.Context, profile *corev1.Con
 		hash: hash, policy: policy, stored: c.storedRollout(profile), prev: c.plans.latest(key),
 		revision: revision, unavailableIn: unavailableIn,
 		inputs: c.inputRollout(key, policy, len(keys)), clusterBudget: c.clusterBudgetWait(key), now: c.clock.Now(),
+		live: policyErr == nil && policy.Live() && c.liveOn(),
 	}
 	var readers []readingMember
-	in.members, readers = c.rolloutMembers(profile, keys, hash, policy.AsksForCanary())
+	in.members, readers = c.rolloutMembers(profile, keys, hash, policy, policyErr)
 	if policy.AsksForCanary() {
 		in.canaryMembers = c.canaryMembers(readers, policy.CanaryOf(len(in.members)))
 	}
@@ -630,11 +648,15 @@ func revisionNews(prev, next *profilePlan) bool {
 // them. The sessions and their Deployments come from the caches, by key: no
 // request. Sessions without a Deployment they may write (none yet, being
 // deleted, blocked by a foreign one) are not part of the rollout.
-// withReaders asks, in the same pass, for the members whose Deployments the
-// cache shows that read labelled Secrets or ConfigMaps: the canaries of
-// rotations are picked among them (canaryMembers).
-func (c *profileController) rolloutMembers(profile *corev1.ConfigMap, keys []string, hash string, withReaders bool) (members []rollout.Member, readers []readingMember) {
+// A policy that asks for canaries asks, in the same pass, for the members
+// whose Deployments the cache shows that read labelled Secrets or
+// ConfigMaps: the canaries of rotations are picked among them
+// (canaryMembers). A policy that does not parse changes nobody's delivery:
+// each member counts as delivered the way it is.
+func (c *profileController) rolloutMembers(profile *corev1.ConfigMap, keys []string, hash string, policy rollout.Policy,
+	policyErr error) (members []rollout.Member, readers []readingMember) {
 	members = make([]rollout.Member, 0, len(keys))
+	withReaders, wantsLive := policy.AsksForCanary(), c.liveOn() && policy.Live()
 	for _, key := range keys {
 		namespace := namespaceOfKey(key)
 		member := memberName(profile.Namespace, key)
@@ -661,7 +683,19 @@ func (c *profileController) rolloutMembers(profile *corev1.ConfigMap, keys []str
 				readers = append(readers, readingMember{name: member, session: session, deployment: d, reads: reads})
 			}
 		}
+		if deliversLive(d, session.Name) {
+			members = append(members, c.liveMember(profile, key, session, d, hash,
+				policyErr != nil || wantsLive && !mountsProfileBySubPath(session), policy))
+			continue
+		}
 		rolled := rolledProfileHash(d, refOfProfile(namespace, profile))
+		if policyErr == nil && wantsLive && !mountsProfileBySubPath(session) {
+			// Delivered by restart while the profile asks for live: the
+			// switch is a move still to make.
+			members = append(members, rollout.Member{Name: member, Hash: rolled, Ready: deploymentComplete(d),
+				Blocked: memberBlocked(session, d), Busy: isBusy(session)})
+			continue
+		}
 		if rolled != hash {
 			// A move the API server made and the cache does not show yet
 			// keeps its place.
@@ -924,7 +958,12 @@ func rolloutStatus(profile *corev1.ConfigMap, pp *profilePlan, prev *gamesv1.Pro
 		ReadySessions:    int32(p.Ready),
 		FailedSessions:   int32(p.Failed),
 		DeferredSessions: int32(p.Deferred),
+		PendingSessions:  int32(max(p.Moved-p.Ready-p.Failed, 0)),
+		Delivery:         string(rollout.DeliveryRestart),
 		Policy:           pp.policy,
+	}
+	if pp.live {
+		s.Delivery = string(rollout.DeliveryLive)
 	}
 	if !p.Resumes.IsZero() {
 		s.ResumeTime = &metav1.Time{Time: p.Resumes.Truncate(time.Second)}

@@ -366,7 +366,7 @@ func (s *sessionStatus) summary(conditionType string, cause *metav1.Condition) {
 func stalls(reason string) bool {
 	switch reason {
 	case gamesv1.ReasonProgressDeadlineExceeded, gamesv1.ReasonRolloutHalted, gamesv1.ReasonRolloutBlocked,
-		gamesv1.ReasonRevisionUnavailable:
+		gamesv1.ReasonRevisionUnavailable, gamesv1.ReasonDeliveryFailed:
 		return true
 	}
 	return needsUser(reason)

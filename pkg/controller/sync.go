@@ -257,6 +257,7 @@ func (c *sessionController) view(session *gamesv1.GameSession, profile *corev1.C
 	} else {
 		v.mayRunUncached = c.mayRunUncached(session)
 	}
+	c.readLive(v)
 	v.have, v.want, v.digestsAdopted, v.inputsErr = c.sessionInputs(session, deployment)
 	mayMount := func(hash string) {
 		if _, known := v.available[hash]; hash != "" && !known {
@@ -270,6 +271,15 @@ func (c *sessionController) view(session *gamesv1.GameSession, profile *corev1.C
 	key := profileKey(profile.Namespace, profile.Name)
 	v.target = c.profileHashes.hash(profile)
 	v.policy, v.policyErr = c.rollouts.policyOf(profile)
+	v.wantsLive = c.liveOn() && v.policy.Live() && !mountsProfileBySubPath(session)
+	if v.policyErr != nil {
+		// A policy that does not parse changes nothing of how a session
+		// runs.
+		v.wantsLive = v.runsLive
+	}
+	if v.deployment == nil {
+		v.runsLive = v.wantsLive
+	}
 	v.latest = c.rollouts.latestPlan(key)
 	v.plan = c.rollouts.planOf(key, v.target, v.policy.String())
 	stored := c.rollouts.storedRollout(profile)
@@ -348,6 +358,9 @@ func (c *sessionController) act(ctx context.Context, v *sessionView) (actResult,
 			v.live = true
 			continue
 		case actCreate:
+			if err := c.deliverLive(ctx, v, d.choice); err != nil {
+				return r, err
+			}
 			created, live, err := c.createDeployment(ctx, v.session, d.desired)
 			switch {
 			case apierrors.IsInvalid(err):
@@ -380,6 +393,9 @@ func (c *sessionController) act(ctx context.Context, v *sessionView) (actResult,
 				inBudget, waiting := c.moves.counts()
 				klog.FromContext(ctx).V(4).Info("Move waits for the ledger of moves", "kind", d.move.kind, "moving", inBudget, "waiting", waiting)
 				continue
+			}
+			if err := c.deliverLive(ctx, v, d.choice); err != nil {
+				return r, err
 			}
 			written, wrote, err := c.writeSession(ctx, v, d)
 			switch {
@@ -420,7 +436,9 @@ func (c *sessionController) writeSession(ctx context.Context, v *sessionView, d 
 		klog.FromContext(ctx).V(2).Info("A change of the session's Secrets or ConfigMaps waits", "why", in.wait.reason)
 	}
 	desired := d.desired
-	profileMoves := d.move != nil && d.move.kind == profileMove
+	// A move delivered live records its start on the live profile
+	// (delivered-at), not here: the Deployment has nothing to change.
+	profileMoves := d.move != nil && d.move.kind == profileMove && !d.choice.live
 	if (profileMoves || c.startsInputMove(v.key, v.deployment, desired)) && c.moves.perMinute > 0 {
 		// The write that starts a move records when, for a new leader's
 		// budget per minute (seedLedger).
@@ -547,6 +565,8 @@ type revisionChoice struct {
 	// waitForRevision leaves the Deployment as it is for now, though its
 	// spec differs: the write waits for the revision to come.
 	waitForRevision bool
+	// live delivers the content through the session's live profile.
+	live bool
 }
 
 // createDeployment creates the session's Deployment. If the name is taken by

@@ -97,6 +97,10 @@ func (v *sessionView) deferred() (revisionChoice, bool) {
 	if !isBusy(v.session) || v.deployment == nil || rolled == "" {
 		return revisionChoice{}, false
 	}
+	if v.runsLive && v.wantsLive && !policy.LiveDefersBusy {
+		// A live change restarts nothing: no match to protect.
+		return revisionChoice{}, false
+	}
 	running, targetRevision := RevisionName(v.ref, rolled), RevisionName(v.ref, v.target)
 	choice := revisionChoice{hash: rolled, reason: gamesv1.ReasonSessionBusy}
 	started := v.stored.Started

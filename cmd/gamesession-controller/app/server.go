@@ -214,6 +214,23 @@ func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interf
 			kubeinformers.WithTransform(controller.SessionConfigDigester()))
 		sessionConfigInformer = sessionConfigFactory.Core().V1().ConfigMaps()
 	}
+	// Live delivery: the sessions' live profiles and the pods of live
+	// sessions, each from a factory of its own label filter, slimmed.
+	var liveProfileFactory, livePodFactory kubeinformers.SharedInformerFactory
+	var liveProfileInformer coreinformers.ConfigMapInformer
+	var livePodInformer coreinformers.PodInformer
+	if o.LiveDelivery {
+		liveProfileFactory = kubeinformers.NewSharedInformerFactoryWithOptions(informers.kube, o.ResyncPeriod,
+			kubeinformers.WithNamespace(o.Namespace),
+			kubeinformers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = controller.LiveProfileSelector() }),
+			kubeinformers.WithTransform(controller.SlimLiveProfile))
+		liveProfileInformer = liveProfileFactory.Core().V1().ConfigMaps()
+		livePodFactory = kubeinformers.NewSharedInformerFactoryWithOptions(informers.kube, o.ResyncPeriod,
+			kubeinformers.WithNamespace(o.Namespace),
+			kubeinformers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = controller.LivePodSelector() }),
+			kubeinformers.WithTransform(controller.SlimLivePod))
+		livePodInformer = livePodFactory.Core().V1().Pods()
+	}
 	patchDeployments, err := deploymentWritesFor(ctx, o.DeploymentWrites, kubeClient.Discovery())
 	if err != nil {
 		return err
@@ -234,6 +251,8 @@ func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interf
 			DigestKeyNamespace: digestKeyNamespace,
 			DigestKeyName:      digestKeyName,
 			SessionConfigs:     sessionConfigInformer,
+			LiveProfiles:       liveProfileInformer,
+			LivePods:           livePodInformer,
 		},
 		controller.Options{
 			ProfileSelector:      o.ProfileSelector,
@@ -264,6 +283,12 @@ func runController(ctx context.Context, o *Options, kubeClient kubernetes.Interf
 		defer secretFactory.Shutdown()
 		digestKeyFactory.Start(ctx.Done())
 		defer digestKeyFactory.Shutdown()
+	}
+	for _, f := range []kubeinformers.SharedInformerFactory{liveProfileFactory, livePodFactory} {
+		if f != nil {
+			f.Start(ctx.Done())
+			defer f.Shutdown()
+		}
 	}
 	if sessionConfigFactory != nil {
 		sessionConfigFactory.Start(ctx.Done())

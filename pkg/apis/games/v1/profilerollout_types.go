@@ -139,6 +139,21 @@ type ProfileRolloutStatus struct {
 	// failed nor against the budget.
 	// +optional
 	DeferredSessions int32 `json:"deferredSessions"`
+	// pendingSessions is the number of moved sessions neither Ready nor
+	// failed yet: their Deployment rolls out, or, delivered live, not every
+	// game server has acknowledged the target.
+	// +optional
+	PendingSessions int32 `json:"pendingSessions,omitempty"`
+
+	// delivery is how the target reaches the game servers: "restart" (a
+	// new pod template) or "live" (the files the running game servers
+	// mount; rollout.games.example.com/delivery). With live, movedSessions
+	// counts the sessions the target was delivered to, readySessions those
+	// whose every game server applied it, failedSessions those where one
+	// refused it or did not apply it within the progress deadline.
+	// +optional
+	// +kubebuilder:validation:Enum=restart;live
+	Delivery string `json:"delivery,omitempty"`
 
 	// resumeTime is when the closed maintenance window opens and the
 	// rollout resumes; set only in the Waiting phase.

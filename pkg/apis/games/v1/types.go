@@ -157,6 +157,13 @@ const (
 
 	// Reasons of ProfileUpToDate.
 	ReasonRevisionCurrent = "RevisionCurrent"
+	// ReasonDeliveryPending: the profile's current revision is delivered
+	// live, and not every game server of the session has said it applied
+	// it yet.
+	ReasonDeliveryPending = "DeliveryPending"
+	// ReasonDeliveryFailed: a game server said it could not apply the
+	// revision delivered live, or the progress deadline passed first.
+	ReasonDeliveryFailed = "DeliveryFailed"
 	// ReasonWaitingForTurn: the profile's rollout policy has not moved the
 	// session to the new revision yet; it keeps running its revision.
 	ReasonWaitingForTurn = "WaitingForTurn"

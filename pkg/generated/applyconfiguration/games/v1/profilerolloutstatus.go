@@ -61,6 +61,17 @@ type ProfileRolloutStatusApplyConfiguration struct {
 	// they are idle or the policy's max-defer passes. They count neither as
 	// failed nor against the budget.
 	DeferredSessions *int32 `json:"deferredSessions,omitempty"`
+	// pendingSessions is the number of moved sessions neither Ready nor
+	// failed yet: their Deployment rolls out, or, delivered live, not every
+	// game server has acknowledged the target.
+	PendingSessions *int32 `json:"pendingSessions,omitempty"`
+	// delivery is how the target reaches the game servers: "restart" (a
+	// new pod template) or "live" (the files the running game servers
+	// mount; rollout.games.example.com/delivery). With live, movedSessions
+	// counts the sessions the target was delivered to, readySessions those
+	// whose every game server applied it, failedSessions those where one
+	// refused it or did not apply it within the progress deadline.
+	Delivery *string `json:"delivery,omitempty"`
 	// resumeTime is when the closed maintenance window opens and the
 	// rollout resumes; set only in the Waiting phase.
 	ResumeTime *metav1.Time `json:"resumeTime,omitempty"`
@@ -190,6 +201,22 @@ func (b *ProfileRolloutStatusApplyConfiguration) WithFailedSessions(value int32)
 // If called multiple times, the DeferredSessions field is set to the value of the last call.
 func (b *ProfileRolloutStatusApplyConfiguration) WithDeferredSessions(value int32) *ProfileRolloutStatusApplyConfiguration {
 	b.DeferredSessions = &value
+	return b
+}
+
+// WithPendingSessions sets the PendingSessions field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the PendingSessions field is set to the value of the last call.
+func (b *ProfileRolloutStatusApplyConfiguration) WithPendingSessions(value int32) *ProfileRolloutStatusApplyConfiguration {
+	b.PendingSessions = &value
+	return b
+}
+
+// WithDelivery sets the Delivery field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Delivery field is set to the value of the last call.
+func (b *ProfileRolloutStatusApplyConfiguration) WithDelivery(value string) *ProfileRolloutStatusApplyConfiguration {
+	b.Delivery = &value
 	return b
 }
 

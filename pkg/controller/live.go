@@ -1,0 +1,566 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
+	"github.com/example/gamesession-controller/pkg/profileack"
+	"github.com/example/gamesession-controller/pkg/rollout"
+)
+
+// Live delivery (rollout.DeliveryLive). A restart delivers a new content in
+// a new pod template, which replaces every pod. A live delivery leaves the
+// pod template alone: the session's pods mount a ConfigMap of the session's
+// own, its live profile, without subPath, and the controller rewrites that
+// ConfigMap with the revision's data. The kubelet then rewrites the mounted
+// files in place (all together, through its ..data symlink), and each game
+// server says through its pod which revision it applied
+// (pkg/profileack). Nothing restarts; a session counts as applied only once
+// every pod of it has said so.
+//
+// The live profile is one object per session, not per revision: the
+// rollout moves sessions one by one, and only an object of the session's
+// own can hold a revision for one session while its neighbours hold
+// another. It is owned by the session (the garbage collector deletes it
+// with it), named liveProfileName, labelled LiveProfileLabel so that a
+// filtered informer caches only these, and that informer drops their data:
+// the controller reads which revision each holds, never its files.
+const (
+	// LiveProfileLabel marks the live profiles, the per-session
+	// ConfigMaps that carry live content.
+	LiveProfileLabel      = "games.example.com/live-profile"
+	LiveProfileLabelValue = "true"
+	// DeliveryLabel marks the pods of a session whose content is delivered
+	// live. The controller caches those pods only, for their
+	// acknowledgments.
+	DeliveryLabel     = "games.example.com/delivery"
+	DeliveryLiveValue = "live"
+	// deliveredAtAnnotation is when the live profile received the revision
+	// it holds: its game servers' progress deadline counts from there.
+	deliveredAtAnnotation = "games.example.com/delivered-at"
+	// liveProfileSuffix ends the name of a session's live profile.
+	liveProfileSuffix = "-live-profile"
+)
+
+// LiveProfileSelector selects the live profiles of every session.
+func LiveProfileSelector() string {
+	return labels.SelectorFromSet(labels.Set{LiveProfileLabel: LiveProfileLabelValue}).String()
+}
+
+// LivePodSelector selects the pods of sessions whose content is delivered
+// live, and of no other workload.
+func LivePodSelector() string {
+	return labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue, DeliveryLabel: DeliveryLiveValue}).String()
+}
+
+// liveProfileName is the name of a session's live profile. A session's name
+// may be as long as a ConfigMap's: a long one is shortened as a revision's
+// prefix is, which keeps it a valid name, and a live profile that is not the
+// session's own (liveProfileOf) is never written.
+func liveProfileName(session string) string {
+	if limit := maxNameLength - len(liveProfileSuffix); len(session) > limit {
+		session = strings.TrimRight(session[:limit], "-.")
+	}
+	return session + liveProfileSuffix
+}
+
+// newLiveProfile is the live profile of session holding the revision of
+// hash of the profile ref: its data, the revision's name under
+// profileack.RevisionFile, and when it is delivered. resourceVersion is the
+// cached one's, for a replace; "" for a create.
+func newLiveProfile(session *gamesv1.GameSession, ref, hash string, revision *corev1.ConfigMap, now time.Time,
+	resourceVersion string) *corev1.ConfigMap {
+	data := make(map[string]string, len(revision.Data)+1)
+	for k, v := range revision.Data {
+		data[k] = v
+	}
+	data[profileack.RevisionFile] = RevisionName(ref, hash)
+	var binary map[string][]byte
+	if len(revision.BinaryData) > 0 {
+		binary = revision.BinaryData
+	}
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            liveProfileName(session.Name),
+			Namespace:       session.Namespace,
+			ResourceVersion: resourceVersion,
+			Labels: map[string]string{
+				LiveProfileLabel:              LiveProfileLabelValue,
+				LabelManagedBy:                ManagedByValue,
+				gamesv1.ProfileHashAnnotation: hash,
+			},
+			Annotations:     map[string]string{deliveredAtAnnotation: now.UTC().Format(time.RFC3339)},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(session, gameSessionKind)},
+		},
+		Data:       data,
+		BinaryData: binary,
+	}
+}
+
+// liveProfileOf returns the revision a cached live profile holds and when
+// it was delivered, if the object is the session's own: a ConfigMap of that
+// name that the session does not control is never written or read as its.
+func liveProfileOf(cm *corev1.ConfigMap, session *gamesv1.GameSession) (hash string, delivered time.Time, ours bool) {
+	if cm == nil || !metav1.IsControlledBy(cm, session) {
+		return "", time.Time{}, false
+	}
+	delivered, _ = time.Parse(time.RFC3339, cm.Annotations[deliveredAtAnnotation])
+	return cm.Labels[gamesv1.ProfileHashAnnotation], delivered, true
+}
+
+// SlimLiveProfile keeps of a live profile what the controller reads: its
+// identity, owner, labels and annotations. Its data are the revision's,
+// which the revision and the profile hold already.
+func SlimLiveProfile(obj interface{}) (interface{}, error) {
+	cm, ok := obj.(*corev1.ConfigMap)
+	if !ok {
+		return obj, nil
+	}
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+		Name:              cm.Name,
+		Namespace:         cm.Namespace,
+		UID:               cm.UID,
+		ResourceVersion:   cm.ResourceVersion,
+		DeletionTimestamp: cm.DeletionTimestamp,
+		Labels:            cm.Labels,
+		Annotations:       cm.Annotations,
+		OwnerReferences:   cm.OwnerReferences,
+	}}, nil
+}
+
+// SlimLivePod keeps of a live session's pod what its acknowledgment needs:
+// its identity, the session it belongs to, whether it is going away, and
+// its acknowledgment.
+func SlimLivePod(obj interface{}) (interface{}, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	slim := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              pod.Name,
+			Namespace:         pod.Namespace,
+			UID:               pod.UID,
+			ResourceVersion:   pod.ResourceVersion,
+			DeletionTimestamp: pod.DeletionTimestamp,
+			Labels:            map[string]string{LabelInstance: pod.Labels[LabelInstance]},
+		},
+		Status: corev1.PodStatus{Phase: pod.Status.Phase},
+	}
+	if ack, ok := pod.Annotations[profileack.Annotation]; ok {
+		slim.Annotations = map[string]string{profileack.Annotation: ack}
+	}
+	return slim, nil
+}
+
+// sessionOfPodIndex maps a live pod to the key of its session.
+const sessionOfPodIndex = "sessionOfPod"
+
+func sessionOfPodIndexFunc(obj interface{}) ([]string, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || pod.Labels[LabelInstance] == "" {
+		return nil, nil
+	}
+	return []string{pod.Namespace + "/" + pod.Labels[LabelInstance]}, nil
+}
+
+// withLiveDelivery is d with its pod template mounting the session's live
+// profile: no revision, no hash annotation, and the delivery label on its
+// pods. Whatever the content, the template stays the same.
+func withLiveDelivery(d *appsv1.Deployment, session string) *appsv1.Deployment {
+	out := *d
+	t := &out.Spec.Template
+	t.Annotations = cloneWithout(d.Spec.Template.Annotations, gamesv1.ProfileHashAnnotation)
+	t.Labels = cloneWithout(d.Spec.Template.Labels, "")
+	t.Labels[DeliveryLabel] = DeliveryLiveValue
+	t.Spec.Volumes = append([]corev1.Volume(nil), d.Spec.Template.Spec.Volumes...)
+	if i := profileVolumeIndex(t); i >= 0 {
+		volume := t.Spec.Volumes[i].DeepCopy()
+		volume.ConfigMap.Name = liveProfileName(session)
+		t.Spec.Volumes[i] = *volume
+	}
+	return &out
+}
+
+// deliversLive reports whether the Deployment's pod template mounts the
+// session's live profile.
+func deliversLive(d *appsv1.Deployment, session string) bool {
+	if d == nil || d.Spec.Template.Labels[DeliveryLabel] != DeliveryLiveValue {
+		return false
+	}
+	v := findByName(d.Spec.Template.Spec.Volumes, profileVolumeName)
+	return v != nil && v.ConfigMap != nil && v.ConfigMap.Name == liveProfileName(session)
+}
+
+func cloneWithout(m map[string]string, key string) map[string]string {
+	out := make(map[string]string, len(m)+1)
+	for k, v := range m {
+		if k != key {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// liveProgress is where a live delivery stands on a session.
+type liveProgress int
+
+const (
+	// livePending: delivered, and not every pod has applied it yet.
+	livePending liveProgress = iota
+	// liveApplied: every pod of the session says it applied the revision.
+	liveApplied
+	// liveFailed: a pod says it could not apply the revision, or the
+	// progress deadline passed without every pod applying it.
+	liveFailed
+)
+
+func (p liveProgress) String() string {
+	return [...]string{"pending", "applied", "failed"}[p]
+}
+
+// liveDelivery is what the acknowledgments of a session's pods say of the
+// revision its live profile holds.
+type liveDelivery struct {
+	progress liveProgress
+	// pods counts the session's running pods, acked those that applied
+	// the revision; failure is a refusal's message, "" for none.
+	pods, acked int
+	failure     string
+	// deadline is when a pending delivery fails; zero if it is not pending.
+	deadline time.Time
+}
+
+// judgeLiveDelivery says where the delivery of revision (a revision name)
+// stands from the acknowledgments of the session's pods, delivered at
+// delivered, with the progress deadline deadline, at now. A pod going away
+// is not asked; a pod that acknowledges an older revision, or nothing, has
+// not applied this one. A pure function: the caller reads the pods and the
+// clock.
+func judgeLiveDelivery(revision string, pods []*corev1.Pod, delivered time.Time, deadline time.Duration, now time.Time) liveDelivery {
+	var d liveDelivery
+	for _, pod := range pods {
+		if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		d.pods++
+		ack, ok := profileack.Parse(pod.Annotations[profileack.Annotation])
+		switch {
+		case !ok || ack.Revision != revision:
+		case ack.Failed:
+			if d.failure == "" {
+				d.failure = pod.Name + ": " + ack.Message
+			}
+		default:
+			d.acked++
+		}
+	}
+	switch {
+	case d.failure != "":
+		d.progress = liveFailed
+	case d.acked == d.pods:
+		d.progress = liveApplied
+	case !delivered.IsZero() && !now.Before(delivered.Add(deadline)):
+		d.progress = liveFailed
+	default:
+		d.progress, d.deadline = livePending, delivered.Add(deadline)
+	}
+	return d
+}
+
+// livePodsOf returns the cached live pods of the session of key.
+func livePodsOf(indexer cache.Indexer, key string) []*corev1.Pod {
+	if indexer == nil {
+		return nil
+	}
+	objs, err := indexer.ByIndex(sessionOfPodIndex, key)
+	if err != nil {
+		return nil
+	}
+	pods := make([]*corev1.Pod, 0, len(objs))
+	for _, obj := range objs {
+		pods = append(pods, obj.(*corev1.Pod))
+	}
+	return pods
+}
+
+// enqueueSessionOfLiveProfile queues the session that controls a live
+// profile.
+func (c *sessionController) enqueueSessionOfLiveProfile(obj interface{}) {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	cm, ok := obj.(*corev1.ConfigMap)
+	if !ok {
+		return
+	}
+	if ref := metav1.GetControllerOfNoCopy(cm); ref != nil && ref.Kind == gameSessionKind.Kind {
+		c.queue.Add(cm.Namespace + "/" + ref.Name)
+	}
+}
+
+// enqueueSessionOfPod queues the session a live pod belongs to.
+func (c *sessionController) enqueueSessionOfPod(obj interface{}) {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	if keys, _ := sessionOfPodIndexFunc(obj); len(keys) == 1 {
+		c.queue.Add(keys[0])
+	}
+}
+
+// ackChanged reports whether a pod update may change where its session's
+// live delivery stands: its acknowledgment, or whether it runs.
+func ackChanged(oldObj, newObj interface{}) bool {
+	o, ok1 := oldObj.(*corev1.Pod)
+	n, ok2 := newObj.(*corev1.Pod)
+	if !ok1 || !ok2 {
+		return true
+	}
+	return o.Annotations[profileack.Annotation] != n.Annotations[profileack.Annotation] ||
+		(o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) || o.Status.Phase != n.Status.Phase
+}
+
+// cachedLiveProfile returns the session's live profile from the cache, nil
+// for none (or with live delivery off).
+func (c *caches) cachedLiveProfile(session *gamesv1.GameSession) *corev1.ConfigMap {
+	if c.liveProfileLister == nil {
+		return nil
+	}
+	cm, err := c.liveProfileLister.ConfigMaps(session.Namespace).Get(liveProfileName(session.Name))
+	if err != nil {
+		return nil
+	}
+	return cm
+}
+
+// liveOn reports whether live delivery is on (the informers are given).
+func (c *caches) liveOn() bool { return c.liveProfileLister != nil }
+
+// readLive reads into v what live delivery needs: the session's live
+// profile and, when its Deployment delivers live, the revision the live
+// profile holds (what the session runs) and where its delivery stands.
+func (c *sessionController) readLive(v *sessionView) {
+	if !c.liveOn() {
+		return
+	}
+	v.liveProfile = c.cachedLiveProfile(v.session)
+	hash, delivered, ours := liveProfileOf(v.liveProfile, v.session)
+	v.liveTaken = v.liveProfile != nil && !ours
+	if !deliversLive(v.deployment, v.session.Name) {
+		return
+	}
+	v.runsLive = true
+	v.rolled, v.mounted = hash, hash
+	if hash == "" {
+		return
+	}
+	v.delivery = judgeLiveDelivery(RevisionName(v.ref, hash), livePodsOf(c.livePodIndexer, v.key), delivered,
+		liveDeadline(v.deployment), v.now)
+}
+
+// liveDeadline is how long a live session's game servers have to apply a
+// delivery: the progress deadline its Deployment has, which the session or
+// its profile's policy set.
+func liveDeadline(d *appsv1.Deployment) time.Duration {
+	seconds := int32(defaultProgressDeadlineSeconds)
+	if d != nil && d.Spec.ProgressDeadlineSeconds != nil {
+		seconds = *d.Spec.ProgressDeadlineSeconds
+	}
+	return time.Duration(seconds) * time.Second
+}
+
+// deliverLive writes the session's live profile to hold choice's content,
+// when choice is delivered live and the cache shows it holding another.
+// It comes before the Deployment write: a pod the write creates mounts the
+// live profile, and must find it, and find it current.
+//
+// The write replaces the object at the resourceVersion the cache shows. A
+// conflict means the cache is behind (our own last write, most often): the
+// worker retries quietly, as for a stale Deployment.
+func (c *sessionController) deliverLive(ctx context.Context, v *sessionView, choice revisionChoice) error {
+	if !choice.live {
+		return nil
+	}
+	if held, _, ours := liveProfileOf(v.liveProfile, v.session); ours && held == choice.hash {
+		return nil
+	}
+	name := liveProfileName(v.session.Name)
+	if v.liveTaken {
+		return fmt.Errorf("ConfigMap %s/%s is not the live profile of GameSession %s (not controlled by it): delete or rename it",
+			v.session.Namespace, name, v.session.Name)
+	}
+	content, err := c.liveContent(ctx, v, choice.hash)
+	if err != nil {
+		return err
+	}
+	client := c.kubeClient.CoreV1().ConfigMaps(v.session.Namespace)
+	if v.liveProfile == nil {
+		_, err = client.Create(ctx, newLiveProfile(v.session, v.ref, choice.hash, content, c.clock.Now(), ""), metav1.CreateOptions{})
+	} else {
+		_, err = client.Update(ctx, newLiveProfile(v.session, v.ref, choice.hash, content, c.clock.Now(), v.liveProfile.ResourceVersion), metav1.UpdateOptions{})
+	}
+	if apierrors.IsAlreadyExists(err) {
+		// Created by our last sync, not cached yet: a conflict, as above.
+		return apierrors.NewConflict(corev1.Resource("configmaps"), name, err)
+	}
+	if err == nil {
+		klog.FromContext(ctx).V(2).Info("Delivered a revision live", "revision", RevisionName(v.ref, choice.hash))
+	}
+	return err
+}
+
+// liveContent is the content of the revision of hash: the profile's own
+// when that is its current content, which the profile cache holds; else
+// the revision, read live. The revision cache keeps no data, and only a
+// session that starts or stays behind a rollout (the stable revision of a
+// paused one, say) needs an earlier revision's.
+func (c *sessionController) liveContent(ctx context.Context, v *sessionView, hash string) (*corev1.ConfigMap, error) {
+	if v.profile != nil && hash == v.target {
+		return v.profile, nil
+	}
+	return c.kubeClient.CoreV1().ConfigMaps(v.session.Namespace).Get(ctx, RevisionName(v.ref, hash), metav1.GetOptions{})
+}
+
+// liveMember is a session delivered live as its profile's rollout counts
+// it: on target when its live profile holds the target and the profile
+// asks for live delivery (wantsLive); Ready when every pod of it applied
+// what it holds, failed when one could not or the deadline passed.
+//
+// A busy session takes a live change at once, as nothing restarts, unless
+// the policy defers busy sessions for live changes too.
+func (c *profileController) liveMember(profile *corev1.ConfigMap, key string, session *gamesv1.GameSession,
+	d *appsv1.Deployment, target string, wantsLive bool, policy rollout.Policy) rollout.Member {
+	hash, delivered, ours := liveProfileOf(c.cachedLiveProfile(session), session)
+	if !ours {
+		hash = ""
+	}
+	m := rollout.Member{
+		Name:     memberName(profile.Namespace, key),
+		Hash:     hash,
+		OnTarget: hash == target && wantsLive,
+		Blocked:  memberBlocked(session, d),
+		Busy:     isBusy(session) && (!wantsLive || policy.LiveDefersBusy),
+	}
+	if hash == "" {
+		return m
+	}
+	delivery := judgeLiveDelivery(RevisionName(refOf(session), hash), livePodsOf(c.livePodIndexer, key), delivered,
+		liveDeadline(d), c.clock.Now())
+	m.Ready = deploymentComplete(d) && delivery.progress == liveApplied
+	m.Failed = m.OnTarget && (delivery.progress == liveFailed || c.progressDeadlineExceeded(d))
+	return m
+}
+
+// settleLiveMove settles a move delivered live: its place is held until
+// every pod of the session applied the content, or the delivery failed.
+// A live profile the cache does not show holding the move's content yet
+// holds the place: its event queues the session.
+func (c *sessionController) settleLiveMove(key string, session *gamesv1.GameSession, d *appsv1.Deployment, m move) {
+	if blocks(d, session) || d.Spec.Paused {
+		c.endMove(key, m)
+		return
+	}
+	hash, delivered, ours := liveProfileOf(c.cachedLiveProfile(session), session)
+	if !ours || hash != m.to {
+		return
+	}
+	delivery := judgeLiveDelivery(RevisionName(refOf(session), hash), livePodsOf(c.livePodIndexer, key), delivered,
+		liveDeadline(d), c.clock.Now())
+	if delivery.progress == liveFailed || c.progressDeadlineExceeded(d) ||
+		delivery.progress == liveApplied && deploymentComplete(d) {
+		c.endMove(key, m)
+	}
+}
+
+// deliveredLive reports a session whose content, hash, is delivered live:
+// the revision its live profile holds, and, for the profile's current one,
+// whether its game servers applied it. A delivery the sync just wrote is
+// pending: no game server has seen it yet.
+func (s *sessionStatus) deliveredLive(v *sessionView, choice revisionChoice) {
+	hash, ref := choice.hash, refOf(s.session)
+	revision := RevisionName(ref, hash)
+	s.status.ProfileHash, s.status.ProfileRevision = hash, revision
+	delivery := v.delivery
+	if hash != v.rolled {
+		delivery = liveDelivery{progress: livePending}
+	}
+	switch {
+	case hash != v.target:
+		s.waiting(choice.reason, choice.message)
+	case delivery.progress == liveApplied:
+		s.upToDate(hash)
+	case delivery.progress == liveFailed && delivery.failure != "":
+		s.setCondition(gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonDeliveryFailed,
+			fmt.Sprintf(MessageDeliveryRefused, revision, delivery.failure))
+	case delivery.progress == liveFailed:
+		s.setCondition(gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonDeliveryFailed,
+			fmt.Sprintf(MessageDeliveryTimedOut, revision, delivery.acked, delivery.pods))
+	default:
+		s.setCondition(gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonDeliveryPending,
+			fmt.Sprintf(MessageDeliveryPending, revision, delivery.acked, delivery.pods))
+	}
+}
+
+// Messages of a live delivery. They name counts, so a session's status is
+// written as its game servers acknowledge: a few writes per session per
+// delivery, as a restart's Deployment status brings.
+const (
+	MessageDeliveryPending  = "Revision %s is delivered live; %d of %d game servers have applied it"
+	MessageDeliveryRefused  = "Revision %s is delivered live, and a game server could not apply it: %s"
+	MessageDeliveryTimedOut = "Revision %s is delivered live, and only %d of %d game servers applied it within the progress deadline"
+)
+
+// mountsProfileBySubPath reports whether the session's pod template mounts
+// the profile volume by subPath: the kubelet never updates such a mount, so
+// a live delivery would leave the game server reading the old file while
+// .revision says the new one. Such a session is delivered by restart; the
+// admission policy gamesession-live-subpath refuses new ones.
+func mountsProfileBySubPath(session *gamesv1.GameSession) bool {
+	t := session.Spec.Template
+	if t == nil {
+		return false
+	}
+	for _, containers := range [][]corev1.Container{t.Spec.InitContainers, t.Spec.Containers} {
+		for _, c := range containers {
+			for _, m := range c.VolumeMounts {
+				if m.Name == profileVolumeName && (m.SubPath != "" || m.SubPathExpr != "") {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// seedLiveMove is the move a restarted controller finds under way on a
+// session delivered live: its live profile holds a revision that its game
+// servers have neither all applied nor failed to, delivered at at (when the
+// move started, for the budget per minute).
+func (c *sessionController) seedLiveMove(d *appsv1.Deployment, ref *metav1.OwnerReference) (move, time.Time, bool) {
+	session, err := c.sessionLister.GameSessions(d.Namespace).Get(ref.Name)
+	if err != nil || session.UID != ref.UID || d.Spec.Paused {
+		return move{}, time.Time{}, false
+	}
+	hash, delivered, ours := liveProfileOf(c.cachedLiveProfile(session), session)
+	if !ours || hash == "" {
+		return move{}, time.Time{}, false
+	}
+	delivery := judgeLiveDelivery(RevisionName(refOf(session), hash), livePodsOf(c.livePodIndexer, d.Namespace+"/"+ref.Name),
+		delivered, liveDeadline(d), c.clock.Now())
+	if delivery.progress != livePending && deploymentComplete(d) || delivery.progress == liveFailed {
+		return move{}, time.Time{}, false
+	}
+	return move{kind: seededMove, to: hash, profile: profileKey(profileOf(session))}, delivered, true
+}

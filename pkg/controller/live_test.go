@@ -1,0 +1,425 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	core "k8s.io/client-go/testing"
+
+	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
+	"github.com/example/gamesession-controller/pkg/profileack"
+	"github.com/example/gamesession-controller/pkg/rollout"
+)
+
+func createLiveProfile(namespace, session string) wantAction {
+	return wantAction{verb: "create", resource: "configmaps", namespace: namespace, name: liveProfileName(session)}
+}
+
+func updateLiveProfile(namespace, session string) wantAction {
+	return wantAction{verb: "update", resource: "configmaps", namespace: namespace, name: liveProfileName(session)}
+}
+
+// liveProfile returns profile delivered live.
+func liveProfile(profile *corev1.ConfigMap) *corev1.ConfigMap {
+	p := profile.DeepCopy()
+	if p.Annotations == nil {
+		p.Annotations = map[string]string{}
+	}
+	p.Annotations[rollout.AnnotationDelivery] = string(rollout.DeliveryLive)
+	return p
+}
+
+// livePod is a running pod of session that acknowledged ack ("" for
+// nothing).
+func livePod(session *gamesv1.GameSession, name, ack string) *corev1.Pod {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: session.Namespace, Name: name, UID: types.UID("pod-" + name),
+			Labels: map[string]string{LabelInstance: session.Name, DeliveryLabel: DeliveryLiveValue},
+		},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+	if ack != "" {
+		pod.Annotations = map[string]string{profileack.Annotation: ack}
+	}
+	return pod
+}
+
+// sentLiveProfile is the live profile a create or update request sent.
+func sentLiveProfile(t *testing.T, actions []core.Action) *corev1.ConfigMap {
+	t.Helper()
+	for _, a := range actions {
+		if a.GetResource().Resource == "configmaps" && (a.GetVerb() == "create" || a.GetVerb() == "update") {
+			return objectOf[*corev1.ConfigMap](t, a)
+		}
+	}
+	t.Fatalf("no live profile was written: %q", describeActions(actions))
+	return nil
+}
+
+// sentDeployment is the Deployment a create or update request sent.
+func sentDeployment(t *testing.T, actions []core.Action) *appsv1.Deployment {
+	t.Helper()
+	for _, a := range actions {
+		if a.GetResource().Resource == "deployments" && (a.GetVerb() == "create" || a.GetVerb() == "update") {
+			return objectOf[*appsv1.Deployment](t, a)
+		}
+	}
+	t.Fatalf("no Deployment was written: %q", describeActions(actions))
+	return nil
+}
+
+// A live profile's edit reaches the session's live profile and nothing
+// else: the Deployment keeps its pod template, so no pod is replaced. The
+// session counts as up to date only once each of its pods has acknowledged
+// the new revision.
+func TestLiveEditRewritesTheLiveProfileOnly(t *testing.T) {
+	ctx := context.Background()
+	session := newSession(testNamespace, "arena-1", "classic")
+	profile := liveProfile(newProfile(testNamespace, "classic", classicData))
+	f := newFixture(ctx, t, session, profile)
+
+	// A new session: its live profile first, then the Deployment mounting it.
+	f.expectKube(createLiveProfile(testNamespace, session.Name), createDeployment(testNamespace, session.Name))
+	f.expectGame(updateSessionStatus(testNamespace, session.Name))
+	kube, _ := f.run(ctx, sessionKey(session))
+	first := sentDeployment(t, kube)
+	if !deliversLive(first, session.Name) {
+		t.Fatalf("the Deployment does not mount the live profile: volumes %+v", first.Spec.Template.Spec.Volumes)
+	}
+	if _, ok := first.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]; ok {
+		t.Error("a live template carries the profile hash, so an edit would replace its pods")
+	}
+	oldHash := ProfileHash(profile)
+	cm := sentLiveProfile(t, kube)
+	if got, want := cm.Data[profileack.RevisionFile], RevisionName("classic", oldHash); got != want {
+		t.Errorf("%s = %q, want %q", profileack.RevisionFile, got, want)
+	}
+	for k, v := range classicData {
+		if cm.Data[k] != v {
+			t.Errorf("live profile %s = %q, want %q", k, cm.Data[k], v)
+		}
+	}
+	if !metav1.IsControlledBy(cm, session) {
+		t.Error("the live profile is not owned by its session: it would outlive it")
+	}
+	f.observe(kube...)
+
+	// The edit: one update of the live profile, no Deployment write.
+	edited := withData(profile, map[string]string{"server.cfg": "max_players=64\n"})
+	f.setCached(edited)
+	newHash := ProfileHash(edited)
+	f.expectKube(updateLiveProfile(testNamespace, session.Name))
+	f.expectGame(updateSessionStatus(testNamespace, session.Name))
+	kube, game := f.run(ctx, sessionKey(session))
+	cm = sentLiveProfile(t, kube)
+	if got, want := cm.Data[profileack.RevisionFile], RevisionName("classic", newHash); got != want {
+		t.Errorf("%s = %q, want %q", profileack.RevisionFile, got, want)
+	}
+	if cm.Data["server.cfg"] != "max_players=64\n" {
+		t.Errorf("the live profile holds %q, not the edit", cm.Data["server.cfg"])
+	}
+	status := objectOf[*gamesv1.GameSession](t, game[0]).Status
+	expectCondition(t, status.Conditions, gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonDeliveryPending)
+	if status.ProfileRevision != RevisionName("classic", newHash) {
+		t.Errorf("status.profileRevision = %q, want the revision delivered", status.ProfileRevision)
+	}
+	f.observe(kube...)
+	f.observe(game...)
+
+	// Two pods: one acknowledged the new revision, one an old one.
+	revision := RevisionName("classic", newHash)
+	f.setCached(livePod(session, "arena-1-a", revision))
+	f.setCached(livePod(session, "arena-1-b", RevisionName("classic", oldHash)))
+	f.expectGame(updateSessionStatus(testNamespace, session.Name))
+	_, game = f.run(ctx, sessionKey(session))
+	c := expectCondition(t, objectOf[*gamesv1.GameSession](t, game[0]).Status.Conditions,
+		gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonDeliveryPending)
+	if !strings.Contains(c.Message, "1 of 2") {
+		t.Errorf("message %q does not count the pods that applied it", c.Message)
+	}
+	f.observe(game...)
+
+	// Both applied: up to date, and still no Deployment write.
+	f.setCached(livePod(session, "arena-1-b", revision))
+	f.expectGame(updateSessionStatus(testNamespace, session.Name))
+	_, game = f.run(ctx, sessionKey(session))
+	expectCondition(t, objectOf[*gamesv1.GameSession](t, game[0]).Status.Conditions,
+		gamesv1.ConditionProfileUpToDate, metav1.ConditionTrue, gamesv1.ReasonRevisionCurrent)
+}
+
+// A game server that says it could not apply the revision fails the
+// session's delivery, and the status quotes it.
+func TestLiveDeliveryRefusedByAGameServer(t *testing.T) {
+	ctx := context.Background()
+	session := newSession(testNamespace, "arena-1", "classic")
+	profile := liveProfile(newProfile(testNamespace, "classic", classicData))
+	f := newFixture(ctx, t, session, profile)
+	f.expectKube(createLiveProfile(testNamespace, session.Name), createDeployment(testNamespace, session.Name))
+	f.expectGame(updateSessionStatus(testNamespace, session.Name))
+	kube, game := f.run(ctx, sessionKey(session))
+	f.observe(kube...)
+	f.observe(game...)
+
+	revision := RevisionName("classic", ProfileHash(profile))
+	f.setCached(livePod(session, "arena-1-a", profileack.Value(revision, errors.New("unknown map de_nowhere"))))
+	f.expectGame(updateSessionStatus(testNamespace, session.Name))
+	_, game = f.run(ctx, sessionKey(session))
+	c := expectCondition(t, objectOf[*gamesv1.GameSession](t, game[0]).Status.Conditions,
+		gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonDeliveryFailed)
+	if !strings.Contains(c.Message, "unknown map de_nowhere") || !strings.Contains(c.Message, "arena-1-a") {
+		t.Errorf("message %q does not quote the pod and its reason", c.Message)
+	}
+}
+
+// Switching a running session from restart to live is one Deployment write
+// (its one restart), after its live profile holds what it runs.
+func TestSwitchFromRestartToLive(t *testing.T) {
+	ctx := context.Background()
+	session := newSession(testNamespace, "arena-1", "classic")
+	restart := newProfile(testNamespace, "classic", classicData)
+	hash := ProfileHash(restart)
+	f := newFixture(ctx, t, settled(session, hash), liveProfile(restart), apiServerDeployment(session, hash))
+	f.expectKube(createLiveProfile(testNamespace, session.Name), writeDeployment(testNamespace, session.Name))
+	f.expectGame(updateSessionStatus(testNamespace, session.Name))
+	kube, _ := f.run(ctx, sessionKey(session))
+	if d := f.storedDeployment(testNamespace, session.Name); !deliversLive(d, session.Name) {
+		t.Errorf("the switch did not mount the live profile: %+v", d.Spec.Template.Spec.Volumes)
+	}
+	if got := sentLiveProfile(t, kube).Data[profileack.RevisionFile]; got != RevisionName("classic", hash) {
+		t.Errorf("the live profile holds %q, want the revision the session runs", got)
+	}
+}
+
+// Back from live to restart: the Deployment mounts the revision again, and
+// the live profile is not written.
+func TestSwitchFromLiveToRestart(t *testing.T) {
+	ctx := context.Background()
+	session := newSession(testNamespace, "arena-1", "classic")
+	profile := liveProfile(newProfile(testNamespace, "classic", classicData))
+	f := newFixture(ctx, t, session, profile)
+	f.expectKube(createLiveProfile(testNamespace, session.Name), createDeployment(testNamespace, session.Name))
+	f.expectGame(updateSessionStatus(testNamespace, session.Name))
+	kube, game := f.run(ctx, sessionKey(session))
+	f.observe(kube...)
+	f.observe(game...)
+
+	restart := profile.DeepCopy()
+	delete(restart.Annotations, rollout.AnnotationDelivery)
+	restart.ResourceVersion = bumpVersion(restart.ResourceVersion)
+	f.setCached(restart)
+	f.expectKube(writeDeployment(testNamespace, session.Name))
+	f.expectGame(updateSessionStatus(testNamespace, session.Name))
+	f.run(ctx, sessionKey(session))
+	if d := f.storedDeployment(testNamespace, session.Name); deliversLive(d, session.Name) || rolledProfileHash(d, "classic") != ProfileHash(profile) {
+		t.Errorf("the switch back does not mount the revision: %+v", d.Spec.Template.Spec.Volumes)
+	}
+}
+
+// A live session whose profile is deleted keeps running what its live
+// profile holds: nothing is written to its Deployment or live profile.
+func TestLiveSessionWithoutItsProfileIsLeftRunning(t *testing.T) {
+	ctx := context.Background()
+	session := newSession(testNamespace, "arena-1", "classic")
+	profile := liveProfile(newProfile(testNamespace, "classic", classicData))
+	f := newFixture(ctx, t, session, profile)
+	f.expectKube(createLiveProfile(testNamespace, session.Name), createDeployment(testNamespace, session.Name))
+	f.expectGame(updateSessionStatus(testNamespace, session.Name))
+	kube, game := f.run(ctx, sessionKey(session))
+	f.observe(kube...)
+	f.observe(game...)
+
+	f.deleteCached(profile)
+	f.deleteCached(newRevision(profile, ProfileHash(profile), testNamespace))
+	f.expectGame(updateSessionStatus(testNamespace, session.Name))
+	kube, _ = f.run(ctx, sessionKey(session))
+	for _, a := range kube {
+		t.Errorf("a live session without its profile was written to: %q", describeActions([]core.Action{a}))
+	}
+}
+
+// A ConfigMap of the live profile's name that the session does not control
+// is never overwritten: the sync fails, naming it.
+func TestLiveProfileNameTaken(t *testing.T) {
+	ctx := context.Background()
+	session := newSession(testNamespace, "arena-1", "classic")
+	profile := liveProfile(newProfile(testNamespace, "classic", classicData))
+	foreign := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: liveProfileName(session.Name),
+		ResourceVersion: "5", Labels: map[string]string{LiveProfileLabel: LiveProfileLabelValue}}}
+	f := newFixture(ctx, t, session, profile, foreign)
+	_, _, err := f.runWithError(ctx, sessionKey(session))
+	if err == nil || !strings.Contains(err.Error(), liveProfileName(session.Name)) {
+		t.Fatalf("sync error %v, want one naming the ConfigMap in the way", err)
+	}
+	for _, a := range filterInformerActions(f.kubeClient.Actions()) {
+		if a.GetVerb() != "get" {
+			t.Errorf("wrote %q over a ConfigMap not the session's", describeActions([]core.Action{a}))
+		}
+	}
+}
+
+func TestJudgeLiveDelivery(t *testing.T) {
+	const revision = "classic-2222"
+	delivered := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	deadline := 2 * time.Minute
+	session := newSession(testNamespace, "arena-1", "classic")
+	pod := func(name, ack string) *corev1.Pod { return livePod(session, name, ack) }
+	gone := pod("gone", "")
+	gone.DeletionTimestamp = &metav1.Time{Time: delivered}
+	done := pod("done", "")
+	done.Status.Phase = corev1.PodSucceeded
+	tests := []struct {
+		name     string
+		pods     []*corev1.Pod
+		now      time.Time
+		progress liveProgress
+		acked    int
+	}{
+		{"every pod applied it", []*corev1.Pod{pod("a", revision), pod("b", revision)}, delivered, liveApplied, 2},
+		{"one has not yet", []*corev1.Pod{pod("a", revision), pod("b", "")}, delivered.Add(time.Minute), livePending, 1},
+		{"an old revision is not this one", []*corev1.Pod{pod("a", "classic-1111")}, delivered, livePending, 0},
+		{"a malformed acknowledgment is none", []*corev1.Pod{pod("a", "not an ack at all")}, delivered, livePending, 0},
+		{"the deadline passes", []*corev1.Pod{pod("a", revision), pod("b", "")}, delivered.Add(deadline), liveFailed, 1},
+		{"a refusal fails at once", []*corev1.Pod{pod("a", revision), pod("b", profileack.Value(revision, errors.New("bad")))},
+			delivered, liveFailed, 1},
+		{"a refusal of an old revision is not this one's", []*corev1.Pod{pod("a", profileack.Value("classic-1111", errors.New("bad")))},
+			delivered, livePending, 0},
+		{"pods going away are not asked", []*corev1.Pod{pod("a", revision), gone, done}, delivered, liveApplied, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := judgeLiveDelivery(revision, tc.pods, delivered, deadline, tc.now)
+			if got.progress != tc.progress || got.acked != tc.acked {
+				t.Errorf("got %v with %d acked, want %v with %d", got.progress, got.acked, tc.progress, tc.acked)
+			}
+			if got.progress == livePending && !got.deadline.Equal(delivered.Add(deadline)) {
+				t.Errorf("a pending delivery fails at %v, want %v", got.deadline, delivered.Add(deadline))
+			}
+		})
+	}
+}
+
+// A live template does not depend on the content: two revisions give one
+// template, so a content change replaces no pod.
+func TestLiveTemplateIsTheSameForEveryContent(t *testing.T) {
+	session := newSession(testNamespace, "arena-1", "classic")
+	a := withLiveDelivery(NewDeployment(session, "1111"), session.Name)
+	b := withLiveDelivery(NewDeployment(session, "2222"), session.Name)
+	if !sameTemplate(&a.Spec.Template, &b.Spec.Template) {
+		t.Error("the live templates of two contents differ")
+	}
+	if !deliversLive(a, session.Name) || deliversLive(NewDeployment(session, "1111"), session.Name) {
+		t.Error("deliversLive does not tell a live template from a restart one")
+	}
+	for _, m := range a.Spec.Template.Spec.Containers[0].VolumeMounts {
+		if m.Name == profileVolumeName && m.SubPath != "" {
+			t.Errorf("the profile is mounted by subPath %q: the kubelet would not update it", m.SubPath)
+		}
+	}
+}
+
+func TestLiveProfileName(t *testing.T) {
+	long := strings.Repeat("a", 253)
+	if got := liveProfileName(long); len(got) > maxNameLength || !strings.HasSuffix(got, liveProfileSuffix) {
+		t.Errorf("liveProfileName of a %d-character name is %d characters: %q", len(long), len(got), got)
+	}
+	if got := liveProfileName("arena-1"); got != "arena-1-live-profile" {
+		t.Errorf("liveProfileName(arena-1) = %q", got)
+	}
+}
+
+// The caches keep of live profiles and pods what the controller reads, and
+// never the data.
+func TestSlimLiveObjects(t *testing.T) {
+	session := newSession(testNamespace, "arena-1", "classic")
+	cm := newLiveProfile(session, "classic", "2222", newProfile(testNamespace, "classic", classicData), time.Now(), "")
+	slim, _ := SlimLiveProfile(cm)
+	if s := slim.(*corev1.ConfigMap); len(s.Data) != 0 || s.Labels[gamesv1.ProfileHashAnnotation] != "2222" || !metav1.IsControlledBy(s, session) {
+		t.Errorf("slimmed live profile %+v", s)
+	}
+	pod := livePod(session, "arena-1-a", "classic-2222")
+	pod.Spec.Containers = []corev1.Container{{Name: "game-server", Image: testImage}}
+	pod.Annotations["other"] = "x"
+	slimPod, _ := SlimLivePod(pod)
+	p := slimPod.(*corev1.Pod)
+	if len(p.Spec.Containers) != 0 || len(p.Annotations) != 1 || p.Annotations[profileack.Annotation] != "classic-2222" {
+		t.Errorf("slimmed pod %+v", p)
+	}
+	if keys, _ := sessionOfPodIndexFunc(p); len(keys) != 1 || keys[0] != sessionKey(session) {
+		t.Errorf("the slimmed pod indexes as %v", keys)
+	}
+}
+
+// A session that mounts the profile by subPath would read a file the
+// kubelet never updates: it is delivered by restart, whatever the profile
+// asks.
+func TestSubPathMountIsDeliveredByRestart(t *testing.T) {
+	ctx := context.Background()
+	session := newSession(testNamespace, "arena-1", "classic")
+	session.Spec.Template = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{
+		Name:         "game-server",
+		VolumeMounts: []corev1.VolumeMount{{Name: profileVolumeName, MountPath: "/srv/server.cfg", SubPath: "server.cfg"}},
+	}}}}
+	profile := liveProfile(newProfile(testNamespace, "classic", classicData))
+	f := newFixture(ctx, t, session, profile)
+	f.expectKube(createDeployment(testNamespace, session.Name))
+	f.expectGame(updateSessionStatus(testNamespace, session.Name))
+	f.run(ctx, sessionKey(session))
+	if d := f.storedDeployment(testNamespace, session.Name); deliversLive(d, session.Name) {
+		t.Error("a session that mounts the profile by subPath is delivered live")
+	}
+}
+
+// Without --live-delivery, a profile that asks for it is paused, not
+// delivered by restart: its author meant no game server to restart.
+func TestLiveDeliveryOffPausesTheProfile(t *testing.T) {
+	ctx := context.Background()
+	session := newSession(testNamespace, "arena-1", "classic")
+	profile := liveProfile(newProfile(testNamespace, "classic", classicData))
+	f := newFixture(ctx, t, session, profile)
+	f.c.caches.liveProfileLister, f.c.caches.livePodIndexer = nil, nil
+	policy, err := f.c.profiles.policyOf(profile)
+	if err == nil || !policy.Paused || !strings.Contains(err.Error(), "--live-delivery") {
+		t.Fatalf("policy %v, error %v: want it paused, with an error naming --live-delivery", policy, err)
+	}
+}
+
+// A restarted controller counts a live delivery its game servers have not
+// all applied as a move under way, and the move ends once they have.
+func TestSeedLedgerCountsLiveDeliveriesUnderWay(t *testing.T) {
+	ctx := context.Background()
+	session := newSession(testNamespace, "arena-1", "classic")
+	profile := liveProfile(newProfile(testNamespace, "classic", classicData))
+	f := newFixture(ctx, t, session, profile)
+	f.expectKube(createLiveProfile(testNamespace, session.Name), createDeployment(testNamespace, session.Name))
+	f.expectGame(updateSessionStatus(testNamespace, session.Name))
+	kube, game := f.run(ctx, sessionKey(session))
+	f.observe(kube...)
+	f.observe(game...)
+	d := f.storedDeployment(testNamespace, session.Name).DeepCopy()
+	d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: 3, UpdatedReplicas: 3, ReadyReplicas: 3, AvailableReplicas: 3}
+	f.setCached(d)
+	revision := RevisionName("classic", ProfileHash(profile))
+	f.setCached(livePod(session, "arena-1-a", ""))
+
+	f.c.sessions.seedLedger()
+	if m, ok := f.c.sessions.moves.moveOf(sessionKey(session)); !ok || m.to != ProfileHash(profile) {
+		t.Fatalf("the ledger holds %+v (%v) for a delivery not yet applied, want a move to %s", m, ok, ProfileHash(profile))
+	}
+	f.setCached(livePod(session, "arena-1-a", revision))
+	f.c.sessions.settleMove(sessionKey(session), session, d)
+	if m, ok := f.c.sessions.moves.moveOf(sessionKey(session)); ok {
+		t.Errorf("the move %+v outlived its acknowledgment", m)
+	}
+	f.c.sessions.seedLedger()
+	if m, ok := f.c.sessions.moves.moveOf(sessionKey(session)); ok {
+		t.Errorf("a delivery every game server applied is seeded as a move: %+v", m)
+	}
+}
