@@ -30,13 +30,23 @@ type Counts struct {
 	// start given to ComputeCounts: the ones the rollout made Ready, which
 	// the estimate of the time left goes by.
 	ReadySince int
+	// Live counts a live delivery: Moved are the sessions the target was
+	// delivered to, Ready those whose every game server applied it, Failed
+	// those where one refused it or did not apply it in time.
+	Live bool
 }
 
 // ComputeCounts counts the sessions of profile against the target hash.
 // Sessions of other profiles are skipped. start is when the rollout began
-// (nil: unknown), for ReadySince.
-func ComputeCounts(sessions []*gamesv1.GameSession, profile, target string, start *metav1.Time) Counts {
-	var c Counts
+// (nil: unknown), for ReadySince. live counts a live delivery, whose
+// sessions' ProfileUpToDate condition says whether their game servers
+// applied the target (their Deployments stay Ready throughout).
+func ComputeCounts(sessions []*gamesv1.GameSession, profile, target string, start *metav1.Time, live bool) Counts {
+	c := Counts{Live: live}
+	conditionType, failed := gamesv1.ConditionReady, gamesv1.ReasonProgressDeadlineExceeded
+	if live {
+		conditionType, failed = gamesv1.ConditionProfileUpToDate, gamesv1.ReasonDeliveryFailed
+	}
 	for _, s := range sessions {
 		if s.Spec.ProfileRef != profile {
 			continue
@@ -49,7 +59,7 @@ func ComputeCounts(sessions []*gamesv1.GameSession, profile, target string, star
 			continue
 		}
 		c.Moved++
-		ready := meta.FindStatusCondition(s.Status.Conditions, gamesv1.ConditionReady)
+		ready := meta.FindStatusCondition(s.Status.Conditions, conditionType)
 		switch {
 		case ready == nil:
 		case ready.Status == metav1.ConditionTrue:
@@ -57,7 +67,7 @@ func ComputeCounts(sessions []*gamesv1.GameSession, profile, target string, star
 			if start != nil && !ready.LastTransitionTime.Before(start) {
 				c.ReadySince++
 			}
-		case ready.Status == metav1.ConditionFalse && ready.Reason == gamesv1.ReasonProgressDeadlineExceeded:
+		case ready.Status == metav1.ConditionFalse && ready.Reason == failed:
 			c.Failed++
 		}
 	}
@@ -107,6 +117,10 @@ func progressLine(c Counts, eta string) string {
 		moved = c.Moved*barWidth/c.Total - ready
 	}
 	bar := strings.Repeat("#", ready) + strings.Repeat("=", moved) + strings.Repeat(".", barWidth-ready-moved)
+	if c.Live {
+		return fmt.Sprintf("[%s] delivered %d/%d  applied %d  pending %d  busy %d  failed %d  eta %s",
+			bar, c.Moved, c.Total, c.Ready, max(c.Moved-c.Ready-c.Failed, 0), c.Busy, c.Failed, eta)
+	}
 	return fmt.Sprintf("[%s] moved %d/%d  ready %d  busy %d  failed %d  eta %s",
 		bar, c.Moved, c.Total, c.Ready, c.Busy, c.Failed, eta)
 }

@@ -29,18 +29,45 @@ func TestComputeCounts(t *testing.T) {
 		newSession("no-deployment-yet", "arena", ""),
 		newSession("other-profile", "classic", "new", ready(t0)),
 	}
-	got := ComputeCounts(sessions, "arena", "new", &start)
+	got := ComputeCounts(sessions, "arena", "new", &start, false)
 	want := Counts{Total: 10, Moved: 6, Ready: 3, Failed: 1, Busy: 1, ReadySince: 2}
 	if got != want {
 		t.Errorf("ComputeCounts = %+v, want %+v", got, want)
 	}
 	// Without a start time nothing is known to be Ready since.
-	if got := ComputeCounts(sessions, "arena", "new", nil); got.ReadySince != 0 {
+	if got := ComputeCounts(sessions, "arena", "new", nil, false); got.ReadySince != 0 {
 		t.Errorf("ReadySince without a start = %d, want 0", got.ReadySince)
 	}
 	// Without a target nothing has moved.
-	if got := ComputeCounts(sessions, "arena", "", &start); got.Moved != 0 || got.Busy != 2 || got.Total != 10 {
+	if got := ComputeCounts(sessions, "arena", "", &start, false); got.Moved != 0 || got.Busy != 2 || got.Total != 10 {
 		t.Errorf("ComputeCounts without a target = %+v", got)
+	}
+}
+
+// A live delivery counts by ProfileUpToDate: the Deployments of live
+// sessions stay Ready while their game servers apply the content.
+func TestComputeCountsLive(t *testing.T) {
+	start := metav1.NewTime(t0.Add(-time.Minute))
+	upToDate := func(status metav1.ConditionStatus, reason string) sessionOpt {
+		return func(s *gamesv1.GameSession) {
+			s.Status.Conditions = append(s.Status.Conditions, metav1.Condition{Type: gamesv1.ConditionProfileUpToDate,
+				Status: status, Reason: reason, LastTransitionTime: metav1.NewTime(t0)})
+		}
+	}
+	sessions := []*gamesv1.GameSession{
+		newSession("applied", "arena", "new", ready(t0.Add(-time.Hour)), upToDate(metav1.ConditionTrue, gamesv1.ReasonRevisionCurrent)),
+		newSession("pending", "arena", "new", ready(t0.Add(-time.Hour)), upToDate(metav1.ConditionFalse, gamesv1.ReasonDeliveryPending)),
+		newSession("refused", "arena", "new", ready(t0.Add(-time.Hour)), upToDate(metav1.ConditionFalse, gamesv1.ReasonDeliveryFailed)),
+		newSession("not-delivered", "arena", "old", ready(t0.Add(-time.Hour)), upToDate(metav1.ConditionFalse, gamesv1.ReasonWaitingForTurn)),
+	}
+	got := ComputeCounts(sessions, "arena", "new", &start, true)
+	want := Counts{Total: 4, Moved: 3, Ready: 1, Failed: 1, ReadySince: 1, Live: true}
+	if got != want {
+		t.Errorf("ComputeCounts = %+v, want %+v", got, want)
+	}
+	line := progressLine(got, "1m")
+	if !strings.Contains(line, "delivered 3/4  applied 1  pending 1  busy 0  failed 1") {
+		t.Errorf("progressLine of a live delivery = %s", line)
 	}
 }
 

@@ -243,7 +243,7 @@ func assess(name string, profile *corev1.ConfigMap, pr *gamesv1.ProfileRollout, 
 	if s.fresh() {
 		start = pr.Status.StartTime
 	}
-	s.counts = ComputeCounts(sessions, name, s.target, start)
+	s.counts = ComputeCounts(sessions, name, s.target, start, s.fresh() && pr.Status.Delivery == "live")
 	s.eta = "?"
 	// From the counts even when Complete: a Complete the counts do not
 	// agree with yet (see settled) is not done.
@@ -372,8 +372,12 @@ func (r *reporter) show(s state, anyway bool) (done bool, err error) {
 		return true, fmt.Errorf("%w: profile %s, revision %s: %s", ErrHalted, r.profile, revision, s.rollout.Status.Message)
 	case s.complete() && (anyway || s.settled()):
 		r.p.done()
-		r.p.line("rollout of profile %s to revision %s complete: %d of %d sessions ready, %d failed",
-			r.profile, revision, c.Ready, c.Total, c.Failed)
+		verb := "ready"
+		if c.Live {
+			verb = "applied it (delivered live)"
+		}
+		r.p.line("rollout of profile %s to revision %s complete: %d of %d sessions %s, %d failed",
+			r.profile, revision, c.Ready, c.Total, verb, c.Failed)
 		return true, r.p.err
 	}
 	return false, nil
