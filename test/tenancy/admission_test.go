@@ -77,7 +77,7 @@ func (e *env) installAdmissionPolicies() {
 			policies = append(policies, policy)
 		}
 	}
-	for _, name := range []string{podRightsPolicy, profileAckPolicy} {
+	for _, name := range []string{podRightsPolicy, profileAckPolicy, liveSubPathPolicy} {
 		if !slices.ContainsFunc(policies, func(p *admissionregistrationv1.ValidatingAdmissionPolicy) bool { return p.Name == name }) {
 			e.t.Fatalf("artifacts/admission has no ValidatingAdmissionPolicy %s", name)
 		}
