@@ -10,10 +10,12 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/example/gamesession-controller/cmd/gamesession-controller/app"
 	"github.com/example/gamesession-controller/internal/controlplane"
+	"github.com/example/gamesession-controller/internal/livestandin"
 	"github.com/example/gamesession-controller/internal/manifests"
 )
 
@@ -99,12 +101,25 @@ In another terminal:
     kubectl edit configmap arena-standard      # change a value under data: and watch
     kubectl get deployments -w                 # every session of the profile rolls out
 
+Live delivery (artifacts/examples/live-profile.yaml): kwok runs no game
+servers, so this process acknowledges for them what their live profiles
+hold, two seconds after it sees it (internal/livestandin):
+
+    kubectl edit configmap lobby-live          # change a value under data:
+    kubectl get gamesessions -w                # lobby-1, then lobby-2: DeliveryPending, then RevisionCurrent
+    kubectl get pods -o custom-columns=NAME:.metadata.name,UID:.metadata.uid,ACK:.metadata.annotations.games\.example\.com/profile-ack
+                                               # same pods, same UIDs, a new acknowledgment each
+
 Metrics: http://%s/metrics   Health: http://%s/healthz
 Press Ctrl-C to stop the controller and tear the control plane down.
 
 `, cp.KubeconfigPath(), opts.MetricsBindAddress, opts.HealthProbeBindAddress)
 
 	opts.RESTConfig = cfg
+	if opts.LiveDelivery {
+		standIn := livestandin.New(kubernetes.NewForConfigOrDie(cfg), livestandin.Options{Namespace: "default", Delay: 2 * time.Second})
+		go standIn.Run(ctx)
+	}
 	return app.Run(klog.NewContext(ctx, klog.Background()), opts)
 }
 

@@ -4,157 +4,62 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"slices"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/example/gamesession-controller/cmd/gamesession-controller/app"
+	"github.com/example/gamesession-controller/internal/livestandin"
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 	"github.com/example/gamesession-controller/pkg/controller"
 	"github.com/example/gamesession-controller/pkg/profileack"
 	"github.com/example/gamesession-controller/pkg/rollout"
 )
 
-// gameServers acts as the game servers of live sessions, since kwok runs no
-// containers and its pods mount no files: it reads the revision each
-// session's live profile holds (what the kubelet would put in the pods'
-// .revision file) and, after a delay, acknowledges it on each running pod
-// of the session, as profileack.Follow would. Each session's answer is
-// set by answer; it records when each session was first seen holding a
-// revision and when all its pods acknowledged it.
-type gameServers struct {
-	e     *env
-	delay time.Duration
-
-	mu     sync.Mutex
-	answer map[string]func(revision string) (ack bool, err error) // by session; nil: apply every revision
-	seen   map[string]time.Time                                   // "session revision" → first seen delivered
-	acked  map[string]time.Time                                   // "session revision" → every pod acknowledged
-}
-
-func (e *env) actAsGameServers(delay time.Duration) *gameServers {
-	g := &gameServers{e: e, delay: delay, answer: map[string]func(string) (bool, error){},
-		seen: map[string]time.Time{}, acked: map[string]time.Time{}}
+// actAsGameServers acts as the game servers of the test's live sessions
+// (livestandin): each acknowledges what its live profile holds, delay after
+// first seeing it.
+func (e *env) actAsGameServers(delay time.Duration) *livestandin.StandIn {
+	s := livestandin.New(e.kube, livestandin.Options{Namespace: e.ns, Delay: delay})
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-			g.round(ctx)
-			return false, nil
-		})
-	}()
+	go func() { defer close(done); s.Run(ctx) }()
 	e.t.Cleanup(func() { cancel(); <-done })
-	return g
-}
-
-// answerFor sets how a session's game servers answer a revision: applied
-// (nil error), refused (an error), or never (ack false).
-func (g *gameServers) answerFor(session string, answer func(revision string) (bool, error)) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.answer[session] = answer
-}
-
-func (g *gameServers) round(ctx context.Context) {
-	e := g.e
-	profiles, err := e.kube.CoreV1().ConfigMaps(e.ns).List(ctx, metav1.ListOptions{LabelSelector: controller.LiveProfileSelector()})
-	if err != nil {
-		return
-	}
-	pods, err := e.kube.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: controller.LivePodSelector()})
-	if err != nil {
-		return
-	}
-	revisionOf := map[string]string{}
-	for _, cm := range profiles.Items {
-		if ref := metav1.GetControllerOf(&cm); ref != nil {
-			revisionOf[ref.Name] = cm.Data[profileack.RevisionFile]
-		}
-	}
-	pending := map[string]int{}
-	now := time.Now()
-	for _, pod := range pods.Items {
-		session := pod.Labels[controller.LabelInstance]
-		revision := revisionOf[session]
-		if revision == "" || pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
-			continue
-		}
-		key := session + " " + revision
-		g.mu.Lock()
-		first, ok := g.seen[key]
-		if !ok {
-			first, g.seen[key] = now, now
-		}
-		answer := g.answer[session]
-		g.mu.Unlock()
-		if a, ok := profileack.Parse(pod.Annotations[profileack.Annotation]); ok && a.Revision == revision {
-			continue
-		}
-		pending[session]++
-		if now.Sub(first) < g.delay {
-			continue
-		}
-		var applyErr error
-		if answer != nil {
-			var ack bool
-			if ack, applyErr = answer(revision); !ack {
-				continue
-			}
-		}
-		if err := profileack.Acknowledge(ctx, e.kube, e.ns, pod.Name, revision, applyErr); err == nil {
-			pending[session]--
-		}
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for session, revision := range revisionOf {
-		key := session + " " + revision
-		if _, seen := g.seen[key]; seen && pending[session] == 0 {
-			if _, done := g.acked[key]; !done {
-				g.acked[key] = time.Now()
-			}
-		}
-	}
+	return s
 }
 
 // mostAtOnce is the most sessions that held revision without every pod of
 // theirs having acknowledged it, at any one time.
-func (g *gameServers) mostAtOnce(revision string, sessions []string) int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+func (e *env) mostAtOnce(s *livestandin.StandIn, revision string, sessions []string) int {
 	type edge struct {
 		at    time.Time
 		delta int
 	}
 	var edges []edge
-	for _, s := range sessions {
-		key := s + " " + revision
-		if from, ok := g.seen[key]; ok {
+	for _, name := range sessions {
+		if from, ok := s.Seen(e.ns+"/"+name, revision); ok {
 			edges = append(edges, edge{from, +1})
-			if to, ok := g.acked[key]; ok {
+			if to, ok := s.Acked(e.ns+"/"+name, revision); ok {
 				edges = append(edges, edge{to, -1})
 			}
 		}
 	}
-	most, now := 0, 0
-	for len(edges) > 0 {
-		i := 0
-		for j := range edges {
-			// Ends before starts at the same instant: an acknowledgment that
-			// frees a place comes before the move it lets through.
-			if edges[j].at.Before(edges[i].at) || edges[j].at.Equal(edges[i].at) && edges[j].delta < edges[i].delta {
-				i = j
-			}
+	// Ends before starts at the same instant: an acknowledgment that frees
+	// a place comes before the move it lets through.
+	slices.SortFunc(edges, func(a, b edge) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
 		}
-		now += edges[i].delta
+		return a.delta - b.delta
+	})
+	most, now := 0, 0
+	for _, ed := range edges {
+		now += ed.delta
 		most = max(most, now)
-		edges = append(edges[:i], edges[i+1:]...)
 	}
 	return most
 }
@@ -247,7 +152,7 @@ func TestLiveEditPacedReplacesNoPod(t *testing.T) {
 	if n := ctl.requests.count("update deployments") + ctl.requests.count("patch deployments") - deploymentWrites; n != 0 {
 		t.Errorf("the live edit wrote Deployments %d times; it has nothing to change in them", n)
 	}
-	if most := servers.mostAtOnce(revision, sessions); most != 1 {
+	if most := e.mostAtOnce(servers, revision, sessions); most != 1 {
 		t.Errorf("at most %d sessions held the revision unacknowledged at once, want 1 (max-rolling 1)", most)
 	}
 }
@@ -267,8 +172,8 @@ func TestLiveCanaryRefusalHaltsAndRollbackIsDelivered(t *testing.T) {
 
 	edited := e.updateProfile("arena", func(cm *corev1.ConfigMap) { cm.Data = content("v2 with a typo") })
 	bad := controller.RevisionName("arena", controller.ProfileHash(edited))
-	servers.answerFor("arena-a", func(revision string) (bool, error) {
-		if revision == bad {
+	servers.SetAnswer(func(session, revision string) (bool, error) {
+		if session == "arena-a" && revision == bad {
 			return true, errors.New("parse error on line 1")
 		}
 		return true, nil
@@ -317,7 +222,7 @@ func TestLiveUnacknowledgedFailsAtTheDeadline(t *testing.T) {
 
 	edited := e.updateProfile("arena", func(cm *corev1.ConfigMap) { cm.Data = content("v2") })
 	revision := controller.RevisionName("arena", controller.ProfileHash(edited))
-	servers.answerFor("arena-a", func(r string) (bool, error) { return r != revision, nil })
+	servers.SetAnswer(func(_, r string) (bool, error) { return r != revision, nil })
 	start := time.Now()
 	e.waitForCondition("arena-a", gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonDeliveryPending)
 	e.waitForCondition("arena-a", gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonDeliveryFailed)
