@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -103,7 +104,8 @@ In another terminal:
 
 Live delivery (artifacts/examples/live-profile.yaml): kwok runs no game
 servers, so this process acknowledges for them what their live profiles
-hold, two seconds after it sees it (internal/livestandin):
+hold, two seconds after it sees it, and refuses a file that says "broken"
+(internal/livestandin):
 
     kubectl edit configmap lobby-live          # change a value under data:
     kubectl get gamesessions -w                # lobby-1, then lobby-2: DeliveryPending, then RevisionCurrent
@@ -117,10 +119,23 @@ Press Ctrl-C to stop the controller and tear the control plane down.
 
 	opts.RESTConfig = cfg
 	if opts.LiveDelivery {
-		standIn := livestandin.New(kubernetes.NewForConfigOrDie(cfg), livestandin.Options{Namespace: "default", Delay: 2 * time.Second})
+		standIn := livestandin.New(kubernetes.NewForConfigOrDie(cfg), livestandin.Options{Namespace: "default", Delay: 2 * time.Second,
+			Answer: refuseBroken})
 		go standIn.Run(ctx)
 	}
 	return app.Run(klog.NewContext(ctx, klog.Background()), opts)
+}
+
+// refuseBroken is how the stand-in game servers of make run answer a
+// revision: they refuse one with "broken" in a file, as a game server
+// refuses a value it cannot parse, so that a demo can halt a live rollout.
+func refuseBroken(_, _ string, files map[string]string) (bool, error) {
+	for name, content := range files {
+		if strings.Contains(content, "broken") {
+			return true, fmt.Errorf("%s: cannot parse %q", name, content)
+		}
+	}
+	return true, nil
 }
 
 // repoRoot finds the repository from the working directory (make runs this

@@ -24,10 +24,10 @@ import (
 	"github.com/example/gamesession-controller/pkg/profileack"
 )
 
-// Answer says how a session's game servers answer a revision: apply it
-// (ack true, nil error), refuse it (ack true, an error), or stay silent
-// (ack false).
-type Answer func(session, revision string) (ack bool, err error)
+// Answer says how a session's game servers answer a revision, given the
+// files their live profile holds: apply it (ack true, nil error), refuse it
+// (ack true, an error), or stay silent (ack false).
+type Answer func(session, revision string, files map[string]string) (ack bool, err error)
 
 // Options configure a stand-in.
 type Options struct {
@@ -106,10 +106,12 @@ func (s *StandIn) round(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	revisionOf := map[string]string{} // "namespace/session" → revision
+	revisionOf := map[string]string{}         // "namespace/session" → revision
+	filesOf := map[string]map[string]string{} // and its files
 	for _, cm := range profiles.Items {
 		if ref := metav1.GetControllerOf(&cm); ref != nil {
 			revisionOf[cm.Namespace+"/"+ref.Name] = cm.Data[profileack.RevisionFile]
+			filesOf[cm.Namespace+"/"+ref.Name] = cm.Data
 		}
 	}
 	pending := map[string]int{}
@@ -138,7 +140,7 @@ func (s *StandIn) round(ctx context.Context) {
 		var applyErr error
 		if answer != nil {
 			var ack bool
-			if ack, applyErr = answer(pod.Labels[controller.LabelInstance], revision); !ack {
+			if ack, applyErr = answer(pod.Labels[controller.LabelInstance], revision, filesOf[session]); !ack {
 				continue
 			}
 		}

@@ -172,7 +172,7 @@ func TestLiveCanaryRefusalHaltsAndRollbackIsDelivered(t *testing.T) {
 
 	edited := e.updateProfile("arena", func(cm *corev1.ConfigMap) { cm.Data = content("v2 with a typo") })
 	bad := controller.RevisionName("arena", controller.ProfileHash(edited))
-	servers.SetAnswer(func(session, revision string) (bool, error) {
+	servers.SetAnswer(func(session, revision string, _ map[string]string) (bool, error) {
 		if session == "arena-a" && revision == bad {
 			return true, errors.New("parse error on line 1")
 		}
@@ -222,7 +222,7 @@ func TestLiveUnacknowledgedFailsAtTheDeadline(t *testing.T) {
 
 	edited := e.updateProfile("arena", func(cm *corev1.ConfigMap) { cm.Data = content("v2") })
 	revision := controller.RevisionName("arena", controller.ProfileHash(edited))
-	servers.SetAnswer(func(_, r string) (bool, error) { return r != revision, nil })
+	servers.SetAnswer(func(_, r string, _ map[string]string) (bool, error) { return r != revision, nil })
 	start := time.Now()
 	e.waitForCondition("arena-a", gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonDeliveryPending)
 	e.waitForCondition("arena-a", gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonDeliveryFailed)
