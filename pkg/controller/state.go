@@ -34,6 +34,12 @@ package controller
 //	(expectations event needs no sync, by UID and the writes                       (writeStatus),      syncs it, as without them
 //	.go)          resourceVersion it was made on                                 session events
 //
+// Live delivery (live.go) adds nothing here: what each session was
+// delivered, and when, is written on its live profile, and what each game
+// server applied on its pod; both come back through the caches, so a
+// restart loses nothing of it (seedLedger counts the deliveries not yet
+// applied as moves).
+//
 // The session lanes (lanes.go) are the session queue's storage, not state:
 // a restart empties them with the queue. The watch of the digest key's
 // Secret (digestkey.go) keeps the state it last reported, so that each
