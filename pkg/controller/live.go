@@ -140,8 +140,8 @@ func SlimLiveProfile(obj interface{}) (interface{}, error) {
 }
 
 // SlimLivePod keeps of a live session's pod what its acknowledgment needs:
-// its identity, the session it belongs to, whether it is going away, and
-// its acknowledgment.
+// its identity, the session it belongs to, when it was created, whether it
+// is going away, and its acknowledgment.
 func SlimLivePod(obj interface{}) (interface{}, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -153,6 +153,7 @@ func SlimLivePod(obj interface{}) (interface{}, error) {
 			Namespace:         pod.Namespace,
 			UID:               pod.UID,
 			ResourceVersion:   pod.ResourceVersion,
+			CreationTimestamp: pod.CreationTimestamp,
 			DeletionTimestamp: pod.DeletionTimestamp,
 			Labels:            map[string]string{LabelInstance: pod.Labels[LabelInstance]},
 		},
@@ -246,10 +247,13 @@ type liveDelivery struct {
 // stands from the acknowledgments of the session's pods, delivered at
 // delivered, with the progress deadline deadline, at now. A pod going away
 // is not asked; a pod that acknowledges an older revision, or nothing, has
-// not applied this one. A pure function: the caller reads the pods and the
-// clock.
+// not applied this one. Each pod has the deadline from the delivery, or
+// from its own creation if it came later (a scale-up, a replaced pod): a
+// pod starts with the files as they are, and needs the time to load them
+// as any other. A pure function: the caller reads the pods and the clock.
 func judgeLiveDelivery(revision string, pods []*corev1.Pod, delivered time.Time, deadline time.Duration, now time.Time) liveDelivery {
 	var d liveDelivery
+	var timedOut bool
 	for _, pod := range pods {
 		if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue
@@ -257,26 +261,38 @@ func judgeLiveDelivery(revision string, pods []*corev1.Pod, delivered time.Time,
 		d.pods++
 		ack, ok := profileack.Parse(pod.Annotations[profileack.Annotation])
 		switch {
-		case !ok || ack.Revision != revision:
-		case ack.Failed:
+		case ok && ack.Revision == revision && ack.Failed:
 			if d.failure == "" {
 				d.failure = pod.Name + ": " + ack.Message
 			}
-		default:
+		case ok && ack.Revision == revision:
 			d.acked++
+		case !delivered.IsZero():
+			due := later(delivered, pod.CreationTimestamp.Time).Add(deadline)
+			if !now.Before(due) {
+				timedOut = true
+			} else if d.deadline.IsZero() || due.Before(d.deadline) {
+				d.deadline = due
+			}
 		}
 	}
 	switch {
-	case d.failure != "":
-		d.progress = liveFailed
+	case d.failure != "" || timedOut:
+		d.progress, d.deadline = liveFailed, time.Time{}
 	case d.acked == d.pods:
-		d.progress = liveApplied
-	case !delivered.IsZero() && !now.Before(delivered.Add(deadline)):
-		d.progress = liveFailed
+		d.progress, d.deadline = liveApplied, time.Time{}
 	default:
-		d.progress, d.deadline = livePending, delivered.Add(deadline)
+		d.progress = livePending
 	}
 	return d
+}
+
+// later is the later of two times.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // livePodsOf returns the cached live pods of the session of key.

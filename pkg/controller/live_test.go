@@ -273,6 +273,9 @@ func TestJudgeLiveDelivery(t *testing.T) {
 	pod := func(name, ack string) *corev1.Pod { return livePod(session, name, ack) }
 	gone := pod("gone", "")
 	gone.DeletionTimestamp = &metav1.Time{Time: delivered}
+	// A pod created after the delivery (a scale-up) has its own deadline.
+	late := pod("late", "")
+	late.CreationTimestamp = metav1.Time{Time: delivered.Add(time.Minute)}
 	done := pod("done", "")
 	done.Status.Phase = corev1.PodSucceeded
 	tests := []struct {
@@ -292,6 +295,8 @@ func TestJudgeLiveDelivery(t *testing.T) {
 		{"a refusal of an old revision is not this one's", []*corev1.Pod{pod("a", profileack.Value("classic-1111", errors.New("bad")))},
 			delivered, livePending, 0},
 		{"pods going away are not asked", []*corev1.Pod{pod("a", revision), gone, done}, delivered, liveApplied, 1},
+		{"a pod created later fails at its own deadline", []*corev1.Pod{pod("a", revision), late},
+			delivered.Add(time.Minute + deadline), liveFailed, 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -303,6 +308,13 @@ func TestJudgeLiveDelivery(t *testing.T) {
 				t.Errorf("a pending delivery fails at %v, want %v", got.deadline, delivered.Add(deadline))
 			}
 		})
+	}
+	// A pod created after the delivery (a scale-up, a replaced pod) is
+	// given the deadline from its creation, not failed at once.
+	got := judgeLiveDelivery(revision, []*corev1.Pod{pod("a", revision), late}, delivered, deadline, delivered.Add(deadline))
+	if got.progress != livePending || !got.deadline.Equal(late.CreationTimestamp.Add(deadline)) {
+		t.Errorf("a pod created a minute after the delivery: %v until %v, want pending until %v",
+			got.progress, got.deadline, late.CreationTimestamp.Add(deadline))
 	}
 }
 
