@@ -96,6 +96,9 @@ const (
 	RolloutFailed = "failed"
 	// RolloutDeferred: busy sessions not moved yet, waiting until idle.
 	RolloutDeferred = "deferred"
+	// RolloutPending: moved, neither Ready nor failed yet: rolling out, or,
+	// delivered live, not acknowledged by every game server yet.
+	RolloutPending = "pending"
 )
 
 // Values of the state label of BudgetSessions.
@@ -132,7 +135,7 @@ func NewControllerMetrics() *ControllerMetrics {
 		RolloutSessions: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace,
 			Name:      "rollout_sessions",
-			Help:      "Sessions of a profile whose rollout is in progress, by state: total, moved, ready, failed, deferred (busy, not moved until idle).",
+			Help:      "Sessions of a profile whose rollout is in progress, by state: total, moved, ready, failed, pending (moved, neither ready nor failed yet), deferred (busy, not moved until idle). Delivered live: moved is delivered, ready is applied by every game server.",
 		}, []string{"namespace", "profile", "state"}),
 		RolloutHalted: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace,
@@ -206,7 +209,7 @@ type RolloutProgress struct {
 // ObserveRollout records the progress of a profile's rollout in progress.
 func (m *ControllerMetrics) ObserveRollout(namespace, profile string, p RolloutProgress) {
 	for state, n := range map[string]int{RolloutTotal: p.Total, RolloutMoved: p.Moved, RolloutReady: p.Ready,
-		RolloutFailed: p.Failed, RolloutDeferred: p.Deferred} {
+		RolloutFailed: p.Failed, RolloutPending: max(p.Moved-p.Ready-p.Failed, 0), RolloutDeferred: p.Deferred} {
 		m.RolloutSessions.WithLabelValues(namespace, profile, state).Set(float64(n))
 	}
 	m.RolloutHalted.WithLabelValues(namespace, profile).Set(boolGauge(p.Halted))
