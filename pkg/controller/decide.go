@@ -495,7 +495,7 @@ func sessionStatusOf(v *sessionView, d *sessionDecision, current *appsv1.Deploym
 		switch {
 		case d.choice.live && current != nil:
 			s.deliveredLive(v, d.choice)
-		case d.choice.hash == v.target:
+		case d.choice.hash == v.target && d.choice.live == v.wantsLive:
 			s.upToDate(v.target)
 		default:
 			s.waiting(d.choice.reason, d.choice.message)

@@ -513,7 +513,8 @@ func (s *sessionStatus) deliveredLive(v *sessionView, choice revisionChoice) {
 		delivery = liveDelivery{progress: livePending}
 	}
 	switch {
-	case hash != v.target:
+	case hash != v.target || !v.wantsLive:
+		// Behind the rollout, or waiting for its switch back to restart.
 		s.waiting(choice.reason, choice.message)
 	case delivery.progress == liveApplied:
 		s.upToDate(hash)

@@ -435,3 +435,22 @@ func TestSeedLedgerCountsLiveDeliveriesUnderWay(t *testing.T) {
 		t.Errorf("a delivery every game server applied is seeded as a move: %+v", m)
 	}
 }
+
+// A switch to live is a move under the policy: without its turn the session
+// keeps its restart template, and says it waits rather than up to date.
+func TestSwitchToLiveWaitsForItsTurn(t *testing.T) {
+	ctx := context.Background()
+	session := newSession(testNamespace, "arena-1", "classic")
+	restart := newProfile(testNamespace, "classic", classicData)
+	hash := ProfileHash(restart)
+	paced := liveProfile(restart)
+	paced.Annotations[rollout.AnnotationMaxRolling] = "1"
+	f := newFixture(ctx, t, settled(session, hash), paced, apiServerDeployment(session, hash))
+	f.expectGame(updateSessionStatus(testNamespace, session.Name))
+	_, game := f.run(ctx, sessionKey(session))
+	expectCondition(t, objectOf[*gamesv1.GameSession](t, game[0]).Status.Conditions,
+		gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonWaitingForTurn)
+	if d := f.storedDeployment(testNamespace, session.Name); deliversLive(d, session.Name) {
+		t.Error("the switch to live was made without a plan admitting it")
+	}
+}
