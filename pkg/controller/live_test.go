@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -452,5 +453,39 @@ func TestSwitchToLiveWaitsForItsTurn(t *testing.T) {
 		gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonWaitingForTurn)
 	if d := f.storedDeployment(testNamespace, session.Name); deliversLive(d, session.Name) {
 		t.Error("the switch to live was made without a plan admitting it")
+	}
+}
+
+// A busy session takes a live change, as nothing restarts; with
+// live-defers-busy it waits as for a restart.
+func TestLiveChangeOfABusySession(t *testing.T) {
+	for _, defers := range []bool{false, true} {
+		t.Run(fmt.Sprintf("live-defers-busy %v", defers), func(t *testing.T) {
+			ctx := context.Background()
+			session := newSession(testNamespace, "arena-1", "classic")
+			session.Labels = map[string]string{gamesv1.BusyLabel: gamesv1.BusyLabelValue}
+			profile := liveProfile(newProfile(testNamespace, "classic", classicData))
+			if defers {
+				profile.Annotations[rollout.AnnotationLiveDefersBusy] = "true"
+			}
+			f := newFixture(ctx, t, session, profile)
+			f.expectKube(createLiveProfile(testNamespace, session.Name), createDeployment(testNamespace, session.Name))
+			f.expectGame(updateSessionStatus(testNamespace, session.Name))
+			kube, game := f.run(ctx, sessionKey(session))
+			f.observe(kube...)
+			f.observe(game...)
+
+			f.setCached(withData(profile, map[string]string{"server.cfg": "max_players=64\n"}))
+			if defers {
+				f.expectGame(updateSessionStatus(testNamespace, session.Name))
+				_, game = f.run(ctx, sessionKey(session))
+				expectCondition(t, objectOf[*gamesv1.GameSession](t, game[0]).Status.Conditions,
+					gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonSessionBusy)
+				return
+			}
+			f.expectKube(updateLiveProfile(testNamespace, session.Name))
+			f.expectGame(updateSessionStatus(testNamespace, session.Name))
+			f.run(ctx, sessionKey(session))
+		})
 	}
 }
