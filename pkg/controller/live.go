@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 	"github.com/example/gamesession-controller/pkg/profileack"
@@ -244,14 +245,17 @@ type liveDelivery struct {
 }
 
 // judgeLiveDelivery says where the delivery of revision (a revision name)
-// stands from the acknowledgments of the session's pods, delivered at
-// delivered, with the progress deadline deadline, at now. A pod going away
+// stands from the acknowledgments of the session's pods, of which it wants
+// want running, delivered at delivered, with the progress deadline
+// deadline, at now. Fewer pods than wanted is no delivery applied: the
+// missing ones are not created yet, or not in the cache yet, and will have
+// to acknowledge too. A pod going away
 // is not asked; a pod that acknowledges an older revision, or nothing, has
 // not applied this one. Each pod has the deadline from the delivery, or
 // from its own creation if it came later (a scale-up, a replaced pod): a
 // pod starts with the files as they are, and needs the time to load them
 // as any other. A pure function: the caller reads the pods and the clock.
-func judgeLiveDelivery(revision string, pods []*corev1.Pod, delivered time.Time, deadline time.Duration, now time.Time) liveDelivery {
+func judgeLiveDelivery(revision string, pods []*corev1.Pod, want int, delivered time.Time, deadline time.Duration, now time.Time) liveDelivery {
 	var d liveDelivery
 	var timedOut bool
 	for _, pod := range pods {
@@ -276,6 +280,14 @@ func judgeLiveDelivery(revision string, pods []*corev1.Pod, delivered time.Time,
 			}
 		}
 	}
+	if missing := want - d.pods; missing > 0 && !delivered.IsZero() {
+		d.pods += missing
+		if due := delivered.Add(deadline); !now.Before(due) {
+			timedOut = true
+		} else if d.deadline.IsZero() || due.Before(d.deadline) {
+			d.deadline = due
+		}
+	}
 	switch {
 	case d.failure != "" || timedOut:
 		d.progress, d.deadline = liveFailed, time.Time{}
@@ -285,6 +297,15 @@ func judgeLiveDelivery(revision string, pods []*corev1.Pod, delivered time.Time,
 		d.progress = livePending
 	}
 	return d
+}
+
+// liveDeliveryOf is where the delivery of hash, delivered at delivered,
+// stands with the pods of the session of key, whose Deployment is d, as
+// the caches show them at now.
+func (c *caches) liveDeliveryOf(key string, session *gamesv1.GameSession, d *appsv1.Deployment, hash string,
+	delivered, now time.Time) liveDelivery {
+	return judgeLiveDelivery(RevisionName(refOf(session), hash), livePodsOf(c.livePodIndexer, key),
+		int(ptr.Deref(d.Spec.Replicas, 1)), delivered, liveDeadline(d), now)
 }
 
 // later is the later of two times.
@@ -382,8 +403,7 @@ func (c *sessionController) readLive(v *sessionView) {
 	if hash == "" {
 		return
 	}
-	v.delivery = judgeLiveDelivery(RevisionName(v.ref, hash), livePodsOf(c.livePodIndexer, v.key), delivered,
-		liveDeadline(v.deployment), v.now)
+	v.delivery = c.liveDeliveryOf(v.key, v.session, v.deployment, hash, delivered, v.now)
 }
 
 // liveDeadline is how long a live session's game servers have to apply a
@@ -472,8 +492,7 @@ func (c *profileController) liveMember(profile *corev1.ConfigMap, key string, se
 	if hash == "" {
 		return m
 	}
-	delivery := judgeLiveDelivery(RevisionName(refOf(session), hash), livePodsOf(c.livePodIndexer, key), delivered,
-		liveDeadline(d), c.clock.Now())
+	delivery := c.liveDeliveryOf(key, session, d, hash, delivered, c.clock.Now())
 	m.Ready = deploymentComplete(d) && delivery.progress == liveApplied
 	m.Failed = m.OnTarget && (delivery.progress == liveFailed || c.progressDeadlineExceeded(d))
 	return m
@@ -492,8 +511,7 @@ func (c *sessionController) settleLiveMove(key string, session *gamesv1.GameSess
 	if !ours || hash != m.to {
 		return
 	}
-	delivery := judgeLiveDelivery(RevisionName(refOf(session), hash), livePodsOf(c.livePodIndexer, key), delivered,
-		liveDeadline(d), c.clock.Now())
+	delivery := c.liveDeliveryOf(key, session, d, hash, delivered, c.clock.Now())
 	if delivery.progress == liveFailed || c.progressDeadlineExceeded(d) ||
 		delivery.progress == liveApplied && deploymentComplete(d) {
 		c.endMove(key, m)
@@ -574,8 +592,7 @@ func (c *sessionController) seedLiveMove(d *appsv1.Deployment, ref *metav1.Owner
 	if !ours || hash == "" {
 		return move{}, time.Time{}, false
 	}
-	delivery := judgeLiveDelivery(RevisionName(refOf(session), hash), livePodsOf(c.livePodIndexer, d.Namespace+"/"+ref.Name),
-		delivered, liveDeadline(d), c.clock.Now())
+	delivery := c.liveDeliveryOf(d.Namespace+"/"+ref.Name, session, d, hash, delivered, c.clock.Now())
 	if delivery.progress != livePending && deploymentComplete(d) || delivery.progress == liveFailed {
 		return move{}, time.Time{}, false
 	}

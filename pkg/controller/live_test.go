@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	core "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 	"github.com/example/gamesession-controller/pkg/profileack"
@@ -84,6 +85,7 @@ func sentDeployment(t *testing.T, actions []core.Action) *appsv1.Deployment {
 func TestLiveEditRewritesTheLiveProfileOnly(t *testing.T) {
 	ctx := context.Background()
 	session := newSession(testNamespace, "arena-1", "classic")
+	session.Spec.Replicas = ptr.To[int32](2)
 	profile := liveProfile(newProfile(testNamespace, "classic", classicData))
 	f := newFixture(ctx, t, session, profile)
 
@@ -301,7 +303,7 @@ func TestJudgeLiveDelivery(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := judgeLiveDelivery(revision, tc.pods, delivered, deadline, tc.now)
+			got := judgeLiveDelivery(revision, tc.pods, 1, delivered, deadline, tc.now)
 			if got.progress != tc.progress || got.acked != tc.acked {
 				t.Errorf("got %v with %d acked, want %v with %d", got.progress, got.acked, tc.progress, tc.acked)
 			}
@@ -312,10 +314,27 @@ func TestJudgeLiveDelivery(t *testing.T) {
 	}
 	// A pod created after the delivery (a scale-up, a replaced pod) is
 	// given the deadline from its creation, not failed at once.
-	got := judgeLiveDelivery(revision, []*corev1.Pod{pod("a", revision), late}, delivered, deadline, delivered.Add(deadline))
+	got := judgeLiveDelivery(revision, []*corev1.Pod{pod("a", revision), late}, 2, delivered, deadline, delivered.Add(deadline))
 	if got.progress != livePending || !got.deadline.Equal(late.CreationTimestamp.Add(deadline)) {
 		t.Errorf("a pod created a minute after the delivery: %v until %v, want pending until %v",
 			got.progress, got.deadline, late.CreationTimestamp.Add(deadline))
+	}
+	// Pods wanted and not seen (not created yet, or not cached yet) have not
+	// applied it: "0 of 0" is no delivery applied.
+	for _, tc := range []struct {
+		pods     []*corev1.Pod
+		want     int
+		now      time.Time
+		progress liveProgress
+	}{
+		{nil, 1, delivered, livePending},
+		{[]*corev1.Pod{pod("a", revision)}, 3, delivered, livePending},
+		{[]*corev1.Pod{pod("a", revision)}, 3, delivered.Add(deadline), liveFailed},
+		{nil, 0, delivered, liveApplied},
+	} {
+		if got := judgeLiveDelivery(revision, tc.pods, tc.want, delivered, deadline, tc.now); got.progress != tc.progress {
+			t.Errorf("%d pods seen of %d wanted, at %v: %v, want %v", len(tc.pods), tc.want, tc.now.Sub(delivered), got.progress, tc.progress)
+		}
 	}
 }
 
@@ -409,6 +428,7 @@ func TestLiveDeliveryOffPausesTheProfile(t *testing.T) {
 func TestSeedLedgerCountsLiveDeliveriesUnderWay(t *testing.T) {
 	ctx := context.Background()
 	session := newSession(testNamespace, "arena-1", "classic")
+	session.Spec.Replicas = ptr.To[int32](1)
 	profile := liveProfile(newProfile(testNamespace, "classic", classicData))
 	f := newFixture(ctx, t, session, profile)
 	f.expectKube(createLiveProfile(testNamespace, session.Name), createDeployment(testNamespace, session.Name))
@@ -417,7 +437,7 @@ func TestSeedLedgerCountsLiveDeliveriesUnderWay(t *testing.T) {
 	f.observe(kube...)
 	f.observe(game...)
 	d := f.storedDeployment(testNamespace, session.Name).DeepCopy()
-	d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: 3, UpdatedReplicas: 3, ReadyReplicas: 3, AvailableReplicas: 3}
+	d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}
 	f.setCached(d)
 	revision := RevisionName("classic", ProfileHash(profile))
 	f.setCached(livePod(session, "arena-1-a", ""))
