@@ -271,6 +271,52 @@ func TestControllerValuesBecomeFlags(t *testing.T) {
 	}
 }
 
+// TestLiveDeliveryValue: liveDelivery=false turns --live-delivery off and
+// takes its rules out of the role of either scope, the update of ConfigMaps
+// and every pod rule, leaving every other rule and argument as the defaults
+// render them.
+func TestLiveDeliveryValue(t *testing.T) {
+	liveRule := func(r rbacv1.PolicyRule) bool {
+		return slices.Contains(r.Resources, "pods") || slices.Contains(r.Resources, "configmaps") && slices.Contains(r.Verbs, "update")
+	}
+	for _, mode := range []struct {
+		name, kind string
+		values     map[string]any
+	}{{"cluster", "ClusterRole", clusterValues}, {"namespace", "Role", namespaceValues}} {
+		t.Run(mode.name, func(t *testing.T) {
+			on := render(t, systemNamespace, mode.values)
+			off := render(t, systemNamespace, mergeValues(mode.values, map[string]any{"liveDelivery": false}))
+			if got := parseArgs(t, deploymentOf(t, on).Spec.Template.Spec.Containers[0].Args); !got.LiveDelivery {
+				t.Errorf("default values leave --live-delivery off")
+			}
+			if got := parseArgs(t, deploymentOf(t, off).Spec.Template.Spec.Containers[0].Args); got.LiveDelivery {
+				t.Errorf("liveDelivery=false leaves --live-delivery on")
+			}
+			rules := func(objs []*unstructured.Unstructured) []rbacv1.PolicyRule {
+				// The controller's role, not those of its Lease and key.
+				for _, obj := range only(objs, mode.kind) {
+					if obj.GetName() == "gamesession-controller" {
+						var r rbacv1.ClusterRole
+						if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &r); err != nil {
+							t.Fatal(err)
+						}
+						return r.Rules
+					}
+				}
+				t.Fatalf("no %s gamesession-controller among %v", mode.kind, sortedKeys(only(objs, mode.kind)))
+				return nil
+			}
+			onRules, offRules := rules(on), rules(off)
+			if n := len(slices.DeleteFunc(slices.Clone(onRules), func(r rbacv1.PolicyRule) bool { return !liveRule(r) })); n != 2 {
+				t.Errorf("default values grant %d live delivery rules (configmaps update, pods), want 2: %+v", n, onRules)
+			}
+			if want := slices.DeleteFunc(slices.Clone(onRules), liveRule); !reflect.DeepEqual(offRules, want) {
+				t.Errorf("liveDelivery=false grants\n%+v\nwant the defaults' rules less the live delivery ones\n%+v", offRules, want)
+			}
+		})
+	}
+}
+
 // mergeValues returns a copy of base with the top-level keys of over.
 func mergeValues(base, over map[string]any) map[string]any {
 	m := make(map[string]any, len(base)+len(over))
@@ -295,6 +341,7 @@ func TestInvalidValuesAreRefused(t *testing.T) {
 		{"a misspelt controller value", map[string]any{"controller": map[string]any{"worker": 4}}, "worker"},
 		{"a controller value of the wrong type", map[string]any{"controller": map[string]any{"workers": "many"}}, "workers"},
 		{"the admission policy switch of the wrong type", map[string]any{"admissionPolicy": map[string]any{"enabled": "no"}}, "enabled"},
+		{"the live delivery switch of the wrong type", map[string]any{"liveDelivery": "off"}, "liveDelivery"},
 		// Unquoted, the sidecar's label value "1" is a number, which no
 		// ConfigMap label may be.
 		{"a dashboard label that is no string", map[string]any{"grafanaDashboard": map[string]any{"labels": map[string]any{"grafana_dashboard": 1}}}, "grafana_dashboard"},

@@ -38,7 +38,10 @@ func TestArtifactsApplyWithServerSideDryRun(t *testing.T) {
 
 	clusterWide := renderKustomization(t, artifactsDir, "")
 	wantKinds := []string{"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "CustomResourceDefinition", "Deployment",
-		"Namespace", "Role", "RoleBinding", "Service", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+		"Namespace", "Role", "RoleBinding", "Service", "ServiceAccount",
+		// gamesession-pod-rights, gamesession-profile-ack, gamesession-live-subpath.
+		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicy",
+		"ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicyBinding"}
 	if got := kindsOf(clusterWide); !slices.Equal(got, wantKinds) {
 		t.Fatalf("artifacts/ renders %v, want %v", got, wantKinds)
 	}

@@ -20,6 +20,8 @@ import (
 	"github.com/example/gamesession-controller/internal/testutil"
 	gamesv1 "github.com/example/gamesession-controller/pkg/apis/games/v1"
 	"github.com/example/gamesession-controller/pkg/controller"
+	"github.com/example/gamesession-controller/pkg/profileack"
+	"github.com/example/gamesession-controller/pkg/rollout"
 )
 
 const (
@@ -77,6 +79,10 @@ type rbacScenario struct {
 	// Deployment.
 	secretsHash string
 	heldSince   time.Time
+	// liveHash is the live profile's current content, and livePending
+	// whether the session was seen waiting for its pod to apply it.
+	liveHash    string
+	livePending bool
 }
 
 // The vault profile and the ReplicaSet that holds its first revision, and
@@ -85,6 +91,9 @@ const (
 	vaultProfile = "vault"
 	holdoutName  = "holdout"
 	rbacSecret   = "arena-credentials"
+	// The profile delivered live, and its one session.
+	liveProfile = "lobby"
+	liveSession = "lobby-0"
 )
 
 var rbacSteps = []rbacStep{
@@ -341,7 +350,8 @@ var rbacSteps = []rbacStep{
 		// A ConfigMap without the revision label holds the name of the next
 		// content's revision: the create answers AlreadyExists, and only a
 		// GET tells it from the controller's own revision not cached yet.
-		// The ProfileRollout then says so. Last: the profile stays stuck.
+		// The ProfileRollout then says so. The arena profile stays stuck:
+		// no later step edits it.
 		act: func(s *rbacScenario) {
 			next := map[string]string{"server.cfg": "max_players=64"}
 			name := controller.RevisionName("arena", controller.ProfileHash(&corev1.ConfigMap{Data: next}))
@@ -356,6 +366,118 @@ var rbacSteps = []rbacStep{
 			c := meta.FindStatusCondition(r.Status.Conditions, gamesv1.ConditionRevisionAvailable)
 			return c != nil && c.Reason == gamesv1.ReasonRevisionNameTaken, fmt.Errorf("ProfileRollout arena RevisionAvailable %+v", c)
 		}},
+	// Live delivery, last: the steps above need none of its verbs, and
+	// those it shares with them (create configmaps, the watches of
+	// ConfigMaps and GameSessions) fail earlier there.
+	{name: "deliver a live profile",
+		// A profile delivered live from the start and a session of it: the
+		// controller creates the session's live profile, and the test,
+		// as the game server, acknowledges it on the session's pod. The
+		// pod cache must show the pod, then its acknowledgment; where the
+		// pod watch is refused, the informer's lists bring both.
+		act: func(s *rbacScenario) {
+			profile := &corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{
+					Name:        liveProfile,
+					Labels:      map[string]string{gamesv1.ProfileLabel: gamesv1.ProfileLabelValue},
+					Annotations: map[string]string{rollout.AnnotationDelivery: string(rollout.DeliveryLive)},
+				},
+				Data: map[string]string{"lobby.cfg": "v1"},
+			}
+			s.liveHash, s.livePending = controller.ProfileHash(s.createConfigMap(profile)), false
+			s.createSession(newSession(liveSession, liveProfile, 1))
+		},
+		done: func(s *rbacScenario) (bool, error) { return s.deliveredLive() }},
+	{name: "deliver a profile edit live", reaction: true,
+		// The edit rewrites the session's live profile (an update: it
+		// exists), and the session is up to date once the controller sees
+		// its game server acknowledge the new revision: only the pod watch
+		// shows that, as the pod cache holds the acknowledgment of the
+		// revision before.
+		act: func(s *rbacScenario) {
+			edited := s.updateProfile(liveProfile, func(cm *corev1.ConfigMap) { cm.Data["lobby.cfg"] = "v2" })
+			s.liveHash, s.livePending = controller.ProfileHash(edited), false
+		},
+		done: func(s *rbacScenario) (bool, error) { return s.deliveredLive() }},
+}
+
+// deliveredLive acts as the live session's game server and reports whether
+// the session is up to date with its live profile's current revision, which
+// the controller learns from its pod cache. The game server acknowledges
+// only once the session says it waits for its one pod: that count comes
+// from the same cache, and a cache without the pod would count 0 of 0 as
+// applied, acknowledgment or not.
+func (s *rbacScenario) deliveredLive() (bool, error) {
+	want := controller.RevisionName(liveProfile, s.liveHash)
+	if held := s.liveProfileRevision(liveSession); held != want {
+		return false, fmt.Errorf("live profile of %s holds %q, want %q", liveSession, held, want)
+	}
+	// The session and its ProfileUpToDate, once its status is on the
+	// current content.
+	current := func() (*gamesv1.GameSession, *metav1.Condition) {
+		gs := s.session(liveSession)
+		if gs.Status.ProfileHash != s.liveHash {
+			return gs, nil
+		}
+		return gs, meta.FindStatusCondition(gs.Status.Conditions, gamesv1.ConditionProfileUpToDate)
+	}
+	if !s.livePending {
+		gs, c := current()
+		pending := fmt.Sprintf(controller.MessageDeliveryPending, want, 0, 1)
+		if c == nil || c.Reason != gamesv1.ReasonDeliveryPending || c.Message != pending {
+			return false, fmt.Errorf("session %s (status.profileHash %q): ProfileUpToDate %+v, want %s %q first",
+				liveSession, gs.Status.ProfileHash, c, gamesv1.ReasonDeliveryPending, pending)
+		}
+		s.livePending = true
+	}
+	if err := s.acknowledgeLive(liveSession, want); err != nil {
+		return false, err
+	}
+	_, c := current()
+	if c == nil {
+		return false, fmt.Errorf("session %s: no ProfileUpToDate for %s", liveSession, want)
+	}
+	return c.Status == metav1.ConditionTrue && c.Reason == gamesv1.ReasonRevisionCurrent,
+		fmt.Errorf("session %s ProfileUpToDate %s/%s: %s", liveSession, c.Status, c.Reason, c.Message)
+}
+
+// liveProfileRevision is the revision the session's live profile holds, ""
+// for none yet.
+func (e *env) liveProfileRevision(session string) string {
+	cm, err := e.kube.CoreV1().ConfigMaps(e.ns).Get(e.ctx, session+"-live-profile", metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	return cm.Data[profileack.RevisionFile]
+}
+
+// acknowledgeLive acknowledges revision on every running pod of the
+// session, as profileack.Follow in its game server would once the kubelet
+// wrote the revision to the mounted files (kwok pods run nothing), with the
+// admin client. It fails unless at least one pod runs.
+func (e *env) acknowledgeLive(session, revision string) error {
+	pods, err := e.kube.CoreV1().Pods(e.ns).List(e.ctx, metav1.ListOptions{
+		LabelSelector: controller.LivePodSelector() + "," + controller.LabelInstance + "=" + session})
+	if err != nil {
+		return err
+	}
+	running := 0
+	for _, pod := range pods.Items {
+		if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		running++
+		if ack, ok := profileack.Parse(pod.Annotations[profileack.Annotation]); ok && ack.Revision == revision {
+			continue
+		}
+		if err := profileack.Acknowledge(e.ctx, e.kube, e.ns, pod.Name, revision, nil); err != nil {
+			return err
+		}
+	}
+	if running == 0 {
+		return fmt.Errorf("no running pod of session %s delivers live (%d pods)", session, len(pods.Items))
+	}
+	return nil
 }
 
 // rolloutRecorded reports whether the profile's ProfileRollout exists,
@@ -591,7 +713,8 @@ var revocationEffects = map[string]revocationEffect{
 		reported: refusedAgain("get deployments")},
 	// Without create, the Deployments have no revision to mount: no
 	// session gets one. The profile sync fails on the refused create and is
-	// retried with backoff.
+	// retried with backoff. (A live session's live profile is a create
+	// too, in a later step.)
 	"ClusterRole create configmaps": {failsAt: "create Deployments", denied: "create configmaps",
 		reported: refusedAgain("create configmaps")},
 	// Without delete, every profile edit leaves a revision behind for
@@ -618,7 +741,10 @@ var revocationEffects = map[string]revocationEffect{
 		reported: refusedAgain("update profilerollouts/status")},
 	// Without get, a ConfigMap in the way of a revision goes unreported:
 	// the profile sync cannot tell it from its own revision not cached
-	// yet, fails and is retried with backoff.
+	// yet, fails and is retried with backoff. (A live delivery GETs a
+	// revision only for a session behind its profile's rollout, which the
+	// live steps, later, have none of: they take the profile's content
+	// from its cache.)
 	"ClusterRole get configmaps": {failsAt: "report a ConfigMap in a revision's way", denied: "get configmaps",
 		reported: refusedAgain("get configmaps")},
 	// Without watch, a ReplicaSet that stops mounting a revision goes
@@ -640,6 +766,18 @@ var revocationEffects = map[string]revocationEffect{
 	// of its own.
 	"ClusterRole list referencegrants":  {elsewhere: true},
 	"ClusterRole watch referencegrants": {elsewhere: true},
+	// Without update, a live profile keeps the revision it was created
+	// with: an edit of a live profile reaches no game server. The session
+	// sync fails on the refused update and is retried with backoff.
+	"ClusterRole update configmaps": {failsAt: "deliver a profile edit live", denied: "update configmaps",
+		reported: refusedAgain("update configmaps")},
+	// Without list, with streaming lists off, the live pod informer never
+	// syncs.
+	"ClusterRole list pods": {streamingOff: true},
+	// Without watch, a game server's acknowledgment goes unseen until the
+	// informer's next list: the session stays pending on the revision its
+	// game server applied.
+	"ClusterRole watch pods": {failsAt: "deliver a profile edit live", denied: "watch pods", polling: true},
 }
 
 // refusedAgain checks that the controller treats the refusal of key ("verb
@@ -736,17 +874,19 @@ func (s *rbacScenario) failsWithout(effect revocationEffect) {
 		release := s.ctl.requests.holdLists(resource)
 		step.act(s)
 		deadline := time.Now().Add(blindFor)
+		var why error
 		for time.Now().Before(deadline) {
-			if ok, _ := step.done(s); ok {
+			var ok bool
+			if ok, why = step.done(s); ok {
 				t.Fatalf("step %q completed without a %s watch or list: the rule is not needed", step.name, resource)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
 		release()
 		informers, lists := s.ctl.requests.listsPerInformer(resource)
-		t.Logf("step %q: no reaction within %s while %d %s informer(s) poll, lists held (%d lists in all, at least %d each, watch refused %d times)",
+		t.Logf("step %q: no reaction within %s while %d %s informer(s) poll, lists held (%d lists in all, at least %d each, watch refused %d times); %v",
 			step.name, blindFor, informers, resource, s.ctl.requests.answered("list "+resource, http.StatusOK), lists,
-			s.ctl.requests.answered(effect.denied, http.StatusForbidden))
+			s.ctl.requests.answered(effect.denied, http.StatusForbidden), why)
 		return
 	}
 

@@ -87,6 +87,20 @@ says why each is needed.
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["list", "watch"]
+{{- if .Values.liveDelivery }}
+# Live delivery: the sessions' live profiles rewritten with each revision.
+# RBAC cannot limit the update by label: the controller updates only the
+# labelled ConfigMaps its sessions control.
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["update"]
+# Live delivery: the game servers' acknowledgments on their pods. RBAC
+# cannot grant by label: the controller lists only the pods of live sessions
+# and caches only their name, UID, session label, phase and acknowledgment.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch"]
+{{- end }}
 {{- end }}
 
 {{/*
@@ -140,6 +154,8 @@ in alphabetical order (range over a dict).
 {{- end }}
 - --metrics-bind-address=:{{ .Values.metrics.port }}
 - --health-probe-bind-address=:{{ .Values.health.port }}
+{{- /* Always stated: the rules above follow the same value, whatever the binary's default. */}}
+- --live-delivery={{ .Values.liveDelivery }}
 {{- if eq .Values.rbac.scope "namespace" }}
 - --namespace=$(POD_NAMESPACE)
 {{- end }}

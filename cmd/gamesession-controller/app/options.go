@@ -82,6 +82,8 @@ type Options struct {
 	// servers (rollout.games.example.com/delivery: live): the controller
 	// then caches the sessions' live profiles and the pods of live
 	// sessions, and needs update on ConfigMaps and list and watch on pods.
+	// On by default; off, a profile that asks for live delivery is paused
+	// with an error (profileController.policyOf).
 	LiveDelivery bool
 	// SecretDigestKey is the Secret, "name" in the controller's own
 	// namespace or "namespace/name", that holds the key of the Secret
@@ -155,8 +157,12 @@ func NewOptions() *Options {
 
 		WatchSecrets:        true,
 		WatchSessionConfigs: true,
-		SecretDigestKey:     "gamesession-controller-secret-digest-key",
-		DeploymentWrites:    deploymentWritesAuto,
+		// On, so that a profile may ask for live delivery: the artifacts
+		// and the chart grant its rights. Off saves the pod cache and those
+		// rights where no profile asks.
+		LiveDelivery:     true,
+		SecretDigestKey:  "gamesession-controller-secret-digest-key",
+		DeploymentWrites: deploymentWritesAuto,
 
 		LeaderElectionID: "gamesession-controller",
 		// The timings of kube-controller-manager: a standby takes over at
@@ -192,7 +198,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.RolloutMaxFailed, "rollout-max-failed", o.RolloutMaxFailed, "Default brake of a profile's rollouts: halt when more than N (or N%) of the sessions moved to a new revision fail (ProgressDeadlineExceeded). Empty: no brake. Annotation "+rollout.AnnotationMaxFailed+".")
 	fs.IntVar(&o.RevisionHistoryLimit, "revision-history-limit", o.RevisionHistoryLimit, "How many of a profile's newest unused revisions are kept for rollback, besides the current one and those a Deployment mounts, which are always kept.")
 	fs.BoolVar(&o.WatchSecrets, "watch-secrets", o.WatchSecrets, "Roll a session's game servers when a Secret its pod template references, labelled "+gamesv1.SecretLabel+"="+gamesv1.SecretLabelValue+", changes. Needs list and watch on Secrets; the controller caches a keyed digest of the labelled ones, never their data.")
-	fs.BoolVar(&o.LiveDelivery, "live-delivery", o.LiveDelivery, "Deliver the content of profiles annotated rollout.games.example.com/delivery=live to running game servers, through a ConfigMap per session, and read their acknowledgments from their pods (caches the pods labelled games.example.com/delivery=live only). Needs update on configmaps and list and watch on pods. Off: such profiles are delivered by restart.")
+	fs.BoolVar(&o.LiveDelivery, "live-delivery", o.LiveDelivery, "Deliver the content of profiles annotated rollout.games.example.com/delivery=live to running game servers, through a ConfigMap per session, and read their acknowledgments from their pods (caches the pods labelled games.example.com/delivery=live only, slimmed to their acknowledgment). Needs update on configmaps and list and watch on pods. Off: no pod cache and none of those rights needed, and a profile that asks for live delivery is paused, with a RolloutPolicyInvalid warning, until the annotation is removed or this is turned on.")
 	fs.BoolVar(&o.WatchSessionConfigs, "watch-session-configs", o.WatchSessionConfigs, "Roll a session's game servers when a ConfigMap its pod template reads, labelled "+gamesv1.SessionConfigLabel+"="+gamesv1.SessionConfigLabelValue+", changes. The controller caches a digest of the labelled ones, never their data.")
 	fs.StringVar(&o.DeploymentWrites, "deployment-writes", o.DeploymentWrites, "How Deployments are written: update (the whole object; the cheapest for the API server), patch (only the fields that differ), or auto: update, unless the API server is a newer Kubernetes than this build's API types (then a field they lack would be erased), and patch then.")
 	fs.StringVar(&o.SecretDigestKey, "secret-digest-key", o.SecretDigestKey, "The Secret, NAME in the controller's own namespace or NAMESPACE/NAME, holding the key of the Secret digests in pod templates. Created the first time; during a rotation it also holds the key before, as \"previous\" (docs/tenancy.md). A lost key restarts no game server, but a Secret changed while no process held it rolls only at its next change.")
