@@ -2,8 +2,10 @@
 // control plane (etcd and kube-apiserver from bin/controlplane): how fast one
 // profile edit reaches every session, what it costs the API server, what the
 // controller holds in memory while the cluster fills with unrelated objects,
-// and how a paced rollout (a max-rolling budget on the profile) moves the
-// sessions in waves.
+// how a paced rollout (a max-rolling budget on the profile) moves the
+// sessions in waves, and what an edit delivered live (a ConfigMap per
+// session, acknowledged by the game servers, which the benchmark stands in
+// for) costs against the same edit delivered by restart (-live).
 //
 //	go run ./test/bench                     # quick: 1,000 sessions, a few minutes
 //	go run ./test/bench -preset=full        # the 7,340 sessions, ~20 minutes
@@ -18,8 +20,8 @@
 // own (built from this checkout unless -controller-bin names another), so its
 // memory is its own and every start is a cold start.
 //
-// main.go holds the flags and the order of the run, scenarios.go and
-// paced.go the measurements, and report.go the table, which it prints and
+// main.go holds the flags and the order of the run, scenarios.go, paced.go
+// and live.go the measurements, and report.go the table, which it prints and
 // writes, with the machine and the exact command, to -out
 // (docs/bench/<preset>.md by default).
 package main

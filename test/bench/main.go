@@ -53,6 +53,7 @@ type config struct {
 	busyIdleOver    time.Duration
 	tenants         int
 	tenantSessions  int
+	live            bool
 }
 
 // presets are the defaults of -preset; explicit flags override them.
@@ -102,7 +103,8 @@ func parseFlags(args []string) (config, bool, string, error) {
 	fs.DurationVar(&c.busyIdleOver, "busy-idle-over", 20*time.Second, "Span over which the busy sessions turn idle.")
 	fs.IntVar(&c.tenants, "tenants", 0, "Tenant namespaces whose sessions share one profile of a platform namespace by ReferenceGrant, measured last (the grant CRD is installed then). 0: skip it.")
 	fs.IntVar(&c.tenantSessions, "tenant-sessions", 1000, "Sessions of the tenants scenario, spread over its namespaces; at most the largest -sessions size, whose Deployments its ceiling rounds write.")
-	fs.BoolVar(&c.fanOutOnly, "fanout-only", false, "Measure only the fan-outs (with delay 0), the paced rollout (unless -paced-max-rolling is empty) and the ceiling variants: for iterating on performance changes.")
+	fs.BoolVar(&c.live, "live", true, "Measure, once per size after the paced rollout, one edit of the profile delivered live ("+rollout.AnnotationDelivery+": "+string(rollout.DeliveryLive)+") against the restart delivery of the same edit, with one pod object per session, acknowledged by the benchmark, and a kube-controller-manager stand-in. Runs in -fanout-only mode too.")
+	fs.BoolVar(&c.fanOutOnly, "fanout-only", false, "Measure only the fan-outs (with delay 0), the paced rollout (unless -paced-max-rolling is empty), the live delivery (unless -live=false) and the ceiling variants: for iterating on performance changes.")
 	fs.BoolVar(&internalNoFilter, "internal-nofilter-informer", false, "Internal: run the no-filter informer memory baseline.")
 	fs.StringVar(&internalKubeconfig, "internal-kubeconfig", "", "Internal: kubeconfig of the no-filter baseline.")
 	if err := fs.Parse(args); err != nil {
@@ -380,6 +382,17 @@ func run(ctx context.Context, cfg config) (err error) {
 			return err
 		}
 		phase("paced rollout", t)
+	}
+
+	if cfg.live {
+		// After the paced rollout, and before the scenarios that need the
+		// sessions as they were: it switches each profile back to restart
+		// and deletes its pods and live profiles when done.
+		t = time.Now()
+		if res.live, err = e.liveSeries(ctx); err != nil {
+			return err
+		}
+		phase("live delivery", t)
 	}
 
 	if !cfg.fanOutOnly && cfg.busyShare > 0 {

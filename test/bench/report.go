@@ -44,6 +44,7 @@ type results struct {
 	pacedBaseline   []pacedRound // unpaced, with the stand-in, before each paced round
 	busy            *busyRound
 	tenants         *tenantsResult
+	live            []liveResult
 }
 
 const (
@@ -68,8 +69,8 @@ func (r *results) markdown() string {
 	w("- Command: `%s`\n", r.command)
 	w("- Machine: %d CPUs (%s), %s memory, %s, Linux %s\n", m.CPUs, m.CPUModel, m.MemTotal, m.GoVersion, m.Kernel)
 	w("- Control plane: etcd and kube-apiserver from `bin/controlplane`, no kube-controller-manager, no nodes: sessions have `replicas: 0`, so the measurement is the controller against the API server. Everything shares the %d CPUs.", m.CPUs)
-	if len(r.paced) > 0 {
-		w(" The paced rollout and the busy sessions alone run a minimal kube-controller-manager stand-in in the benchmark process (see its section below).")
+	if len(r.paced) > 0 || len(r.live) > 0 {
+		w(" The paced rollout, the busy sessions and the live delivery alone run a minimal kube-controller-manager stand-in in the benchmark process (see the paced rollout's section below); the live delivery alone has pods, objects nothing runs, whose game servers the benchmark stands in for.")
 	}
 	w("\n")
 	w("- Encodings: the controller's Kubernetes client and the benchmark's Deployment watch speak protobuf; the GameSession client and the ceiling loop speak JSON.\n")
@@ -155,6 +156,7 @@ func (r *results) markdown() string {
 			num(r.fanZeroSessions), mib(r.fanZeroPeak), mib(manifestMemoryLimit), yes(r.fanZeroPeak < manifestMemoryLimit))
 	}
 	r.writePacedRequestsRow(w)
+	r.writeLiveRows(w)
 	r.writeBusyRows(w)
 	r.writeTenantsRows(w)
 	if !r.cfg.fanOutOnly {
@@ -215,10 +217,13 @@ func (r *results) variantMedian(size int, name string) float64 {
 }
 
 // controllerInformers is the number of informers, and so of watches, the
-// controller runs: GameSessions, ProfileRollouts, profiles, revisions,
-// labelled session ConfigMaps, Deployments, ReplicaSets, labelled Secrets
-// and the digest key's Secret.
-const controllerInformers = 9
+// controller runs with its default flags: GameSessions, ProfileRollouts,
+// profiles, revisions, labelled session ConfigMaps, Deployments,
+// ReplicaSets, labelled Secrets and the digest key's Secret, and, with
+// --live-delivery (on by default), the live profiles and the pods of live
+// sessions. No grant informer: the watches are measured before the tenants
+// scenario installs the ReferenceGrant CRD.
+const controllerInformers = 11
 
 // writeStateRows writes the rows of the measurements the -fanout-only mode
 // skips: watches, idle, memory, cold start and bursts.
@@ -300,6 +305,7 @@ func (r *results) writeDetails(w func(string, ...any)) {
 		w("Client side, the controller's `rest_client_requests_total` by method and code: %s\n\n", flowList(c.client))
 	}
 	r.writePacedDetails(w)
+	r.writeLiveDetails(w)
 	r.writeBusyDetails(w)
 	if r.cfg.fanOutOnly {
 		return
@@ -451,7 +457,7 @@ func flowList(m map[string]float64) string {
 
 func (r *results) phaseList() string {
 	var parts []string
-	for _, name := range []string{"micro-benchmark", "control plane", "setup", "cold start, idle, memory", "fan-out", "profiling", "paced rollout", "busy sessions", "tenants", "client-go defaults"} {
+	for _, name := range []string{"micro-benchmark", "control plane", "setup", "cold start, idle, memory", "fan-out", "profiling", "paced rollout", "live delivery", "busy sessions", "tenants", "client-go defaults"} {
 		if d, ok := r.phases[name]; ok {
 			parts = append(parts, fmt.Sprintf("%s %s", name, d.Round(time.Second)))
 		}
