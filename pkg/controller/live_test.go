@@ -11,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	core "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
@@ -54,28 +55,22 @@ func livePod(session *gamesv1.GameSession, name, ack string) *corev1.Pod {
 	return pod
 }
 
-// sentLiveProfile is the live profile a create or update request sent.
-func sentLiveProfile(t *testing.T, actions []core.Action) *corev1.ConfigMap {
+// sent is the first object of resource a create or update request sent.
+func sent[T runtime.Object](t *testing.T, actions []core.Action, resource string) T {
 	t.Helper()
 	for _, a := range actions {
-		if a.GetResource().Resource == "configmaps" && (a.GetVerb() == "create" || a.GetVerb() == "update") {
-			return objectOf[*corev1.ConfigMap](t, a)
+		if a.GetResource().Resource == resource && (a.GetVerb() == "create" || a.GetVerb() == "update") {
+			return objectOf[T](t, a)
 		}
 	}
-	t.Fatalf("no live profile was written: %q", describeActions(actions))
-	return nil
+	t.Fatalf("no %s were written: %q", resource, describeActions(actions))
+	var none T
+	return none
 }
 
-// sentDeployment is the Deployment a create or update request sent.
-func sentDeployment(t *testing.T, actions []core.Action) *appsv1.Deployment {
+func sentLiveProfile(t *testing.T, actions []core.Action) *corev1.ConfigMap {
 	t.Helper()
-	for _, a := range actions {
-		if a.GetResource().Resource == "deployments" && (a.GetVerb() == "create" || a.GetVerb() == "update") {
-			return objectOf[*appsv1.Deployment](t, a)
-		}
-	}
-	t.Fatalf("no Deployment was written: %q", describeActions(actions))
-	return nil
+	return sent[*corev1.ConfigMap](t, actions, "configmaps")
 }
 
 // A live profile's edit reaches the session's live profile and nothing
@@ -93,7 +88,7 @@ func TestLiveEditRewritesTheLiveProfileOnly(t *testing.T) {
 	f.expectKube(createLiveProfile(testNamespace, session.Name), createDeployment(testNamespace, session.Name))
 	f.expectGame(updateSessionStatus(testNamespace, session.Name))
 	kube, _ := f.run(ctx, sessionKey(session))
-	first := sentDeployment(t, kube)
+	first := sent[*appsv1.Deployment](t, kube, "deployments")
 	if !deliversLive(first, session.Name) {
 		t.Fatalf("the Deployment does not mount the live profile: volumes %+v", first.Spec.Template.Spec.Volumes)
 	}

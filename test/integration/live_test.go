@@ -89,6 +89,18 @@ func (e *env) podUIDs() map[types.UID]string {
 
 func withLiveDelivery(o *app.Options) { o.LiveDelivery = true }
 
+// waitForRolloutPhase waits until the profile's ProfileRollout targets
+// revision in phase.
+func (e *env) waitForRolloutPhase(profile, revision string, phase gamesv1.RolloutPhase) {
+	e.t.Helper()
+	e.waitForRollout(profile, fmt.Sprintf("%s on %s", phase, revision), func(r *gamesv1.ProfileRollout) error {
+		if r.Status.TargetRevision != revision || r.Status.Phase != phase {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+}
+
 // createLiveSessions creates the profile, delivered live under policy, and
 // sessions of one pod each, and waits until every session is Ready and up
 // to date: its pods acknowledged the first revision.
@@ -131,12 +143,7 @@ func TestLiveEditPacedReplacesNoPod(t *testing.T) {
 	deploymentWrites := ctl.requests.count("update deployments") + ctl.requests.count("patch deployments")
 	edited := e.updateProfile("arena", func(cm *corev1.ConfigMap) { cm.Data = content("v2") })
 	revision := controller.RevisionName("arena", controller.ProfileHash(edited))
-	e.waitForRollout("arena", "complete on the edit", func(r *gamesv1.ProfileRollout) error {
-		if r.Status.TargetRevision != revision || r.Status.Phase != gamesv1.RolloutPhaseComplete {
-			return errors.New("not complete on the edit")
-		}
-		return nil
-	})
+	e.waitForRolloutPhase("arena", revision, gamesv1.RolloutPhaseComplete)
 	for _, s := range sessions {
 		if got := e.liveRevision(s); got != revision {
 			t.Errorf("session %s's live profile holds %q, want %q", s, got, revision)
@@ -178,12 +185,7 @@ func TestLiveCanaryRefusalHaltsAndRollbackIsDelivered(t *testing.T) {
 		}
 		return true, nil
 	})
-	e.waitForRollout("arena", "halted by the canary", func(r *gamesv1.ProfileRollout) error {
-		if r.Status.TargetRevision != bad || r.Status.Phase != gamesv1.RolloutPhaseHalted {
-			return errors.New("not halted on the edit")
-		}
-		return nil
-	})
+	e.waitForRolloutPhase("arena", bad, gamesv1.RolloutPhaseHalted)
 	e.waitForCondition("arena-a", gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonDeliveryFailed)
 	for _, s := range sessions[1:] {
 		if got := e.liveRevision(s); got != first {
@@ -193,12 +195,7 @@ func TestLiveCanaryRefusalHaltsAndRollbackIsDelivered(t *testing.T) {
 
 	// The rollback: the earlier content again, delivered live.
 	e.updateProfile("arena", func(cm *corev1.ConfigMap) { cm.Data = content("v1") })
-	e.waitForRollout("arena", "complete on the earlier content", func(r *gamesv1.ProfileRollout) error {
-		if r.Status.TargetRevision != first || r.Status.Phase != gamesv1.RolloutPhaseComplete {
-			return errors.New("not complete on the earlier content")
-		}
-		return nil
-	})
+	e.waitForRolloutPhase("arena", first, gamesv1.RolloutPhaseComplete)
 	for _, s := range sessions {
 		if got := e.liveRevision(s); got != first {
 			t.Errorf("session %s's live profile holds %q after the rollback, want %q", s, got, first)

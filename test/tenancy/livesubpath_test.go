@@ -2,7 +2,6 @@ package tenancy
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -81,18 +80,7 @@ func sessionOf(name, profileRef string, edit func(*corev1.PodSpec)) *gamesv1.Gam
 // 422, and that its message holds every part.
 func refusedAsInvalid(t *testing.T, what string, err error, parts ...string) {
 	t.Helper()
-	var status apierrors.APIStatus
-	if !errors.As(err, &status) || status.Status().Code != http.StatusUnprocessableEntity || !apierrors.IsInvalid(err) ||
-		!strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+liveSubPathPolicy+"'") {
-		t.Errorf("%s: %v, want a 422 of %s", what, err, liveSubPathPolicy)
-		return
-	}
-	for _, p := range parts {
-		if !strings.Contains(err.Error(), p) {
-			t.Errorf("%s: refused with %q, which does not say %q", what, err.Error(), p)
-		}
-	}
-	t.Logf("%s: %s", what, err)
+	refusedWith(t, what, err, liveSubPathPolicy, http.StatusUnprocessableEntity, parts...)
 }
 
 // TestLiveSubPathRefused: with artifacts/admission installed, a namespace

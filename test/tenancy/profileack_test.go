@@ -107,10 +107,17 @@ func ackPatch(value string) []byte {
 // message holds every part.
 func refusedByPolicy(t *testing.T, what string, err error, policy string, parts ...string) {
 	t.Helper()
+	refusedWith(t, what, err, policy, http.StatusForbidden, parts...)
+}
+
+// refusedWith checks that err is policy's refusal with the HTTP status
+// code, and that its message holds every part.
+func refusedWith(t *testing.T, what string, err error, policy string, code int32, parts ...string) {
+	t.Helper()
 	var status apierrors.APIStatus
-	if !errors.As(err, &status) || status.Status().Code != http.StatusForbidden ||
+	if !errors.As(err, &status) || status.Status().Code != code ||
 		!strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+policy+"'") {
-		t.Errorf("%s: %v, want a 403 of %s", what, err, policy)
+		t.Errorf("%s: %v, want a %d of %s", what, err, code, policy)
 		return
 	}
 	for _, p := range parts {
