@@ -36,15 +36,17 @@ func TestUnlabelledProfileIsIgnoredUntilLabelled(t *testing.T) {
 		t.Errorf("Deployment for a session without a usable profile: got %v, want NotFound", err)
 	}
 	e.waitForWarning("waiting", gamesv1.ReasonProfileNotFound)
-	// Every ConfigMap the controller read, it read through one of its three
-	// label selectors: profiles, its own revisions, or session configs. So
-	// the API server never sent it an unlabelled ConfigMap. And with no
+	// Every ConfigMap the controller read, it read through one of its four
+	// label selectors: profiles, its own revisions, session configs, or its
+	// sessions' live profiles. So the API server never sent it an unlabelled
+	// ConfigMap. And with no
 	// profile to copy, it wrote no ConfigMap either: no revision of an
 	// unlabelled one.
 	selectors := map[string]int{
 		gamesv1.ProfileLabel + "=" + gamesv1.ProfileLabelValue: 0,
 		controller.RevisionSelector():                          0,
 		controller.SessionConfigSelector():                     0,
+		controller.LiveProfileSelector():                       0,
 	}
 	for _, request := range c.requests.requestURIs() {
 		method, uri, _ := strings.Cut(request, " ")
@@ -61,7 +63,7 @@ func TestUnlabelledProfileIsIgnoredUntilLabelled(t *testing.T) {
 		}
 		selector := u.Query().Get("labelSelector")
 		if _, ok := selectors[selector]; !ok {
-			t.Errorf("ConfigMap request without the profile, revision or session-config label selector: %s", request)
+			t.Errorf("ConfigMap request without the profile, revision, session-config or live-profile label selector: %s", request)
 			continue
 		}
 		selectors[selector]++
