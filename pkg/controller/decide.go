@@ -198,15 +198,14 @@ func decideSession(v *sessionView) sessionDecision {
 		return d
 	}
 	if v.profile == nil {
-		return decideWithoutProfile(v)
+		d = decideWithoutProfile(v)
+		d.requeueAfter = earliest(d.requeueAfter, v.liveDeadlineRecheck())
+		return d
 	}
 	base := v.deploymentWithoutInputs(v.target)
 	d.choice = v.deliveryOf(v.chooseRevision(base))
 	d.planNeeded, d.requeueAfter = d.choice.planNeeded, d.choice.requeueAfter
-	if v.runsLive && v.delivery.progress == livePending && !v.delivery.deadline.IsZero() {
-		// No event marks the deadline of a delivery nobody acknowledges.
-		d.requeueAfter = earliest(d.requeueAfter, v.delivery.deadline.Sub(v.now))
-	}
+	d.requeueAfter = earliest(d.requeueAfter, v.liveDeadlineRecheck())
 	if v.live {
 		// No event is sure to announce what becomes of a Deployment only a
 		// live read shows: look again.
@@ -308,6 +307,17 @@ func (v *sessionView) withContent(base *appsv1.Deployment, choice revisionChoice
 		return withLiveDelivery(base, v.session.Name)
 	}
 	return withRevision(base, v.ref, choice.hash)
+}
+
+// liveDeadlineRecheck is when to look again at a live delivery still
+// pending, 0 for none: no event marks the deadline of a delivery nobody
+// acknowledges, and its move holds a place until then, whether or not the
+// profile is still there.
+func (v *sessionView) liveDeadlineRecheck() time.Duration {
+	if v.runsLive && v.delivery.progress == livePending && !v.delivery.deadline.IsZero() {
+		return v.delivery.deadline.Sub(v.now)
+	}
+	return 0
 }
 
 // earliest is the shorter of two requeues, 0 being none.

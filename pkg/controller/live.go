@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -316,7 +317,9 @@ func later(a, b time.Time) time.Time {
 	return a
 }
 
-// livePodsOf returns the cached live pods of the session of key.
+// livePodsOf returns the cached live pods of the session of key, by name:
+// the index's order is a set's, and a status that names a pod must name
+// the same one at every sync.
 func livePodsOf(indexer cache.Indexer, key string) []*corev1.Pod {
 	if indexer == nil {
 		return nil
@@ -329,6 +332,7 @@ func livePodsOf(indexer cache.Indexer, key string) []*corev1.Pod {
 	for _, obj := range objs {
 		pods = append(pods, obj.(*corev1.Pod))
 	}
+	slices.SortFunc(pods, func(a, b *corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
 	return pods
 }
 

@@ -504,3 +504,20 @@ func TestLiveChangeOfABusySession(t *testing.T) {
 		})
 	}
 }
+
+// A pending live delivery is looked at again at its deadline, with its
+// profile or without it: no event marks the deadline, and its move holds a
+// place until then.
+func TestPendingLiveDeliveryIsRecheckedAtItsDeadline(t *testing.T) {
+	for _, profile := range []bool{true, false} {
+		v := decisionView("1111", "1111")
+		v.runsLive, v.wantsLive = true, true
+		v.delivery = liveDelivery{progress: livePending, deadline: v.now.Add(30 * time.Second)}
+		if !profile {
+			v.profile, v.target = nil, ""
+		}
+		if d := decideSession(v); d.requeueAfter <= 0 || d.requeueAfter > 30*time.Second {
+			t.Errorf("profile %v: requeue after %v, want within the 30s to the deadline", profile, d.requeueAfter)
+		}
+	}
+}
