@@ -55,6 +55,20 @@ func livePod(session *gamesv1.GameSession, name, ack string) *corev1.Pod {
 	return pod
 }
 
+// startedLive is a fixture of session and its live profile after the
+// session's first sync: its live profile and its Deployment created, its
+// status written, and all of it in the caches.
+func startedLive(ctx context.Context, t *testing.T, session *gamesv1.GameSession, profile *corev1.ConfigMap) *fixture {
+	t.Helper()
+	f := newFixture(ctx, t, session, profile)
+	f.expectKube(createLiveProfile(testNamespace, session.Name), createDeployment(testNamespace, session.Name))
+	f.expectGame(updateSessionStatus(testNamespace, session.Name))
+	kube, game := f.run(ctx, sessionKey(session))
+	f.observe(kube...)
+	f.observe(game...)
+	return f
+}
+
 // sent is the first object of resource a create or update request sent.
 func sent[T runtime.Object](t *testing.T, actions []core.Action, resource string) T {
 	t.Helper()
@@ -159,17 +173,12 @@ func TestLiveDeliveryRefusedByAGameServer(t *testing.T) {
 	ctx := context.Background()
 	session := newSession(testNamespace, "arena-1", "classic")
 	profile := liveProfile(newProfile(testNamespace, "classic", classicData))
-	f := newFixture(ctx, t, session, profile)
-	f.expectKube(createLiveProfile(testNamespace, session.Name), createDeployment(testNamespace, session.Name))
-	f.expectGame(updateSessionStatus(testNamespace, session.Name))
-	kube, game := f.run(ctx, sessionKey(session))
-	f.observe(kube...)
-	f.observe(game...)
+	f := startedLive(ctx, t, session, profile)
 
 	revision := RevisionName("classic", ProfileHash(profile))
 	f.setCached(livePod(session, "arena-1-a", profileack.Value(revision, errors.New("unknown map de_nowhere"))))
 	f.expectGame(updateSessionStatus(testNamespace, session.Name))
-	_, game = f.run(ctx, sessionKey(session))
+	_, game := f.run(ctx, sessionKey(session))
 	c := expectCondition(t, objectOf[*gamesv1.GameSession](t, game[0]).Status.Conditions,
 		gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonDeliveryFailed)
 	if !strings.Contains(c.Message, "unknown map de_nowhere") || !strings.Contains(c.Message, "arena-1-a") {
@@ -202,12 +211,7 @@ func TestSwitchFromLiveToRestart(t *testing.T) {
 	ctx := context.Background()
 	session := newSession(testNamespace, "arena-1", "classic")
 	profile := liveProfile(newProfile(testNamespace, "classic", classicData))
-	f := newFixture(ctx, t, session, profile)
-	f.expectKube(createLiveProfile(testNamespace, session.Name), createDeployment(testNamespace, session.Name))
-	f.expectGame(updateSessionStatus(testNamespace, session.Name))
-	kube, game := f.run(ctx, sessionKey(session))
-	f.observe(kube...)
-	f.observe(game...)
+	f := startedLive(ctx, t, session, profile)
 
 	restart := profile.DeepCopy()
 	delete(restart.Annotations, rollout.AnnotationDelivery)
@@ -227,17 +231,12 @@ func TestLiveSessionWithoutItsProfileIsLeftRunning(t *testing.T) {
 	ctx := context.Background()
 	session := newSession(testNamespace, "arena-1", "classic")
 	profile := liveProfile(newProfile(testNamespace, "classic", classicData))
-	f := newFixture(ctx, t, session, profile)
-	f.expectKube(createLiveProfile(testNamespace, session.Name), createDeployment(testNamespace, session.Name))
-	f.expectGame(updateSessionStatus(testNamespace, session.Name))
-	kube, game := f.run(ctx, sessionKey(session))
-	f.observe(kube...)
-	f.observe(game...)
+	f := startedLive(ctx, t, session, profile)
 
 	f.deleteCached(profile)
 	f.deleteCached(newRevision(profile, ProfileHash(profile), testNamespace))
 	f.expectGame(updateSessionStatus(testNamespace, session.Name))
-	kube, _ = f.run(ctx, sessionKey(session))
+	kube, _ := f.run(ctx, sessionKey(session))
 	for _, a := range kube {
 		t.Errorf("a live session without its profile was written to: %q", describeActions([]core.Action{a}))
 	}
@@ -425,12 +424,7 @@ func TestSeedLedgerCountsLiveDeliveriesUnderWay(t *testing.T) {
 	session := newSession(testNamespace, "arena-1", "classic")
 	session.Spec.Replicas = ptr.To[int32](1)
 	profile := liveProfile(newProfile(testNamespace, "classic", classicData))
-	f := newFixture(ctx, t, session, profile)
-	f.expectKube(createLiveProfile(testNamespace, session.Name), createDeployment(testNamespace, session.Name))
-	f.expectGame(updateSessionStatus(testNamespace, session.Name))
-	kube, game := f.run(ctx, sessionKey(session))
-	f.observe(kube...)
-	f.observe(game...)
+	f := startedLive(ctx, t, session, profile)
 	d := f.storedDeployment(testNamespace, session.Name).DeepCopy()
 	d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}
 	f.setCached(d)
@@ -483,17 +477,12 @@ func TestLiveChangeOfABusySession(t *testing.T) {
 			if defers {
 				profile.Annotations[rollout.AnnotationLiveDefersBusy] = "true"
 			}
-			f := newFixture(ctx, t, session, profile)
-			f.expectKube(createLiveProfile(testNamespace, session.Name), createDeployment(testNamespace, session.Name))
-			f.expectGame(updateSessionStatus(testNamespace, session.Name))
-			kube, game := f.run(ctx, sessionKey(session))
-			f.observe(kube...)
-			f.observe(game...)
+			f := startedLive(ctx, t, session, profile)
 
 			f.setCached(withData(profile, map[string]string{"server.cfg": "max_players=64\n"}))
 			if defers {
 				f.expectGame(updateSessionStatus(testNamespace, session.Name))
-				_, game = f.run(ctx, sessionKey(session))
+				_, game := f.run(ctx, sessionKey(session))
 				expectCondition(t, objectOf[*gamesv1.GameSession](t, game[0]).Status.Conditions,
 					gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, gamesv1.ReasonSessionBusy)
 				return
