@@ -3,6 +3,7 @@ package controller
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -283,12 +284,18 @@ func (l *moveLedger) clusterWaitOf(profile string) []namespaceWait {
 	if len(waiting) == 0 {
 		return nil
 	}
-	var out []namespaceWait
-	seen := map[string]bool{}
-	for namespace, n := range waiting {
-		b := l.shareLocked(namespace)
-		out = append(out, namespaceWait{namespace: namespace, waiting: n, held: b.held, share: b.share})
+	// Each namespace once, in an order of its own: a waiting namespace may
+	// also be beyond another's share, and a map's order would make the
+	// ProfileRollout's status differ from one plan to the next.
+	namespaces := slices.Sorted(maps.Keys(waiting))
+	seen := make(map[string]bool, len(namespaces))
+	for _, namespace := range namespaces {
 		seen[namespace] = true
+	}
+	var out []namespaceWait
+	for _, namespace := range namespaces {
+		b := l.shareLocked(namespace)
+		out = append(out, namespaceWait{namespace: namespace, waiting: waiting[namespace], held: b.held, share: b.share})
 		for _, o := range b.beyond {
 			if !seen[o.namespace] {
 				seen[o.namespace] = true

@@ -358,8 +358,14 @@ func (c *sessionController) act(ctx context.Context, v *sessionView) (actResult,
 			v.live = true
 			continue
 		case actCreate:
-			if err := c.deliverLive(ctx, v, d.choice); err != nil {
-				return r, err
+			// Only a missing live profile (or one in the way, which
+			// deliverLive refuses): one the session has already may be
+			// mounted by a Deployment the cache does not show, whose create
+			// below finds it; what it holds moves by its turn.
+			if v.liveProfile == nil || v.liveTaken {
+				if err := c.deliverLive(ctx, v, d.choice); err != nil {
+					return r, err
+				}
 			}
 			created, live, err := c.createDeployment(ctx, v.session, d.desired)
 			switch {
