@@ -106,6 +106,12 @@ func (w *world) stepActions() []action {
 	if w.keyChanges {
 		actions = append(actions, action{1, w.loseDigestKey}, action{1, w.rotateDigestKey})
 	}
+	if w.live.on {
+		// Game servers acknowledge, users switch deliveries and edit live
+		// content (world_live_test.go).
+		actions = append(actions, action{10, w.ackLive}, action{4, w.lateAckDue}, action{3, w.editProfileDelivery},
+			action{3, w.editProfile}, action{1, w.deleteLiveProfile})
+	}
 	return actions
 }
 
@@ -118,6 +124,7 @@ func b2i(b bool) int {
 
 // act takes one step.
 func (w *world) act() {
+	w.live.steps++
 	total := 0
 	for _, a := range w.actions {
 		total += a.weight
@@ -283,6 +290,7 @@ func (w *world) createProfile() bool {
 	if w.paced {
 		p.Annotations = w.randomPolicy()
 	}
+	w.withDelivery(p)
 	created, err := w.server.create(byUser, profilesResource, p)
 	must(err)
 	w.logf("user: create configmap %s (%s), labelled %t, hash %s, rollout policy %s", name, created.GetUID(), p.Labels != nil,
@@ -639,7 +647,11 @@ func (w *world) populateRunning() {
 			_, err := w.server.create(byController, revisionsResource, newRevision(p, hash, s.Namespace))
 			must(err)
 		}
-		_, err := w.server.create(byController, deploymentsResource, w.withServerInputs(NewDeployment(s, hash), s))
+		d := NewDeployment(s, hash)
+		if w.live.on && worldPolicyLive(p) == "live" {
+			d = w.populateLive(s, p, hash)
+		}
+		_, err := w.server.create(byController, deploymentsResource, w.withServerInputs(d, s))
 		must(err)
 	}
 	for range 100 {
@@ -650,6 +662,9 @@ func (w *world) populateRunning() {
 		for _, item := range items {
 			item.do()
 		}
+	}
+	if w.live.on {
+		w.ackAll()
 	}
 	w.logf("populated: %d deployment(s) running, %d replicaset(s)", len(w.server.deployments()), len(w.server.replicaSets()))
 }

@@ -116,7 +116,7 @@ func (w *world) noteControllerWrite(before, after *appsv1.Deployment) {
 		case !controlledBy(before, s.UID):
 			w.violate("foreign-modified", "Patch changed Deployment %s (%s), which GameSession %s (%s) does not control: its controller was %s",
 				name, before.UID, s.Name, s.UID, describeController(before))
-		case w.cachedProfileOf(s) == nil &&
+		case w.cachedProfileOf(s) == nil && !(worldDeliversLive(before, name) && worldDeliversLive(after, name)) &&
 			(mountedConfigMap(after) != mountedConfigMap(before) || w.caches[revisionsResource].revision(mountedConfigMap(before)) == nil):
 			// Without its profile, a session's spec is applied only with
 			// the revision its Deployment mounts, while that revision exists.
@@ -126,14 +126,20 @@ func (w *world) noteControllerWrite(before, after *appsv1.Deployment) {
 		}
 	}
 	// A session moves to a revision only once its cache holds it: the
-	// revision exists then, or did moments ago.
-	if name := mountedConfigMap(after); name != mountedConfigMap(before) && w.caches[revisionsResource].revision(name) == nil {
+	// revision exists then, or did moments ago. (A live session mounts its
+	// live profile.)
+	if name := mountedConfigMap(after); name != mountedConfigMap(before) && w.caches[revisionsResource].revision(name) == nil &&
+		!worldDeliversLive(after, after.Name) {
 		w.violate("mounts-uncached-revision", "Deployment %s written to mount %q, which the controller's revision cache does not hold (it mounted %q)",
 			after.Name, name, mountedConfigMap(before))
 	}
 	w.checkMove(before, after)
 	w.checkInputsWrite(before, after)
 	w.checkKeyRestart(before, after)
+	if w.live.on {
+		w.checkSwitch(before, after)
+		w.checkLiveRestart(before, after)
+	}
 	if !w.spendKeyRecord(before, after) {
 		w.spendCredits(after)
 	}
@@ -151,7 +157,11 @@ func (w *world) checkAtRest() {
 		if profile != nil && profile.Labels[gamesv1.ProfileLabel] != gamesv1.ProfileLabelValue {
 			profile = nil
 		}
-		w.checkSessionAtRest(s, profile, w.server.deployment(s.Name))
+		if d := w.server.deployment(s.Name); w.liveAtRest(s, profile, d) {
+			w.checkLiveSessionAtRest(s, profile, d)
+		} else {
+			w.checkSessionAtRest(s, profile, d)
+		}
 		w.noteTenancyAtRest(s, w.server.deployment(s.Name))
 	}
 	for _, d := range w.server.deployments() {
@@ -417,6 +427,17 @@ func deploymentMismatches(s *gamesv1.GameSession, wantHash string, d *appsv1.Dep
 			profileVolume = v.ConfigMap.Name
 		}
 	}
+	if d.Spec.Template.Labels[worldDeliveryLabel] == "live" {
+		// Delivered live: the session's live profile, and no content in
+		// the template (world_live_test.go).
+		if got := d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]; got != "" {
+			m = append(m, fmt.Sprintf("delivers live, but carries profile hash %q", got))
+		}
+		if want := worldLiveProfileName(s.Name); profileVolume != want {
+			m = append(m, fmt.Sprintf("profile volume names ConfigMap %q, want the live profile %q", profileVolume, want))
+		}
+		return m
+	}
 	// The immutable revision of the content, never the live profile.
 	hash := wantHash
 	if hash == "" {
@@ -541,6 +562,10 @@ func describeStatus(s *gamesv1.GameSessionStatus) string {
 	fmt.Fprintf(&b, " [gen %d, %d/%d ready, hash %q", s.ObservedGeneration, s.ReadyReplicas, s.Replicas, s.ProfileHash)
 	for _, c := range s.Conditions {
 		fmt.Fprintf(&b, ", %s=%s/%s", c.Type, c.Status, c.Reason)
+		if c.Reason == gamesv1.ReasonDeliveryFailed || c.Reason == gamesv1.ReasonDeliveryPending {
+			// Live delivery: the counts, or the refusal, are the news.
+			fmt.Fprintf(&b, " (%q)", c.Message)
+		}
 	}
 	b.WriteString("]")
 	return b.String()

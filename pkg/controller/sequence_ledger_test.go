@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -71,10 +72,28 @@ import (
 // template its Deployment runs, but with its inputs' new data, is such a
 // rotation.)
 
-func (w *world) credit(name string) { w.credits[name]++ }
+// Live profiles (world_live_test.go) have a share of the ledger of their
+// own: each change that credits a session's Deployment owes its live
+// profile a write too, as the write may carry new content; a change of a
+// live session's content that leaves it live owes its live profile a write
+// and not its Deployment (creditContent), since its pod template does not
+// change with the content; a switch of its profile's delivery owes a
+// Deployment write, a move (noteLiveDelivered).
+
+func (w *world) credit(name string) {
+	w.credits[name]++
+	if w.live.on {
+		w.live.owed[name]++
+	}
+}
 
 // creditMove owes Deployment name a move to its profile's current revision.
-func (w *world) creditMove(name string) { w.moves[name]++ }
+func (w *world) creditMove(name string) {
+	w.moves[name]++
+	if w.live.on {
+		w.live.owed[name]++
+	}
+}
 
 // spendCredits is told of each controller write that changed a Deployment.
 func (w *world) spendCredits(after *appsv1.Deployment) {
@@ -120,13 +139,17 @@ func (w *world) pacedInCache(name string) bool {
 
 // isMove reports whether a controller write left the Deployment mounting
 // the revision of its session's profile content, as the controller's caches
-// show them.
+// show them; or, if the profile asks for live delivery, mounting the
+// session's live profile, whose content is the live profile's business.
 func (w *world) isMove(after *appsv1.Deployment) bool {
 	s := w.caches[sessionsResource].session(after.Name)
 	if s == nil {
 		return true
 	}
 	p := w.cachedProfileOf(s)
+	if p != nil && w.live.on && wantsLive(p, after, after.Name) {
+		return worldDeliversLive(after, after.Name)
+	}
 	return p == nil || mountsRevision(after, p.Name, ProfileHash(p))
 }
 
@@ -156,6 +179,12 @@ func (w *world) heldForRevision(key string) bool {
 		if d == nil {
 			return false
 		}
+		if w.live.on && worldDeliversLive(d, name) {
+			// A live one's, with its live profile in the cache: its
+			// arrival queues the session again.
+			held, _ := contentOf(s, d, w.cachedLiveProfileOf(name))
+			return held == ""
+		}
 		running := d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]
 		return running != "" && mountsRevision(d, s.Spec.ProfileRef, running) &&
 			w.revisionMissingFromCache(worldRevisionName(s.Namespace, s.Spec.ProfileRef, running))
@@ -163,6 +192,12 @@ func (w *world) heldForRevision(key string) bool {
 	hash := ProfileHash(p)
 	if mountsRevision(d, p.Name, hash) {
 		return false
+	}
+	if w.live.on && worldDeliversLive(d, name) && wantsLive(p, d, name) {
+		// A live session on the current content goes no further.
+		if held, _ := contentOf(s, d, w.cachedLiveProfileOf(name)); held == hash {
+			return false
+		}
 	}
 	return w.revisionMissingFromCache(worldRevisionName(s.Namespace, p.Name, hash))
 }
@@ -217,6 +252,9 @@ func (w *world) lapseCredits(name string) {
 	if d := w.caches[deploymentsResource].deployment(name); d == nil || !w.pacedInCache(name) || w.isMove(d) {
 		w.moves[name] = 0
 	}
+	if w.live.on {
+		w.lapseLive(name)
+	}
 	// What a live read showed is gone with the sync that made it: the
 	// controller learns it again when its cache receives it.
 	for i := range pending {
@@ -229,6 +267,9 @@ func (w *world) lapseCredits(name string) {
 // noteDelivered is told of each event an informer cache hands the controller.
 func (w *world) noteDelivered(r apiResource, ev watchEvent, prev object) {
 	w.matureBursts()
+	if w.live.on {
+		w.noteLiveDelivered(r, ev, prev)
+	}
 	switch r {
 	case sessionsResource:
 		if ev.kind != watch.Deleted && (prev == nil || prev.GetUID() != ev.obj.GetUID() || prev.GetGeneration() != ev.obj.GetGeneration()) {
@@ -260,7 +301,7 @@ func (w *world) noteDelivered(r apiResource, ev watchEvent, prev object) {
 			// The controller forgets a deleted profile's delay: whatever it
 			// held back is not held any more.
 			if b := w.bursts[name]; b != nil {
-				w.creditMoves(b.sessions)
+				w.creditContent(b.sessions)
 				delete(w.bursts, name)
 			}
 		case prev != nil && ProfileHash(prev.(*corev1.ConfigMap)) != ProfileHash(ev.obj.(*corev1.ConfigMap)):
@@ -302,6 +343,7 @@ func (w *world) noteDelivered(r apiResource, ev watchEvent, prev object) {
 			}
 		}
 		w.cacheGranted = granted
+	case liveProfilesResource, podsResource:
 	case revisionsResource:
 		// A session whose profile is missing applies its spec only while
 		// the revision its Deployment mounts exists: the revision's
@@ -351,8 +393,17 @@ type profileBurst struct {
 
 func (w *world) profileEdited(profile string) {
 	sessions := w.cachedSessionsOf(profile)
+	if w.live.on {
+		// A session without a Deployment in the cache is created with the
+		// current content at once, its live profile first.
+		for name := range sessions {
+			if w.caches[deploymentsResource].deployment(name) == nil {
+				w.live.owed[name]++
+			}
+		}
+	}
 	if w.profileChangeDelay <= 0 {
-		w.creditMoves(sessions)
+		w.creditContent(sessions)
 		return
 	}
 	b := w.bursts[profile]
@@ -372,16 +423,10 @@ func (w *world) matureBursts() {
 	now := w.clock.Now()
 	for profile, b := range w.bursts {
 		if !now.Before(b.due) {
-			w.creditMoves(b.sessions)
-			w.creditMoves(w.cachedSessionsOf(profile))
+			w.creditContent(b.sessions)
+			w.creditContent(w.cachedSessionsOf(profile))
 			delete(w.bursts, profile)
 		}
-	}
-}
-
-func (w *world) creditMoves(sessions map[string]bool) {
-	for name := range sessions {
-		w.creditMove(name)
 	}
 }
 
@@ -412,7 +457,7 @@ func (w *world) creditRestart() {
 		w.creditMissed(c.pending)
 	}
 	for profile, b := range w.bursts {
-		w.creditMoves(b.sessions)
+		w.creditContent(b.sessions)
 		delete(w.bursts, profile)
 	}
 }
@@ -423,8 +468,13 @@ func (w *world) creditMissed(events []watchEvent) {
 	names, appeared := map[string]bool{}, map[string]bool{}
 	for _, ev := range events {
 		switch ev.change.resource {
-		case revisionsResource:
+		case revisionsResource, podsResource:
 			// Not a change of any Deployment's desired state.
+		case liveProfilesResource:
+			// A live profile another changed, delivered anew.
+			if session, ok := strings.CutSuffix(ev.obj.GetName(), worldLiveSuffix); ok && ev.change.author != byController {
+				w.live.owed[session]++
+			}
 		case profilesResource:
 			for _, s := range w.server.sessions() {
 				if uses(s, ev.obj.GetName()) {

@@ -61,22 +61,27 @@ import (
 // them), world_inputcanary_test.go (the canary of a rotation: what the
 // caches showed of its canaries and of data run Ready, the sequences of
 // canary rotations, and the rotations at rest that end them),
-// sequence_actions_test.go (what a step can be),
+// world_live_test.go (live delivery: the sessions' live profiles, the pods
+// of live templates and their game servers' acknowledgments, and what must
+// hold of them), sequence_actions_test.go (what a step can be),
 // sequence_invariants_test.go (what must hold) and sequence_ledger_test.go
 // (how many Deployment writes the controller may make).
 //
 // Adding an informer to the controller means adding it here too: a world
-// resource (world_server_test.go), its cache with the controller's handler
-// (startController), its requests (world_clients_test.go), what the ledger
-// and the invariants expect of it, and its RBAC case (test/integration
-// rbac_test.go). A new kind of referenced input is a row of worldInputs, its
-// world resource, and its flag stream in inputsOf.
+// resource (world_server_test.go), its cache with the controller's handler,
+// transform and indexes (startController), its requests
+// (world_clients_test.go), what the ledger and the invariants expect of it,
+// and its RBAC case (test/integration rbac_test.go). The live profiles and
+// live pods (world_live_test.go) are the latest such. A new kind of
+// referenced input is a row of worldInputs, its world resource, and its
+// flag stream in inputsOf.
 
 var (
 	sequenceSeed      = flag.Uint64("sequence.seed", 0, "replay the one sequence of this seed and print its event log")
 	sequenceCount     = flag.Int("sequence.count", 4000, "how many sequences TestSequences runs (a tenth with -short)")
 	sequenceFirst     = flag.Uint64("sequence.first", 1, "seed of the first sequence TestSequences runs")
 	sequenceVerbosity = flag.Int("sequence.verbosity", 0, "verbosity of the controller's log lines in a sequence's event log")
+	sequenceLive      = flag.Bool("sequence.live", true, "let the half of the sequences that liveOf picks play live delivery (world_live_test.go); false replays every sequence as before it")
 )
 
 // settleSteps bounds the settling phase, so that a livelock fails the test.
@@ -256,7 +261,9 @@ func TestSequenceRegressions(t *testing.T) {
 			if w := runWorld(newWorldOf(tc.seed, false, false)); len(w.violations) > 0 {
 				t.Fatalf("%s\n%s", tc.what, w.report())
 			}
-			if w := runSequence(tc.seed); len(w.violations) > 0 {
+			// Found before live delivery (world_live_test.go) was in the
+			// sequences: replayed without it, as they were found.
+			if w := runWorld(newWorldLive(tc.seed, false)); len(w.violations) > 0 {
 				t.Fatalf("%s (match-safe)\n%s", tc.what, w.report())
 			}
 		})
@@ -495,6 +502,10 @@ type world struct {
 	// canary is what the canaries of rotations showed
 	// (world_inputcanary_test.go).
 	canary inputCanaryMemory
+	// live is what live delivery adds: whether the sequence plays it, the
+	// game servers and the live profiles' share of the write ledger
+	// (world_live_test.go).
+	live liveWorld
 
 	alive      bool // false once the controller panicked
 	settling   bool
@@ -506,17 +517,26 @@ type world struct {
 	violations []violation
 }
 
-func newWorld(seed uint64) *world {
+func newWorld(seed uint64) *world { return newWorldLive(seed, *sequenceLive && liveOf(seed)) }
+
+// newWorldLive is newWorld, playing live delivery or not
+// (world_live_test.go).
+func newWorldLive(seed uint64, live bool) *world {
 	tenancy := tenancyOf(seed)
 	// The platform's sessions are there to share the cluster-wide budget
 	// with the world's: their sequences have one (match-safe).
-	return newWorldOf(seed, matchSafeOf(seed) || tenancy && platformSessionsOf(seed), tenancy, inputsOf(seed)...)
+	return newWorldWith(seed, matchSafeOf(seed) || tenancy && platformSessionsOf(seed), tenancy, live, inputsOf(seed)...)
 }
 
 // newWorldOf is newWorld, match-safe or not, with the platform's profile and
 // its grants or without (world_tenancy_test.go), with the kinds of
-// referenced input given (world_inputs_test.go).
+// referenced input given (world_inputs_test.go), without live delivery.
 func newWorldOf(seed uint64, matchSafe, tenancy bool, inputs ...*worldInput) *world {
+	return newWorldWith(seed, matchSafe, tenancy, false, inputs...)
+}
+
+// newWorldWith is newWorldOf, playing live delivery or not.
+func newWorldWith(seed uint64, matchSafe, tenancy, live bool, inputs ...*worldInput) *world {
 	start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	w := &world{
 		seed:       seed,
@@ -577,6 +597,7 @@ func newWorldOf(seed uint64, matchSafe, tenancy bool, inputs ...*worldInput) *wo
 		w.broken[ProfileHash(&corev1.ConfigMap{Data: pick(w, worldProfileData)})] = true
 	}
 	w.matchSafe = newMatchSafeWorld(matchSafe, w.rng)
+	w.live = newLiveWorld(live, w)
 	if w.platformSessions {
 		// Both namespaces' sessions share a budget that binds, with room
 		// for more than one: what each holds then tells them apart.
@@ -603,6 +624,9 @@ func newWorldOf(seed uint64, matchSafe, tenancy bool, inputs ...*worldInput) *wo
 	for _, in := range inputs {
 		w.logf("inputs: sessions read labelled %ss %v", in.kind, in.names)
 	}
+	if w.live.on {
+		w.logf("live delivery: profiles may deliver live; the game servers of %v never acknowledge", slices.Sorted(maps.Keys(w.live.neverAcks)))
+	}
 	if w.canary.rng != nil {
 		w.logf("canary rotations: paced profiles start with a canary, templates read %s %s", inputs[0].kind, inputs[0].names[0])
 	}
@@ -618,6 +642,8 @@ func (w *world) observe(ch change) {
 		w.noteRevisionChange(ch)
 	case deploymentsResource:
 		w.lastWriter[nameOf(ch)] = ch.author
+	case liveProfilesResource, podsResource:
+		w.noteLiveChange(ch)
 	}
 	c := w.caches[ch.resource]
 	if c == nil {
@@ -692,6 +718,12 @@ func (w *world) startController() {
 		rolloutsResource:    newInformerCache(rolloutsResource, informers.Rollouts.Informer().GetIndexer(), h.rollouts),
 		replicaSetsResource: newInformerCache(replicaSetsResource, informers.ReplicaSets.Informer().GetIndexer(), h.replicaSets),
 		grantsResource:      newInformerCache(grantsResource, informers.Grants.GetIndexer(), h.grants),
+		liveProfilesResource: newInformerCache(liveProfilesResource, informers.LiveProfiles.Informer().GetIndexer(),
+			h.liveProfiles),
+		podsResource: newInformerCache(podsResource, informers.LivePods.Informer().GetIndexer(), h.livePods),
+	}
+	if _, ok := w.caches[podsResource].indexer.GetIndexers()[sessionOfPodIndex]; !ok {
+		panic("harness: the world's pod cache is not the one the controller registered its index on")
 	}
 	for i, in := range worldInputs {
 		names, hash := c.caches.inputs[i].annotations()
@@ -759,6 +791,7 @@ func (w *world) stopController() {
 func (w *world) sync() bool {
 	w.lastCreate = lastCreate{}
 	w.syncKey, w.syncWrote, w.syncWroteStatus, w.syncHeld = "", false, false, false
+	w.live.syncMoved = ""
 	panicked := false
 	rateLimited, _ := w.call(func() {
 		defer func() {
@@ -861,6 +894,11 @@ func (w *world) settle() bool {
 		if items := w.kcmWork(); len(items) > 0 {
 			choices = append(choices, func() bool { w.doWork(items); return true })
 		}
+		if w.live.on {
+			if items := w.gameServerWork(); len(items) > 0 {
+				choices = append(choices, func() bool { w.doWork(items); return true })
+			}
+		}
 		if w.queue.hasReady() {
 			choices = append(choices, w.sync)
 		}
@@ -882,6 +920,11 @@ func (w *world) settle() bool {
 		waiting := w.waitingKeys()
 		deadline, progressing := w.kcmNextDeadline()
 		scheduled, changes := w.nextScheduledChange()
+		// So does the deadline of a live delivery no game server meets,
+		// however long: the controller says so only once it passed.
+		if live, ok := w.liveNextDeadline(); ok && (!changes || live.Before(scheduled)) {
+			scheduled, changes = live, true
+		}
 		if w.lastChange.After(quietSince) {
 			quietSince = w.lastChange
 		}

@@ -72,6 +72,16 @@ func newInformerCache(r apiResource, indexer cache.Indexer, handler cache.Resour
 		c.matches, c.transform = in.labelled, in.transform
 	case revisionsResource:
 		c.matches = func(obj object) bool { return obj.GetLabels()[worldRevisionLabel] == worldRevisionLabelValue }
+	case liveProfilesResource:
+		// LiveProfileSelector, through SlimLiveProfile.
+		c.matches = func(obj object) bool { return obj.GetLabels()[worldLiveProfileLabel] == "true" }
+		c.transform = SlimLiveProfile
+	case podsResource:
+		// LivePodSelector, through SlimLivePod.
+		c.matches = func(obj object) bool {
+			return obj.GetLabels()[worldManagedByLabel] == worldManagedByValue && obj.GetLabels()[worldDeliveryLabel] == "live"
+		}
+		c.transform = SlimLivePod
 	}
 	return c
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -72,10 +73,18 @@ func (w *world) serveKube(action core.Action) (bool, runtime.Object, error) {
 	case "configmaps":
 		// Revisions: the profile sync creates and deletes them, reads one
 		// only right after its create answered AlreadyExists, and never
-		// updates or patches a ConfigMap.
+		// updates or patches a ConfigMap. Live profiles: the session sync
+		// creates and replaces them, and reads the revision whose content
+		// it delivers when that is not the profile's current one
+		// (world_live_test.go).
 		switch action.GetVerb() {
 		case "create":
+			if cm, ok := action.(core.CreateAction).GetObject().(*corev1.ConfigMap); ok && cm.Labels[worldLiveProfileLabel] == "true" {
+				return w.createLiveProfile(action.(core.CreateAction))
+			}
 			return w.createRevision(action.(core.CreateAction))
+		case "update":
+			return w.updateLiveProfile(action.(core.UpdateAction))
 		case "delete":
 			return w.deleteRevision(action.(core.DeleteAction))
 		case "get":
@@ -287,6 +296,9 @@ func (w *world) updateSessionStatus(a core.UpdateAction) (bool, runtime.Object, 
 	}
 	w.logf("  → UPDATE gamesession %s/status (rv %s): rv %s%s", s.Name, s.ResourceVersion, updated.GetResourceVersion(),
 		describeStatus(&updated.(*gamesv1.GameSession).Status))
+	if w.live.on {
+		w.checkLiveStatusClaim(updated.(*gamesv1.GameSession))
+	}
 	if s.Namespace+"/"+s.Name == w.syncKey {
 		w.syncWroteStatus = true
 	}

@@ -36,16 +36,27 @@ func (w *world) gcWork() []work {
 		dependents := slices.DeleteFunc(slices.Clone(deployments), func(d *appsv1.Deployment) bool {
 			return !ownedBy(d, s.UID)
 		})
+		// Its live profile, if any, is a dependent too (world_live_test.go).
+		liveProfiles := w.liveProfilesOwnedBy(s.UID)
 		switch {
-		case slices.Contains(s.Finalizers, finalizerForeground) && len(dependents) > 0:
+		case slices.Contains(s.Finalizers, finalizerForeground) && len(dependents)+len(liveProfiles) > 0:
 			for _, d := range dependents {
 				if d.DeletionTimestamp == nil {
 					items = append(items, w.gcDelete(d, "its owner "+s.Name+" is being deleted in the foreground"))
 				}
 			}
-		case slices.Contains(s.Finalizers, finalizerOrphan) && len(dependents) > 0:
+			for _, lp := range liveProfiles {
+				items = append(items, work{
+					what: fmt.Sprintf("gc: delete live profile %s, its owner %s is being deleted in the foreground", lp.Name, s.Name),
+					do:   func() { w.gcDeleteLiveProfile(lp.Name, lp.UID) },
+				})
+			}
+		case slices.Contains(s.Finalizers, finalizerOrphan) && len(dependents)+len(liveProfiles) > 0:
 			for _, d := range dependents {
 				items = append(items, w.gcOrphan(d, s.UID))
+			}
+			for _, lp := range liveProfiles {
+				items = append(items, w.gcOrphanLiveProfile(lp, s.UID))
 			}
 		case slices.Contains(s.Finalizers, finalizerForeground):
 			items = append(items, w.gcFinish(sessionsResource, s, finalizerForeground))
@@ -75,6 +86,9 @@ func (w *world) gcWork() []work {
 		}
 	}
 	items = append(items, w.gcReplicaSetWork()...)
+	if w.live.on {
+		items = append(items, w.gcLiveWork()...)
+	}
 	// A ProfileRollout goes with its profile.
 	for _, obj := range w.server.view(rolloutsResource) {
 		r := obj.(*gamesv1.ProfileRollout)

@@ -502,11 +502,16 @@ func (w *world) checkInputsWrite(before, after *appsv1.Deployment) {
 				}
 			}
 			// A move like a profile's: it takes a place in the cluster's
-			// budget and rate.
+			// budget and rate. (One that takes along the live move its sync
+			// just made is that move: world_live_test.go.)
 			what := "restarted for its " + strings.Join(changed, " and ") + "s"
-			w.checkClusterMove(s, after, clusterMove{uid: after.UID,
-				hash: after.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation], inputs: worldInputsRun(after)}, what)
-			w.checkProfileBudget(after, profile, what)
+			if w.live.syncMoved == name {
+				w.covered["input move with a live move"]++
+			} else {
+				w.checkClusterMove(s, after, clusterMove{uid: after.UID,
+					hash: after.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation], inputs: worldInputsRun(after)}, what)
+				w.checkProfileBudget(after, profile, what, false, "")
+			}
 		}
 	}
 	if w.credits[name] == 0 && w.inputMoves[name] > 0 {
@@ -640,7 +645,8 @@ func (w *world) checkInputsAtRest() {
 		d := w.server.deployment(s.Name)
 		profile := w.serverProfileOf(s)
 		if d == nil || !controlledBy(d, s.UID) || d.Labels[worldManagedByLabel] != worldManagedByValue || profile == nil ||
-			profile.Labels[gamesv1.ProfileLabel] != gamesv1.ProfileLabelValue || rolledProfileHash(d, refOf(s)) != ProfileHash(profile) ||
+			profile.Labels[gamesv1.ProfileLabel] != gamesv1.ProfileLabelValue ||
+			rolledProfileHash(d, refOf(s)) != ProfileHash(profile) && (!w.live.on || !w.runsCurrent(s, profile, d)) ||
 			isBusy(s) {
 			continue
 		}

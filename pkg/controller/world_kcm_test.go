@@ -35,7 +35,9 @@ import (
 //     pods have not all become available within the deadline.
 //
 // Pods are counts: a ReplicaSet's status.replicas are pods that mount its
-// template's revision; readyReplicas those Ready. A template is "broken"
+// template's revision; readyReplicas those Ready. The pods of a template
+// that delivers live are objects, which game servers acknowledge on
+// (world_live_test.go). A template is "broken"
 // when it mounts a revision of content the world declares broken (see
 // world.broken): its pods never become Ready.
 
@@ -97,6 +99,9 @@ func (w *world) kcmWork() []work {
 		}
 		items = append(items, w.kcmDeploymentWork(d, byOwner[d.UID])...)
 	}
+	if w.live.on {
+		items = append(items, w.kubeletWork()...)
+	}
 	return items
 }
 
@@ -146,9 +151,12 @@ func (w *world) kcmDeploymentWork(d *appsv1.Deployment, rss []*appsv1.ReplicaSet
 		}
 	}
 	// The pods of each ReplicaSet (whatever the Deployment: the
-	// ReplicaSet controller does not care about a pause).
+	// ReplicaSet controller does not care about a pause); those of a live
+	// template are objects (world_live_test.go).
 	for _, rs := range rss {
-		if item, ok := w.kcmPods(rs); ok {
+		if w.live.on && isLiveTemplate(&rs.Spec.Template) {
+			items = append(items, w.kcmLivePods(rs)...)
+		} else if item, ok := w.kcmPods(rs); ok {
 			items = append(items, item)
 		}
 	}

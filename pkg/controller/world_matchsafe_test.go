@@ -71,6 +71,9 @@ type clusterMove struct {
 	uid    types.UID
 	hash   string
 	inputs string
+	// live: a move onto content delivered live, which holds its place
+	// until every pod applied it, or it failed (pruneLiveMoves).
+	live bool
 }
 
 // matchSafeWorld is what the match-safe invariants remember.
@@ -194,6 +197,13 @@ func (w *world) noteBudgetChange(ch change) {
 		// deleted (foreground propagation keeps it while its pods go), the
 		// Deployment is no longer the session's move: the controller may not
 		// write it, and lets its place go (settleMove).
+		if m.live {
+			if d == nil || d.UID != m.uid || metav1.GetControllerOf(d) == nil || d.DeletionTimestamp != nil || d.Spec.Paused ||
+				!worldDeliversLive(d, name) || d.Labels[worldManagedByLabel] != worldManagedByValue {
+				delete(w.matchSafe.clusterMoving, name)
+			}
+			return
+		}
 		if d == nil || d.UID != m.uid || metav1.GetControllerOf(d) == nil || d.DeletionTimestamp != nil || d.Spec.Paused || d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation] != m.hash ||
 			(m.inputs != "" && worldInputsRun(d) != m.inputs) ||
 			deploymentComplete(d) || w.failedOnTarget(d) || d.Labels[worldManagedByLabel] != worldManagedByValue {
@@ -206,12 +216,17 @@ func (w *world) noteBudgetChange(ch change) {
 
 // checkMatchSafeMove is told of each move of a session's Deployment from
 // one revision of its profile to another.
-func (w *world) checkMatchSafeMove(s *gamesv1.GameSession, d *appsv1.Deployment, profile, hash, what string) {
+// liveChange is a move of content within live delivery, which restarts no
+// game server; live, a move onto content delivered live.
+func (w *world) checkMatchSafeMove(s *gamesv1.GameSession, d *appsv1.Deployment, profile, hash, what string, liveChange, live bool) {
 	now := w.clock.Now()
 	cached := w.caches[profilesResource].profile(profile)
 	if cached != nil {
 		policy := worldPolicy(cached)
-		if isBusy(s) {
+		if isBusy(s) && liveChange && !policy.LiveDefersBusy {
+			// Nothing restarts: a busy session takes it at once.
+			w.covered["busy live move"]++
+		} else if isBusy(s) {
 			w.covered["busy moved"]++
 			first, seen := w.matchSafe.firstSeen[profile+"/"+hash]
 			// The rollout started no earlier than the content was seen,
@@ -230,7 +245,7 @@ func (w *world) checkMatchSafeMove(s *gamesv1.GameSession, d *appsv1.Deployment,
 			}
 		}
 	}
-	w.checkClusterMove(s, d, clusterMove{uid: d.UID, hash: hash}, what)
+	w.checkClusterMove(s, d, clusterMove{uid: d.UID, hash: hash, live: live}, what)
 }
 
 // checkClusterMove is told of each move of a session's Deployment, of any
@@ -282,8 +297,14 @@ func (w *world) checkClusterMove(s *gamesv1.GameSession, d *appsv1.Deployment, m
 			w.covered["cluster rate filled"]++
 		}
 		if recent > ms.perMinute {
-			w.violate("cluster-rate-exceeded", "Deployment %s %s: the %d. move within a minute, the cluster-wide budget allows %d a minute",
-				d.Name, what, recent, ms.perMinute)
+			var starts []string
+			for _, m := range ms.moveStarts {
+				if now.Sub(m.at) < time.Minute {
+					starts = append(starts, fmt.Sprintf("%s at %.3fs", m.uid, m.at.Sub(w.start).Seconds()))
+				}
+			}
+			w.violate("cluster-rate-exceeded", "Deployment %s %s: the %d. move within a minute (%s), the cluster-wide budget allows %d a minute",
+				d.Name, what, recent, strings.Join(starts, ", "), ms.perMinute)
 		}
 	}
 }
@@ -346,6 +367,17 @@ func (w *world) waitsOnBusyAtRest(r *gamesv1.ProfileRollout) bool {
 	}
 	busy := 0
 	for _, m := range w.serverMembers(r.Name) {
+		if w.live.on {
+			// A session running live, of a live profile, takes live changes
+			// at once, busy or not, unless the policy defers them.
+			p := w.server.profile(r.Name)
+			if hash, _ := contentOf(m.session, m.deployment, w.liveProfileOf(m.session.Name)); isBusy(m.session) &&
+				(hash != r.Status.TargetHash || p != nil && !w.runsCurrent(m.session, p, m.deployment)) &&
+				(p == nil || !worldDeliversLive(m.deployment, m.session.Name) || !wantsLive(p, m.deployment, m.session.Name) || worldPolicy(p).LiveDefersBusy) {
+				busy++
+			}
+			continue
+		}
 		if isBusy(m.session) && !mountsRevision(m.deployment, r.Name, r.Status.TargetHash) {
 			busy++
 		}

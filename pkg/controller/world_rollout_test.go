@@ -99,7 +99,7 @@ func describePolicy(a map[string]string) string {
 			parts = append(parts, strings.TrimPrefix(p.key, "rollout.games.example.com/")+"="+v)
 		}
 	}
-	for _, key := range []string{rollout.AnnotationMaxDefer, rollout.AnnotationWindow} {
+	for _, key := range []string{rollout.AnnotationMaxDefer, rollout.AnnotationWindow, rollout.AnnotationDelivery, rollout.AnnotationLiveDefersBusy} {
 		if v, ok := a[key]; ok {
 			parts = append(parts, strings.TrimPrefix(key, "rollout.games.example.com/")+"="+v)
 		}
@@ -202,6 +202,10 @@ type moveKey struct {
 	uid                 types.UID
 	// What sets a session back, and so lets it move again.
 	epoch, refEpoch, disturbed int
+	// How the content is delivered, and how many times the profile's
+	// delivery switched: a switch moves a session onto its content again.
+	live     bool
+	delivery int
 }
 
 // noteRolloutChange is told of every server change: it keeps the epochs of
@@ -215,7 +219,7 @@ func (w *world) noteRolloutChange(ch change) {
 			w.refEpoch[nameOf(ch)]++
 		}
 	case deploymentsResource:
-		if ch.new != nil && deploymentComplete(ch.new.(*appsv1.Deployment)) {
+		if ch.new != nil && deploymentComplete(ch.new.(*appsv1.Deployment)) && !worldDeliversLive(ch.new.(*appsv1.Deployment), nameOf(ch)) {
 			// A moved session whose Deployment completed has moved: a later
 			// rollout of it (its own spec changed) is no move of the profile.
 			d := ch.new.(*appsv1.Deployment)
@@ -225,7 +229,7 @@ func (w *world) noteRolloutChange(ch change) {
 				}
 			}
 			for _, set := range w.profileMoving {
-				if set[d.Name].uid == d.UID {
+				if set[d.Name].uid == d.UID && !set[d.Name].live {
 					delete(set, d.Name)
 				}
 			}
@@ -267,6 +271,7 @@ func (w *world) noteRolloutWritten(r *gamesv1.ProfileRollout) {
 	}
 	hash, epoch := ProfileHash(p), w.profileEpoch[r.Name]
 	st := r.Status
+	w.checkLiveReadyCount(r)
 	if h, ok := w.halts[r.Name]; ok && h.epoch == epoch && h.hash == hash && st.HaltedHash != hash {
 		w.violate("halt-released", "ProfileRollout %s written with haltedHash %q, but the rollout of %s halted and the profile's content has not changed since",
 			r.Name, st.HaltedHash, hash)
@@ -279,37 +284,56 @@ func (w *world) noteRolloutWritten(r *gamesv1.ProfileRollout) {
 	}
 }
 
-// checkMove is told of each controller write of a Deployment.
+// checkMove is told of each controller write of a Deployment: a move
+// changes what the session runs, its content or how it is delivered
+// (contentOf, world_live_test.go), from another content of its profile; a
+// start, from none.
 func (w *world) checkMove(before, after *appsv1.Deployment) {
 	s := w.caches[sessionsResource].session(after.Name)
 	if s == nil {
 		return
 	}
-	profile := profileNameOf(s.Spec.ProfileRef)
-	hash := after.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]
-	if !mountsRevision(after, profile, hash) {
+	var lp *corev1.ConfigMap
+	if w.live.on {
+		// Written, if at all, before the Deployment in the same sync.
+		lp = w.liveProfileOf(after.Name)
+	}
+	hash, live := contentOf(s, after, lp)
+	if hash == "" {
 		return
 	}
-	from := ""
-	if before != nil {
-		if h := before.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]; mountsRevision(before, profile, h) {
-			from = h
-		}
-	}
-	if from == hash {
+	from, fromLive := contentOf(s, before, lp)
+	if from == hash && fromLive == live {
 		return // not a move
 	}
+	w.checkContentMove(s, after, from, fromLive, hash, live, fmt.Sprintf("Deployment %s", after.Name), before)
+}
+
+// checkContentMove checks a move of the session of Deployment d, the
+// controller's write of what (the Deployment, or its live profile), from
+// content from (none for a start) to content hash, each delivered live or
+// not. before is the Deployment before a write of it, nil else.
+func (w *world) checkContentMove(s *gamesv1.GameSession, d *appsv1.Deployment, from string, fromLive bool, hash string, live bool,
+	writer string, before *appsv1.Deployment) {
+	profile := profileNameOf(s.Spec.ProfileRef)
 	start := from == ""
-	what := fmt.Sprintf("moved from revision %s", worldRevisionName(after.Namespace, profile, from))
+	what := fmt.Sprintf("moved from revision %s", worldRevisionName(d.Namespace, profile, from))
 	if start {
 		what = fmt.Sprintf("started (it mounted %q)", mountedConfigMap(before))
 	}
+	if w.live.on {
+		what = fmt.Sprintf("%s (%s: live %t, was %t)", what, writer, live, fromLive)
+	}
+	// What it moved for: only a live change within live delivery restarts
+	// no game server.
+	liveChange := live && fromLive
 
-	key := moveKey{name: after.Name, profile: profile, hash: hash, uid: after.UID,
-		epoch: w.profileEpoch[profile], refEpoch: w.refEpoch[after.Name], disturbed: w.disturbed[after.Name]}
+	key := moveKey{name: d.Name, profile: profile, hash: hash, uid: d.UID,
+		epoch: w.profileEpoch[profile], refEpoch: w.refEpoch[d.Name], disturbed: w.disturbed[d.Name],
+		live: live, delivery: w.live.deliveryEpoch[profile]}
 	if w.moveCount[key]++; w.moveCount[key] > 1 {
 		w.violate("moved-twice", "Deployment %s %s onto revision %s for the %d. time, with nothing in between that set it back",
-			after.Name, what, worldRevisionName(after.Namespace, profile, hash), w.moveCount[key])
+			d.Name, what, worldRevisionName(d.Namespace, profile, hash), w.moveCount[key])
 	}
 
 	if h, ok := w.halts[profile]; ok && h.hash == hash && h.epoch == w.profileEpoch[profile] {
@@ -317,24 +341,37 @@ func (w *world) checkMove(before, after *appsv1.Deployment) {
 		if r := w.server.rollout(profile); r != nil {
 			stable = r.Status.StableHash
 		}
-		if !start || (stable != "" && stable != hash && w.caches[revisionsResource].revision(worldRevisionName(after.Namespace, profile, stable)) != nil) {
+		if !start || (stable != "" && stable != hash && w.caches[revisionsResource].revision(worldRevisionName(d.Namespace, profile, stable)) != nil) {
 			w.violate("halt-moved", "Deployment %s %s onto revision %s, whose rollout halted (stable %q)",
-				after.Name, what, worldRevisionName(after.Namespace, profile, hash), stable)
+				d.Name, what, worldRevisionName(d.Namespace, profile, hash), stable)
 		}
 	}
 	if start {
 		w.covered["start"]++
+		if live {
+			w.covered["live start"]++
+		}
 		return
 	}
 	w.covered["move"]++
+	switch {
+	case liveChange:
+		w.covered["live move"]++
+		w.live.liveMoves[profile+"/"+hash+"/"+d.Name] = true
+	case live != fromLive:
+		w.covered["delivery switch move"]++
+		if live {
+			w.live.liveMoves[profile+"/"+hash+"/"+d.Name] = true
+		}
+	}
 	cached := w.caches[profilesResource].profile(profile)
 	if cached != nil && ProfileHash(cached) == hash && worldPolicy(cached).Paused {
 		w.violate("paused-moved", "Deployment %s %s onto revision %s while the controller's cache shows the rollout policy %s",
-			after.Name, what, worldRevisionName(after.Namespace, profile, hash), describePolicy(cached.Annotations))
+			d.Name, what, worldRevisionName(d.Namespace, profile, hash), describePolicy(cached.Annotations))
 	}
-	w.checkMatchSafeMove(s, after, profile, hash, what)
-	w.checkBudget(after, profile, hash, what)
-	w.checkProfileBudget(after, profile, what)
+	w.checkMatchSafeMove(s, d, profile, hash, what, liveChange, live)
+	w.checkBudget(d, profile, hash, what)
+	w.checkProfileBudget(d, profile, what, live, hash)
 }
 
 // checkBudget checks a move of Deployment d onto content hash of profile
@@ -354,7 +391,7 @@ func (w *world) checkBudget(d *appsv1.Deployment, profile, hash, what string) {
 		// profile, controlling the Deployment, not being deleted: its game
 		// servers then go, they do not restart) and moving.
 		cur, s := w.server.deployment(name), w.server.session(name)
-		if cur == nil || cur.UID != uid || cur.DeletionTimestamp != nil || !mountsRevision(cur, profile, hash) || deploymentComplete(cur) ||
+		if cur == nil || cur.UID != uid || cur.DeletionTimestamp != nil || !w.runsOnServer(s, cur, profile, hash) ||
 			s == nil || s.DeletionTimestamp != nil || !uses(s, profile) || !controlledBy(cur, s.UID) {
 			delete(set, name)
 		}
@@ -370,23 +407,44 @@ func (w *world) checkBudget(d *appsv1.Deployment, profile, hash, what string) {
 	}
 }
 
+// runsOnServer reports whether a moved session still rolls its move onto
+// content hash of profile on the server: it runs that content, and, by
+// restart, its Deployment has not completed (live moves end in
+// pruneLiveMoves, once every pod applied them).
+func (w *world) runsOnServer(s *gamesv1.GameSession, d *appsv1.Deployment, profile, hash string) bool {
+	if !w.live.on {
+		return mountsRevision(d, profile, hash) && !deploymentComplete(d)
+	}
+	held, live := contentOf(s, d, w.liveProfileOf(d.Name))
+	return held == hash && (live || !deploymentComplete(d))
+}
+
 // restartInProfile is a move of a session's Deployment that counts among its
 // profile's max-rolling, whatever its kind: the Deployment, and the content
-// and inputs its template runs after it.
+// and inputs its template runs after it; live, a move of content delivered
+// live, which ends with acknowledgments (pruneLiveMoves).
 type restartInProfile struct {
 	uid      types.UID
 	template string
+	live     bool
+	hash     string
 }
 
 // templateMoved is what a move moves a Deployment to: the content it runs
-// and the data of its inputs.
-func templateMoved(d *appsv1.Deployment) string {
+// and the data of its inputs; for a template that delivers live, the
+// content its live profile holds on the server.
+func (w *world) templateMoved(d *appsv1.Deployment) string {
+	if w.live.on && worldDeliversLive(d, d.Name) {
+		return "live " + liveHash(w.liveProfileOf(d.Name)) + "|" + worldInputsRun(d)
+	}
 	return d.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation] + "|" + worldInputsRun(d)
 }
 
 // checkProfileBudget checks a move of Deployment d, of any kind, against
 // its profile's max-rolling over every kind of move.
-func (w *world) checkProfileBudget(d *appsv1.Deployment, profile, what string) {
+// live is a move of content hash delivered live, which ends once every pod
+// applied it.
+func (w *world) checkProfileBudget(d *appsv1.Deployment, profile, what string, live bool, hash string) {
 	budget, paced := w.budgetOf(profile)
 	if !paced {
 		return
@@ -401,13 +459,14 @@ func (w *world) checkProfileBudget(d *appsv1.Deployment, profile, what string) {
 		// it moved to: a move that failed holds back moves of its own kind
 		// only, which the budget check and the brake cover.
 		cur, s := w.server.deployment(name), w.server.session(name)
-		if cur == nil || cur.UID != m.uid || cur.DeletionTimestamp != nil || templateMoved(cur) != m.template || deploymentComplete(cur) ||
+		if cur == nil || cur.UID != m.uid || cur.DeletionTimestamp != nil || w.templateMoved(cur) != m.template ||
+			!m.live && deploymentComplete(cur) || m.live && w.liveSettled(name, m.hash, true) ||
 			cur.Spec.Paused || timedOutCondition(cur) != nil ||
 			s == nil || s.DeletionTimestamp != nil || !uses(s, profile) || !controlledBy(cur, s.UID) {
 			delete(set, name)
 		}
 	}
-	set[d.Name] = restartInProfile{uid: d.UID, template: templateMoved(d)}
+	set[d.Name] = restartInProfile{uid: d.UID, template: w.templateMoved(d), live: live, hash: hash}
 	w.covered["profile budget move"]++
 	if len(set) == budget {
 		w.covered["profile budget filled"]++
@@ -549,6 +608,8 @@ func (w *world) waitsForRollout(name string) bool {
 			c.Reason == gamesv1.ReasonWaitingForClusterBudget)
 }
 
+func b2i32(b bool) int32 { return int32(b2i(b)) }
+
 // ---- Checked at rest ----
 
 // rolloutOf returns the profile's ProfileRollout on the server, if it is
@@ -601,7 +662,7 @@ func (w *world) heldAtRest(s *gamesv1.GameSession, profile *corev1.ConfigMap, d 
 	if upToDate == nil || upToDate.Status != metav1.ConditionFalse || !slices.Contains(heldReasons, upToDate.Reason) {
 		return false
 	}
-	if d != nil && mountsRevision(d, profile.Name, ProfileHash(profile)) {
+	if d != nil && (mountsRevision(d, profile.Name, ProfileHash(profile)) && !w.live.on || w.live.on && w.runsCurrent(s, profile, d)) {
 		return false // it runs the current content: checked as any other
 	}
 	r := w.rolloutOf(profile)
@@ -666,7 +727,13 @@ func (w *world) checkRolloutsAtRest() {
 			// As the rollout names its members: those of another namespace
 			// than the profile's by namespace and name.
 			names[memberName(p.Namespace, m.session.Namespace+"/"+m.session.Name)] = true
-			if !mountsRevision(m.deployment, p.Name, hash) {
+			if w.liveMemberOf(m) {
+				isMoved, isReady, isFailed := w.liveMemberAtRest(m, p)
+				moved, ready, failed = moved+b2i32(isMoved), ready+b2i32(isReady), failed+b2i32(isFailed)
+				continue
+			}
+			if !mountsRevision(m.deployment, p.Name, hash) || worldPolicyLive(p) == "live" {
+				// By restart, a session of a live profile is yet to switch.
 				continue
 			}
 			moved++
@@ -686,6 +753,7 @@ func (w *world) checkRolloutsAtRest() {
 				w.violate("rollout-lie", "ProfileRollout %s names blocked session %s, which is not a session of the profile with a Deployment", r.Name, b.Name)
 			}
 		}
+		w.liveRolloutAtRest(r, p)
 		w.covered["at rest "+string(st.Phase)]++
 		if len(st.Blocked) > 0 {
 			w.covered["at rest blocked"]++
@@ -711,7 +779,11 @@ func (w *world) checkRolloutsAtRest() {
 		default:
 			w.waitsOnBusyAtRest(r)
 			if rolloutBlockedReason(r) == "" {
-				w.violate("rollout-silent", "ProfileRollout %s is %s at rest: neither complete nor visibly stopped", r.Name, describeRollout(r))
+				ledger := ""
+				if w.live.on {
+					ledger = "; the ledger's moves: " + w.describeLedgerMoves()
+				}
+				w.violate("rollout-silent", "ProfileRollout %s is %s at rest: neither complete nor visibly stopped%s", r.Name, describeRollout(r), ledger)
 			}
 		}
 	}

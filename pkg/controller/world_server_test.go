@@ -25,9 +25,11 @@ import (
 )
 
 // The API server of a sequence: one store for each resource the controller
-// deals with, in one namespace (profiles and revisions are both ConfigMaps,
-// kept apart but sharing one name space, as they share one resource), with the semantics the controller
-// depends on and a fake clientset would not give it: one resourceVersion
+// deals with, in one namespace (profiles, revisions, session configs and
+// live profiles are all ConfigMaps, kept apart but sharing one name space, as
+// they share one resource; pods only of live sessions, world_live_test.go),
+// with the semantics the controller depends on and a fake clientset would
+// not give it: one resourceVersion
 // counter, writes that change nothing keep the resourceVersion, generation
 // rises on spec changes only, status subresources, resourceVersion and UID
 // preconditions, JSON merge and strategic merge patches, defaulting and
@@ -102,15 +104,21 @@ const (
 	// profiles and revisions, but that neither cache of those lists.
 	secretsResource
 	sessionConfigsResource
+	// liveProfilesResource holds the sessions' live profiles, ConfigMaps
+	// of the one name space too, and podsResource the pods of live
+	// sessions, the only pods the world keeps as objects
+	// (world_live_test.go).
+	liveProfilesResource
+	podsResource
 	resourceCount
 )
 
 func (r apiResource) String() string {
-	return [...]string{"gamesession", "configmap", "deployment", "revision", "profilerollout", "replicaset", "referencegrant", "secret", "sessionconfig"}[r]
+	return [...]string{"gamesession", "configmap", "deployment", "revision", "profilerollout", "replicaset", "referencegrant", "secret", "sessionconfig", "liveprofile", "pod"}[r]
 }
 
 // configMapResources store ConfigMaps.
-var configMapResources = []apiResource{profilesResource, revisionsResource, sessionConfigsResource}
+var configMapResources = []apiResource{profilesResource, revisionsResource, sessionConfigsResource, liveProfilesResource}
 
 // isConfigMap reports whether r stores ConfigMaps.
 func (r apiResource) isConfigMap() bool { return slices.Contains(configMapResources, r) }
@@ -121,7 +129,8 @@ func (r apiResource) groupKind() schema.GroupKind {
 		appsv1.SchemeGroupVersion.WithKind("Deployment").GroupKind(), corev1.SchemeGroupVersion.WithKind("ConfigMap").GroupKind(),
 		gamesv1.SchemeGroupVersion.WithKind("ProfileRollout").GroupKind(), appsv1.SchemeGroupVersion.WithKind("ReplicaSet").GroupKind(),
 		{Group: "gateway.networking.k8s.io", Kind: "ReferenceGrant"}, corev1.SchemeGroupVersion.WithKind("Secret").GroupKind(),
-		corev1.SchemeGroupVersion.WithKind("ConfigMap").GroupKind(),
+		corev1.SchemeGroupVersion.WithKind("ConfigMap").GroupKind(), corev1.SchemeGroupVersion.WithKind("ConfigMap").GroupKind(),
+		corev1.SchemeGroupVersion.WithKind("Pod").GroupKind(),
 	}[r]
 }
 
@@ -130,6 +139,7 @@ func (r apiResource) groupResource() schema.GroupResource {
 		gamesv1.Resource("gamesessions"), corev1.Resource("configmaps"), appsv1.Resource("deployments"), corev1.Resource("configmaps"),
 		gamesv1.Resource("profilerollouts"), appsv1.Resource("replicasets"),
 		{Group: "gateway.networking.k8s.io", Resource: "referencegrants"}, corev1.Resource("secrets"), corev1.Resource("configmaps"),
+		corev1.Resource("configmaps"), corev1.Resource("pods"),
 	}[r]
 }
 
@@ -155,6 +165,9 @@ const (
 	// byRelist marks what an informer's relist hands over: the sum of the
 	// changes it missed, whoever made them.
 	byRelist author = "relist"
+	// byGameServer marks a game server's acknowledgment on its own pod
+	// (world_live_test.go).
+	byGameServer author = "gameserver"
 )
 
 // change is one write the server made, as a watch reports it before any label
@@ -274,8 +287,8 @@ func (s *apiServer) create(by author, r apiResource, obj object) (object, error)
 		return nil, apierrors.NewAlreadyExists(r.groupResource(), name)
 	}
 	if r.isConfigMap() {
-		// Profiles, revisions and session configs are one resource: one
-		// name space.
+		// Profiles, revisions, session configs and live profiles are one
+		// resource: one name space.
 		for _, other := range configMapResources {
 			if _, exists := s.objects[other][name]; exists {
 				return nil, apierrors.NewAlreadyExists(r.groupResource(), name)
@@ -519,6 +532,8 @@ func newEmpty(r apiResource) object {
 		func() object { return &unstructured.Unstructured{} },
 		func() object { return &corev1.Secret{} },
 		func() object { return &corev1.ConfigMap{} },
+		func() object { return &corev1.ConfigMap{} },
+		func() object { return &corev1.Pod{} },
 	}[r]()
 }
 
@@ -544,6 +559,8 @@ func copyStatus(dst, src object) {
 		d.Status = *src.(*gamesv1.ProfileRollout).Status.DeepCopy()
 	case *appsv1.ReplicaSet:
 		d.Status = *src.(*appsv1.ReplicaSet).Status.DeepCopy()
+	case *corev1.Pod:
+		d.Status = *src.(*corev1.Pod).Status.DeepCopy()
 	}
 }
 

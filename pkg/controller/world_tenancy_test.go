@@ -113,6 +113,7 @@ func (w *world) populatePlatform() {
 		if w.paced {
 			p.Annotations = w.randomPolicy()
 		}
+		w.withDelivery(p)
 		_, err := w.server.create(byUser, profilesResource, p)
 		must(err)
 	}
@@ -247,6 +248,9 @@ func (w *world) pickableCaches() []*informerCache {
 		if w.plays(in.resource) || w.tenancy && in.resource == secretsResource {
 			caches = append(caches, w.caches[in.resource])
 		}
+	}
+	if w.live.on {
+		caches = append(caches, w.caches[liveProfilesResource], w.caches[podsResource])
 	}
 	return caches
 }
