@@ -393,9 +393,9 @@ func (c *Controller) eventHandlers() eventHandlers {
 		h.inputs = append(h.inputs, s.inputEventHandlers(in))
 	}
 	h.liveProfiles = cache.ResourceEventHandlerFuncs{
-		AddFunc:    s.enqueueSessionOfLiveProfile,
-		UpdateFunc: func(_, obj interface{}) { s.enqueueSessionOfLiveProfile(obj) },
-		DeleteFunc: s.enqueueSessionOfLiveProfile,
+		AddFunc:    func(obj interface{}) { s.enqueueSessionOfLiveProfile(obj, false) },
+		UpdateFunc: func(_, obj interface{}) { s.enqueueSessionOfLiveProfile(obj, false) },
+		DeleteFunc: func(obj interface{}) { s.enqueueSessionOfLiveProfile(obj, true) },
 	}
 	h.livePods = cache.ResourceEventHandlerFuncs{
 		AddFunc: s.enqueueSessionOfPod,

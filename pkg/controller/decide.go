@@ -118,11 +118,17 @@ type sessionView struct {
 	// its content live; runsLive: the Deployment's pod template mounts the
 	// session's live profile, whose revision is then rolled and mounted.
 	// A session without a Deployment runs as it wants. liveProfile is the
-	// cached live profile (nil for none), liveTaken a ConfigMap of its name
-	// that the session does not control; delivery where the revision it
-	// holds stands with the session's pods.
+	// cached live profile (nil for none), or one a live read found
+	// (liveProfileUncached); liveTaken: a ConfigMap of its name that
+	// another controls (liveProfileTaken). delivery is where the revision
+	// it holds stands with the session's pods. liveHeld is the content the
+	// live profile holds of a session that runs live: rolled and mounted,
+	// unless a hand edit took the profile volume away from it.
 	wantsLive, runsLive bool
+	liveHeld            string
 	liveProfile         *corev1.ConfigMap
+	liveProfileUncached bool
+	liveWritten         *corev1.ConfigMap // this sync's write of it, nil for none
 	liveTaken           bool
 	delivery            liveDelivery
 }
@@ -163,6 +169,9 @@ const (
 	leaveProfileMissing
 	leaveNothingToMount
 	leaveForRevision
+	// leaveLiveTaken: the content is to be delivered live, and another
+	// controls the ConfigMap of the live profile's name.
+	leaveLiveTaken
 )
 
 // sessionDecision is the one value a session's decision returns.
@@ -224,6 +233,10 @@ func decideSession(v *sessionView) sessionDecision {
 		return d
 	case d.choice.waitForRevision:
 		d.action, d.why = actLeave, leaveForRevision
+		return d
+	case d.choice.live && v.liveTaken:
+		d.action, d.why = actLeave, leaveLiveTaken
+		d.requeueAfter = earliest(d.requeueAfter, liveTakenRecheck(v.liveProfile, v.session))
 		return d
 	case observed == nil:
 		d.action = actCreate
@@ -361,6 +374,9 @@ func (v *sessionView) chooseRevision(base *appsv1.Deployment) revisionChoice {
 			// annotation names: put that one back meanwhile.
 			if hash := v.deployment.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]; hash != "" && v.available[hash] {
 				rolled = hash
+			} else if v.runsLive {
+				// Or the live profile, which holds its content still.
+				rolled = v.liveHeld
 			}
 		}
 		choice := revisionChoice{hash: rolled, reason: gamesv1.ReasonRevisionPending, planNeeded: true,
@@ -495,6 +511,8 @@ func sessionStatusOf(v *sessionView, d *sessionDecision, current *appsv1.Deploym
 	case d.why == leaveForRevision:
 		s.deployment(observed)
 		s.waiting(d.choice.reason, d.choice.message)
+	case d.why == leaveLiveTaken:
+		s.liveProfileBlocked(observed, v.liveProfile)
 	case d.action == actCreate && invalid != nil:
 		s.deploymentInvalid(invalid)
 	case invalid != nil:

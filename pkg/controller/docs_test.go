@@ -176,11 +176,12 @@ func TestDocsListEverySessionReason(t *testing.T) {
 	// are then.
 	readyReasons := sets.New(gamesv1.ReasonDeploymentProgressing, gamesv1.ReasonDeploymentPaused,
 		gamesv1.ReasonDeploymentDeleting, gamesv1.ReasonDeploymentNotControlled, gamesv1.ReasonDeploymentInvalid,
-		gamesv1.ReasonProgressDeadlineExceeded)
+		gamesv1.ReasonProgressDeadlineExceeded, gamesv1.ReasonLiveProfileNotControlled, gamesv1.ReasonLiveProfileDeleting)
 	upToDateReasons := sets.New(gamesv1.ReasonRevisionPending, gamesv1.ReasonRevisionUnavailable,
 		gamesv1.ReasonWaitingForTurn, gamesv1.ReasonRolloutPaused, gamesv1.ReasonRolloutHalted,
 		gamesv1.ReasonRolloutBlocked, gamesv1.ReasonSessionBusy, gamesv1.ReasonOutsideWindow,
-		gamesv1.ReasonWaitingForClusterBudget, gamesv1.ReasonDeliveryPending, gamesv1.ReasonDeliveryFailed)
+		gamesv1.ReasonWaitingForClusterBudget, gamesv1.ReasonDeliveryPending, gamesv1.ReasonDeliveryFailed,
+		gamesv1.ReasonLiveProfileNotControlled, gamesv1.ReasonLiveProfileDeleting)
 	resolvedReasons := sets.New(gamesv1.ReasonProfileNotFound, gamesv1.ReasonReferenceNotPermitted)
 	var cases [][]metav1.Condition
 	for _, reason := range sets.List(readyReasons) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -37,6 +38,21 @@ type writeExpectations struct {
 
 	mu        sync.Mutex
 	bySession map[string]expectation
+	// liveBySession holds each session's last write of its live profile
+	// (live.go) until the cache shows it.
+	liveBySession map[string]liveWrite
+}
+
+// liveWrite is a write of a session's live profile: the resourceVersion it
+// was made on, "" for a create. A ConfigMap has no generation, and
+// resourceVersions may not be compared: the cache shows the write once it
+// no longer shows the version the write replaced.
+type liveWrite struct {
+	from     string
+	recorded time.Time
+	// unanswered: the answer (a server error, a timeout) did not say
+	// whether the write applied; only a live read tells.
+	unanswered bool
 }
 
 type expectation struct {
@@ -51,7 +67,7 @@ type expectation struct {
 }
 
 func newWriteExpectations(clk clock.PassiveClock) *writeExpectations {
-	return &writeExpectations{clock: clk, bySession: make(map[string]expectation)}
+	return &writeExpectations{clock: clk, bySession: make(map[string]expectation), liveBySession: make(map[string]liveWrite)}
 }
 
 // expect records that a write to the session's Deployment produced written.
@@ -166,11 +182,107 @@ func (e *writeExpectations) awaits(sessionKey string, d *appsv1.Deployment) bool
 	return ok && exp.uid == d.UID && exp.generation == d.Generation
 }
 
-// forget drops the session's expectation, for a deleted session.
+// forget drops the session's expectations, for a deleted session.
 func (e *writeExpectations) forget(sessionKey string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.bySession, sessionKey)
+	delete(e.liveBySession, sessionKey)
+}
+
+// expectLive records a write of the session's live profile about to be
+// made on resourceVersion from ("" for a create).
+func (e *writeExpectations) expectLive(sessionKey, from string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.liveBySession[sessionKey] = liveWrite{from: from, recorded: e.clock.Now()}
+}
+
+// answeredLive settles the record of the live write made on from by its
+// answer, written or err: a refusal, or a write that changed nothing, drops
+// it; an answer that does not say whether it applied marks it for a live
+// read (unansweredLive).
+func (e *writeExpectations) answeredLive(sessionKey, from string, written *corev1.ConfigMap, err error) {
+	if err == nil && (from == "" || written.ResourceVersion != from) {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	w, ok := e.liveBySession[sessionKey]
+	switch {
+	case !ok || w.from != from:
+	case err != nil && mayHaveApplied(err):
+		w.unanswered = true
+		e.liveBySession[sessionKey] = w
+	default:
+		delete(e.liveBySession, sessionKey)
+	}
+}
+
+// liveAwaited reports whether cached, the session's live profile as the
+// cache shows it (nil for none), is still what its last write replaced:
+// the event of that write is on its way.
+func (e *writeExpectations) liveAwaited(sessionKey string, cached *corev1.ConfigMap) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	w, ok := e.liveBySession[sessionKey]
+	if !ok {
+		return false
+	}
+	if e.clock.Since(w.recorded) >= expectationTimeout || !w.replaces(cached) {
+		delete(e.liveBySession, sessionKey)
+		return false
+	}
+	return true
+}
+
+// liveObserved is told of each event of the session's live profile, cm:
+// one that brings another version than the one the last write was made on
+// shows that write, or what came after it (the write was made on the
+// version the cache showed, so every later event is of it or later).
+func (e *writeExpectations) liveObserved(sessionKey string, cm *corev1.ConfigMap, deleted bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if w, ok := e.liveBySession[sessionKey]; ok && (deleted || cm.ResourceVersion != w.from) {
+		delete(e.liveBySession, sessionKey)
+	}
+}
+
+// unansweredLive reports whether the session's last live write is one
+// whose answer did not say whether it applied, and the cache still shows
+// what it would have replaced.
+func (e *writeExpectations) unansweredLive(sessionKey string, cached *corev1.ConfigMap) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	w, ok := e.liveBySession[sessionKey]
+	return ok && w.unanswered && w.replaces(cached)
+}
+
+// confirmLive settles an unanswered live write by a live read of the live
+// profile (nil: none): still the version the write was made on, the write
+// did not apply; else the cache is behind, and the write is awaited as
+// any other.
+func (e *writeExpectations) confirmLive(sessionKey string, live *corev1.ConfigMap) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	w, ok := e.liveBySession[sessionKey]
+	switch {
+	case !ok || !w.unanswered:
+	case w.replaces(live):
+		delete(e.liveBySession, sessionKey)
+	default:
+		w.unanswered = false
+		e.liveBySession[sessionKey] = w
+	}
+}
+
+// replaces reports whether the write was made on cm, the live profile as
+// something shows it (nil for none).
+func (w liveWrite) replaces(cm *corev1.ConfigMap) bool {
+	if w.from == "" {
+		return cm == nil
+	}
+	return cm != nil && cm.ResourceVersion == w.from
 }
 
 // statusEchoes hold, per session, the status write whose watch event

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -57,6 +58,95 @@ func TestWriteExpectations(t *testing.T) {
 			}
 			if !e.satisfied("arena/other", deploymentAt("a", 1)) {
 				t.Error("a session without expectations was held")
+			}
+		})
+	}
+}
+
+func liveProfileAt(resourceVersion string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "s1-live-profile", ResourceVersion: resourceVersion}}
+}
+
+// A write of a live profile is awaited while the cache shows what it
+// replaced: the version it was made on, or nothing for a create.
+func TestLiveWriteExpectations(t *testing.T) {
+	serverError := apierrors.NewInternalError(errors.New("etcd timeout"))
+	conflict := apierrors.NewConflict(schema.GroupResource{Resource: "configmaps"}, "s1-live-profile", errors.New("changed"))
+	for _, tc := range []struct {
+		name   string
+		from   string // "" for a create
+		answer *corev1.ConfigMap
+		err    error
+		cached *corev1.ConfigMap
+		after  time.Duration
+		want   bool
+	}{
+		{name: "update, cache behind", from: "7", answer: liveProfileAt("9"), cached: liveProfileAt("7"), want: true},
+		{name: "update, cache shows it", from: "7", answer: liveProfileAt("9"), cached: liveProfileAt("9")},
+		{name: "update, deleted since", from: "7", answer: liveProfileAt("9"), cached: nil},
+		{name: "create, cache behind", answer: liveProfileAt("9"), cached: nil, want: true},
+		{name: "create, cache shows it", answer: liveProfileAt("9"), cached: liveProfileAt("9")},
+		{name: "write that changed nothing", from: "7", answer: liveProfileAt("7"), cached: liveProfileAt("7")},
+		{name: "refused", from: "7", err: conflict, cached: liveProfileAt("7")},
+		{name: "unanswered", from: "7", err: serverError, cached: liveProfileAt("7"), want: true},
+		{name: "event lost", from: "7", answer: liveProfileAt("9"), cached: liveProfileAt("7"), after: expectationTimeout},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := clocktesting.NewFakePassiveClock(time.Now())
+			e := newWriteExpectations(clock)
+			e.expectLive("arena/s1", tc.from)
+			e.answeredLive("arena/s1", tc.from, tc.answer, tc.err)
+			clock.SetTime(clock.Now().Add(tc.after))
+			if got := e.liveAwaited("arena/s1", tc.cached); got != tc.want {
+				t.Errorf("awaited = %v, want %v", got, tc.want)
+			}
+			if got := e.unansweredLive("arena/s1", tc.cached); got != (tc.err == serverError) {
+				t.Errorf("unanswered = %v, want %v", got, tc.err == serverError)
+			}
+			if e.liveAwaited("arena/other", nil) {
+				t.Error("a session without a live write was held")
+			}
+		})
+	}
+}
+
+// An event of the live profile shows the write, or what came after it;
+// a resync of the version the write replaced does not.
+func TestLiveWriteObserved(t *testing.T) {
+	e := newWriteExpectations(clock.RealClock{})
+	e.expectLive("arena/s1", "")
+	e.liveObserved("arena/s1", liveProfileAt("9"), true)
+	if e.liveAwaited("arena/s1", nil) {
+		t.Error("a create whose live profile the cache received, then lost to a delete, is awaited still")
+	}
+	e.expectLive("arena/s1", "7")
+	e.liveObserved("arena/s1", liveProfileAt("7"), false)
+	if !e.liveAwaited("arena/s1", liveProfileAt("7")) {
+		t.Error("a resync of the version the write replaced passed for the write")
+	}
+}
+
+// An unanswered live write is settled by a live read: the version it was
+// made on, it did not apply; a later one, or none, the cache is behind, and
+// its event comes.
+func TestConfirmUnansweredLiveWrite(t *testing.T) {
+	serverError := apierrors.NewInternalError(errors.New("etcd timeout"))
+	for _, tc := range []struct {
+		name string
+		live *corev1.ConfigMap
+		want bool
+	}{
+		{name: "not applied", live: liveProfileAt("7"), want: false},
+		{name: "applied", live: liveProfileAt("9"), want: true},
+		{name: "deleted", live: nil, want: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newWriteExpectations(clock.RealClock{})
+			e.expectLive("arena/s1", "7")
+			e.answeredLive("arena/s1", "7", nil, serverError)
+			e.confirmLive("arena/s1", tc.live)
+			if got := e.liveAwaited("arena/s1", liveProfileAt("7")); got != tc.want {
+				t.Errorf("awaited = %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -712,11 +712,13 @@ func (c *sessionController) seedLedger() {
 		}
 		ref := metav1.GetControllerOf(d)
 		if ref != nil && ref.Kind == gameSessionKind.Kind && deliversLive(d, ref.Name) {
-			if m, at, ok := c.seedLiveMove(d, ref); ok {
+			m, delivered, ok := c.seedLiveMove(d, ref)
+			if ok {
 				moving[d.Namespace+"/"+ref.Name] = m
-				if now.Sub(at) < time.Minute {
-					starts = append(starts, moveStarted{at: at, namespace: d.Namespace})
-				}
+			}
+			if !delivered.IsZero() && now.Sub(delivered) < time.Minute {
+				// Every delivery of the minute, applied or not.
+				starts = append(starts, moveStarted{at: delivered, namespace: d.Namespace})
 			}
 			continue
 		}

@@ -49,8 +49,13 @@ const (
 	DeliveryLabel     = "games.example.com/delivery"
 	DeliveryLiveValue = "live"
 	// deliveredAtAnnotation is when the live profile received the revision
-	// it holds: its game servers' progress deadline counts from there.
+	// it holds: its game servers' progress deadline counts from there, and
+	// a new leader's budget per minute (seedLedger).
 	deliveredAtAnnotation = "games.example.com/delivered-at"
+	// liveRevisionAnnotation names the revision the live profile holds, as
+	// its .revision file does for the game servers: the hash label alone
+	// cannot tell two profiles of the same content apart.
+	liveRevisionAnnotation = "games.example.com/profile-revision"
 	// liveProfileSuffix ends the name of a session's live profile.
 	liveProfileSuffix = "-live-profile"
 )
@@ -102,7 +107,10 @@ func newLiveProfile(session *gamesv1.GameSession, ref, hash string, revision *co
 				LabelManagedBy:                ManagedByValue,
 				gamesv1.ProfileHashAnnotation: hash,
 			},
-			Annotations:     map[string]string{deliveredAtAnnotation: now.UTC().Format(time.RFC3339)},
+			Annotations: map[string]string{
+				deliveredAtAnnotation:  now.UTC().Format(time.RFC3339Nano),
+				liveRevisionAnnotation: data[profileack.RevisionFile],
+			},
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(session, gameSessionKind)},
 		},
 		Data:       data,
@@ -110,15 +118,37 @@ func newLiveProfile(session *gamesv1.GameSession, ref, hash string, revision *co
 	}
 }
 
-// liveProfileOf returns the revision a cached live profile holds and when
-// it was delivered, if the object is the session's own: a ConfigMap of that
-// name that the session does not control is never written or read as its.
+// liveProfileOf returns the content a cached live profile holds of the
+// session's profile and when it was delivered, if the object is the
+// session's own: a ConfigMap of that name that the session does not
+// control is never read as its. A revision of another profile (the
+// session's profileRef changed) is none of its profile's, whatever its
+// hash: its game servers acknowledge that revision's name. A live profile
+// without the revision annotation holds the hash's revision of the
+// session's profile.
 func liveProfileOf(cm *corev1.ConfigMap, session *gamesv1.GameSession) (hash string, delivered time.Time, ours bool) {
 	if cm == nil || !metav1.IsControlledBy(cm, session) {
 		return "", time.Time{}, false
 	}
-	delivered, _ = time.Parse(time.RFC3339, cm.Annotations[deliveredAtAnnotation])
-	return cm.Labels[gamesv1.ProfileHashAnnotation], delivered, true
+	delivered, _ = time.Parse(time.RFC3339Nano, cm.Annotations[deliveredAtAnnotation])
+	hash = cm.Labels[gamesv1.ProfileHashAnnotation]
+	if revision, ok := cm.Annotations[liveRevisionAnnotation]; ok && revision != RevisionName(refOf(session), hash) {
+		hash = ""
+	}
+	return hash, delivered, true
+}
+
+// liveProfileTaken reports whether cm, a ConfigMap of the name of the
+// session's live profile (nil for none), is controlled by something else:
+// the session may not write it. One that nothing controls (its session
+// deleted with orphan propagation) the session takes over with its next
+// delivery, as a Deployment adopts its orphaned ReplicaSets.
+func liveProfileTaken(cm *corev1.ConfigMap, session *gamesv1.GameSession) bool {
+	if cm == nil {
+		return false
+	}
+	ref := metav1.GetControllerOfNoCopy(cm)
+	return ref != nil && ref.UID != session.UID
 }
 
 // SlimLiveProfile keeps of a live profile what the controller reads: its
@@ -196,12 +226,24 @@ func withLiveDelivery(d *appsv1.Deployment, session string) *appsv1.Deployment {
 	return &out
 }
 
-// deliversLive reports whether the Deployment's pod template mounts the
-// session's live profile.
+// labelledLive reports whether the Deployment's pod template is labelled as
+// delivering its session's content live: its pods mount the session's live
+// profile, but for a hand edit of the profile volume, which the next write
+// puts back. The label, which the controller alone sets, says how the
+// content is delivered.
+func labelledLive(d *appsv1.Deployment) bool {
+	return d != nil && d.Spec.Template.Labels[DeliveryLabel] == DeliveryLiveValue
+}
+
+// deliversLive reports whether the Deployment's pods run what the session's
+// live profile holds: its template is labelled live and mounts it.
 func deliversLive(d *appsv1.Deployment, session string) bool {
-	if d == nil || d.Spec.Template.Labels[DeliveryLabel] != DeliveryLiveValue {
-		return false
-	}
+	return labelledLive(d) && mountsLiveProfile(d, session)
+}
+
+// mountsLiveProfile reports whether the Deployment's profile volume is the
+// session's live profile.
+func mountsLiveProfile(d *appsv1.Deployment, session string) bool {
 	v := findByName(d.Spec.Template.Spec.Volumes, profileVolumeName)
 	return v != nil && v.ConfigMap != nil && v.ConfigMap.Name == liveProfileName(session)
 }
@@ -337,8 +379,9 @@ func livePodsOf(indexer cache.Indexer, key string) []*corev1.Pod {
 }
 
 // enqueueSessionOfLiveProfile queues the session that controls a live
-// profile.
-func (c *sessionController) enqueueSessionOfLiveProfile(obj interface{}) {
+// profile, for an event of it: the cache has moved past the version the
+// session's last write of it was made on, if it was.
+func (c *sessionController) enqueueSessionOfLiveProfile(obj interface{}, deleted bool) {
 	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tombstone.Obj
 	}
@@ -347,7 +390,9 @@ func (c *sessionController) enqueueSessionOfLiveProfile(obj interface{}) {
 		return
 	}
 	if ref := metav1.GetControllerOfNoCopy(cm); ref != nil && ref.Kind == gameSessionKind.Kind {
-		c.queue.Add(cm.Namespace + "/" + ref.Name)
+		key := cm.Namespace + "/" + ref.Name
+		c.expectations.liveObserved(key, cm, deleted)
+		c.queue.Add(key)
 	}
 }
 
@@ -392,22 +437,65 @@ func (c *caches) liveOn() bool { return c.liveProfileLister != nil }
 // readLive reads into v what live delivery needs: the session's live
 // profile and, when its Deployment delivers live, the revision the live
 // profile holds (what the session runs) and where its delivery stands.
-func (c *sessionController) readLive(v *sessionView) {
+// written is the live profile as this sync wrote it, nil if it did not:
+// the cache does not show it yet.
+func (c *sessionController) readLive(v *sessionView, written *corev1.ConfigMap) {
 	if !c.liveOn() {
 		return
 	}
-	v.liveProfile = c.cachedLiveProfile(v.session)
-	hash, delivered, ours := liveProfileOf(v.liveProfile, v.session)
-	v.liveTaken = v.liveProfile != nil && !ours
-	if !deliversLive(v.deployment, v.session.Name) {
+	v.liveProfile, v.liveWritten = c.cachedLiveProfile(v.session), written
+	if written != nil {
+		v.liveProfile = written
+	}
+	v.liveTaken = liveProfileTaken(v.liveProfile, v.session)
+	if !labelledLive(v.deployment) {
 		return
 	}
-	v.runsLive = true
+	hash, delivered, _ := liveProfileOf(v.liveProfile, v.session)
+	v.runsLive, v.liveHeld = true, hash
+	if hash == "" || !mountsLiveProfile(v.deployment, v.session.Name) {
+		// Nothing of the profile, or a hand edit took the profile volume
+		// away from the live profile: the pods run what it mounts now.
+		return
+	}
 	v.rolled, v.mounted = hash, hash
-	if hash == "" {
-		return
-	}
 	v.delivery = c.liveDeliveryOf(v.key, v.session, v.deployment, hash, delivered, v.now)
+}
+
+// readUncachedLiveProfile reads the session's live profile from the API
+// server, after a create found its name taken by a ConfigMap the cache does
+// not show: one without the live-profile label, the session's own stripped
+// of it or another's. Only a live read can tell.
+func (c *sessionController) readUncachedLiveProfile(ctx context.Context, v *sessionView) error {
+	live, err := c.kubeClient.CoreV1().ConfigMaps(v.session.Namespace).Get(ctx, liveProfileName(v.session.Name), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		// Deleted since the create: the retry creates it.
+		return apierrors.NewConflict(corev1.Resource("configmaps"), liveProfileName(v.session.Name), err)
+	}
+	if err != nil {
+		return err
+	}
+	v.liveProfile, v.liveTaken, v.liveProfileUncached = live, liveProfileTaken(live, v.session), true
+	return nil
+}
+
+// confirmUnansweredLiveWrite settles the session's last live profile write
+// when its answer did not say whether it applied and the cache still shows
+// what it would have replaced: a live read tells.
+func (c *sessionController) confirmUnansweredLiveWrite(ctx context.Context, key string, session *gamesv1.GameSession,
+	cached *corev1.ConfigMap) error {
+	if !c.expectations.unansweredLive(key, cached) {
+		return nil
+	}
+	live, err := c.kubeClient.CoreV1().ConfigMaps(session.Namespace).Get(ctx, liveProfileName(session.Name), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		live, err = nil, nil
+	}
+	if err != nil {
+		return err
+	}
+	c.expectations.confirmLive(key, live)
+	return nil
 }
 
 // liveDeadline is how long a live session's game servers have to apply a
@@ -422,43 +510,61 @@ func liveDeadline(d *appsv1.Deployment) time.Duration {
 }
 
 // deliverLive writes the session's live profile to hold choice's content,
-// when choice is delivered live and the cache shows it holding another.
-// It comes before the Deployment write: a pod the write creates mounts the
-// live profile, and must find it, and find it current.
+// when choice is delivered live and the live profile holds another, or is
+// out of the cache (its label removed). It comes before the Deployment
+// write: a pod the write creates mounts the live profile, and must find it,
+// and find it current. A live profile that nothing controls is taken over
+// (liveProfileTaken); the decision never delivers to one another controls.
 //
-// The write replaces the object at the resourceVersion the cache shows. A
-// conflict means the cache is behind (our own last write, most often): the
-// worker retries quietly, as for a stale Deployment.
+// The write replaces the object at the resourceVersion the cache shows, and
+// syncs wait for the cache to show it (writeExpectations.liveAwaited). A
+// conflict means the cache is behind: the worker retries quietly, as for a
+// stale Deployment. A create answered AlreadyExists found a ConfigMap the
+// cache does not show, which the caller reads live.
 func (c *sessionController) deliverLive(ctx context.Context, v *sessionView, choice revisionChoice) error {
 	if !choice.live {
 		return nil
 	}
-	if held, _, ours := liveProfileOf(v.liveProfile, v.session); ours && held == choice.hash {
+	if held, _, ours := liveProfileOf(v.liveProfile, v.session); ours && held == choice.hash && !v.liveProfileUncached {
 		return nil
-	}
-	name := liveProfileName(v.session.Name)
-	if v.liveTaken {
-		return fmt.Errorf("ConfigMap %s/%s is not the live profile of GameSession %s (not controlled by it): delete or rename it",
-			v.session.Namespace, name, v.session.Name)
 	}
 	content, err := c.liveContent(ctx, v, choice.hash)
 	if err != nil {
 		return err
 	}
+	create, from := v.liveProfile == nil, ""
+	if !create {
+		from = v.liveProfile.ResourceVersion
+	}
+	desired := newLiveProfile(v.session, v.ref, choice.hash, content, c.clock.Now(), from)
 	client := c.kubeClient.CoreV1().ConfigMaps(v.session.Namespace)
-	if v.liveProfile == nil {
-		_, err = client.Create(ctx, newLiveProfile(v.session, v.ref, choice.hash, content, c.clock.Now(), ""), metav1.CreateOptions{})
+	c.expectations.expectLive(v.key, from)
+	var written *corev1.ConfigMap
+	if create {
+		written, err = client.Create(ctx, desired, metav1.CreateOptions{})
 	} else {
-		_, err = client.Update(ctx, newLiveProfile(v.session, v.ref, choice.hash, content, c.clock.Now(), v.liveProfile.ResourceVersion), metav1.UpdateOptions{})
+		written, err = client.Update(ctx, desired, metav1.UpdateOptions{})
 	}
-	if apierrors.IsAlreadyExists(err) {
-		// Created by our last sync, not cached yet: a conflict, as above.
-		return apierrors.NewConflict(corev1.Resource("configmaps"), name, err)
+	c.expectations.answeredLive(v.key, from, written, err)
+	if err != nil {
+		return err
 	}
-	if err == nil {
-		klog.FromContext(ctx).V(2).Info("Delivered a revision live", "revision", RevisionName(v.ref, choice.hash))
+	klog.FromContext(ctx).V(2).Info("Delivered a revision live", "revision", RevisionName(v.ref, choice.hash))
+	// Until the cache shows it, the sync goes on with what it wrote: a
+	// decision made again (a Deployment a create found) must not deliver
+	// it twice.
+	v.liveWritten = written
+	return nil
+}
+
+// deliverLiveOrRead delivers choice (deliverLive). A create that finds the
+// name taken reads what took it into v, and asks to decide again.
+func (c *sessionController) deliverLiveOrRead(ctx context.Context, v *sessionView, choice revisionChoice) (decideAgain bool, err error) {
+	err = c.deliverLive(ctx, v, choice)
+	if !apierrors.IsAlreadyExists(err) {
+		return false, err
 	}
-	return err
+	return true, c.readUncachedLiveProfile(ctx, v)
 }
 
 // liveContent is the content of the revision of hash: the profile's own
@@ -482,8 +588,10 @@ func (c *sessionController) liveContent(ctx context.Context, v *sessionView, has
 // the policy defers busy sessions for live changes too.
 func (c *profileController) liveMember(profile *corev1.ConfigMap, key string, session *gamesv1.GameSession,
 	d *appsv1.Deployment, target string, wantsLive bool, policy rollout.Policy) rollout.Member {
-	hash, delivered, ours := liveProfileOf(c.cachedLiveProfile(session), session)
-	if !ours {
+	hash, delivered, _ := liveProfileOf(c.cachedLiveProfile(session), session)
+	if !mountsLiveProfile(d, session.Name) {
+		// A hand edit took the profile volume away: its pods run what it
+		// mounts now, none of the profile's content, until the next write.
 		hash = ""
 	}
 	m := rollout.Member{
@@ -504,15 +612,24 @@ func (c *profileController) liveMember(profile *corev1.ConfigMap, key string, se
 
 // settleLiveMove settles a move delivered live: its place is held until
 // every pod of the session applied the content, or the delivery failed.
-// A live profile the cache does not show holding the move's content yet
-// holds the place: its event queues the session.
+// While the cache does not show the session's last write of its live
+// profile, the place is held: that write's event queues the session. Once
+// it does, a live profile that holds another content, or none, ends the
+// move: a newer delivery, a user's edit or deletion overtook it (which the
+// next sync delivers anew, under the policy). A move a restarted controller
+// found under way (seedLiveMove) is settled the same way.
 func (c *sessionController) settleLiveMove(key string, session *gamesv1.GameSession, d *appsv1.Deployment, m move) {
 	if blocks(d, session) || d.Spec.Paused {
 		c.endMove(key, m)
 		return
 	}
-	hash, delivered, ours := liveProfileOf(c.cachedLiveProfile(session), session)
+	cm := c.cachedLiveProfile(session)
+	if c.expectations.liveAwaited(key, cm) {
+		return
+	}
+	hash, delivered, ours := liveProfileOf(cm, session)
 	if !ours || hash != m.to {
+		c.endMove(key, m)
 		return
 	}
 	delivery := c.liveDeliveryOf(key, session, d, hash, delivered, c.clock.Now())
@@ -552,6 +669,41 @@ func (s *sessionStatus) deliveredLive(v *sessionView, choice revisionChoice) {
 	}
 }
 
+// liveProfileBlocked reports a session whose content is to be delivered
+// live through a ConfigMap of the live profile's name that another
+// controls: its Deployment, d (nil if none), is left as it is.
+func (s *sessionStatus) liveProfileBlocked(d *appsv1.Deployment, cm *corev1.ConfigMap) {
+	reason, message := gamesv1.ReasonLiveProfileNotControlled, fmt.Sprintf(MessageLiveProfileNotControlled, cm.Name)
+	if liveProfileGoing(cm, s.session) {
+		reason, message = gamesv1.ReasonLiveProfileDeleting, fmt.Sprintf(MessageLiveProfileDeleting, cm.Name)
+	}
+	s.setCondition(gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, reason, message)
+	if d == nil {
+		s.noDeployment()
+		s.notReady(reason, message)
+		return
+	}
+	s.deployment(d)
+}
+
+// liveProfileGoing reports a ConfigMap of the name of the session's live
+// profile that the garbage collector is about to remove: being deleted, or
+// the live profile of an earlier session of that name.
+func liveProfileGoing(cm *corev1.ConfigMap, session *gamesv1.GameSession) bool {
+	ref := metav1.GetControllerOfNoCopy(cm)
+	return cm.DeletionTimestamp != nil || ref != nil && ref.Kind == gameSessionKind.Kind && ref.Name == session.Name
+}
+
+// liveTakenRecheck is when to look again at a ConfigMap in the way of the
+// session's live profile: no event may announce its end (the cache holds
+// only labelled live profiles).
+func liveTakenRecheck(cm *corev1.ConfigMap, session *gamesv1.GameSession) time.Duration {
+	if liveProfileGoing(cm, session) {
+		return deletionRecheckInterval
+	}
+	return uncachedRecheckInterval
+}
+
 // Messages of a live delivery. They name counts, so a session's status is
 // written as its game servers acknowledge: a few writes per session per
 // delivery, as a restart's Deployment status brings.
@@ -559,6 +711,9 @@ const (
 	MessageDeliveryPending  = "Revision %s is delivered live; %d of %d game servers have applied it"
 	MessageDeliveryRefused  = "Revision %s is delivered live, and a game server could not apply it: %s"
 	MessageDeliveryTimedOut = "Revision %s is delivered live, and only %d of %d game servers applied it within the progress deadline"
+	// A ConfigMap in the way of the session's live profile.
+	MessageLiveProfileNotControlled = "ConfigMap %q already exists and is not controlled by this GameSession, whose profile is delivered live through a ConfigMap of that name: delete or rename it, and the controller will create its own"
+	MessageLiveProfileDeleting      = "Waiting for ConfigMap %q, which is being deleted or belongs to an earlier GameSession of this name, to be removed by the garbage collector before the profile is delivered live"
 )
 
 // mountsProfileBySubPath reports whether the session's pod template mounts
@@ -585,20 +740,21 @@ func mountsProfileBySubPath(session *gamesv1.GameSession) bool {
 
 // seedLiveMove is the move a restarted controller finds under way on a
 // session delivered live: its live profile holds a revision that its game
-// servers have neither all applied nor failed to, delivered at at (when the
-// move started, for the budget per minute).
-func (c *sessionController) seedLiveMove(d *appsv1.Deployment, ref *metav1.OwnerReference) (move, time.Time, bool) {
+// servers have neither all applied nor failed to. delivered is when the
+// live profile last received a revision, moving or not (zero if unknown):
+// a new leader's budget per minute counts it.
+func (c *sessionController) seedLiveMove(d *appsv1.Deployment, ref *metav1.OwnerReference) (m move, delivered time.Time, moving bool) {
 	session, err := c.sessionLister.GameSessions(d.Namespace).Get(ref.Name)
-	if err != nil || session.UID != ref.UID || d.Spec.Paused {
+	if err != nil || session.UID != ref.UID {
 		return move{}, time.Time{}, false
 	}
 	hash, delivered, ours := liveProfileOf(c.cachedLiveProfile(session), session)
-	if !ours || hash == "" {
-		return move{}, time.Time{}, false
+	if !ours || hash == "" || d.Spec.Paused {
+		return move{}, delivered, false
 	}
 	delivery := c.liveDeliveryOf(d.Namespace+"/"+ref.Name, session, d, hash, delivered, c.clock.Now())
 	if delivery.progress != livePending && deploymentComplete(d) || delivery.progress == liveFailed {
-		return move{}, time.Time{}, false
+		return move{}, delivered, false
 	}
 	return move{kind: seededMove, to: hash, profile: profileKey(profileOf(session))}, delivered, true
 }

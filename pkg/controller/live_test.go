@@ -242,23 +242,76 @@ func TestLiveSessionWithoutItsProfileIsLeftRunning(t *testing.T) {
 	}
 }
 
-// A ConfigMap of the live profile's name that the session does not control
-// is never overwritten: the sync fails, naming it.
+// A ConfigMap of the live profile's name that another controls is never
+// written: the session says so (an Event for a user to act on), and
+// creates no Deployment, which would mount it. One left by an earlier
+// session of that name awaits the garbage collector, without an Event.
 func TestLiveProfileNameTaken(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		owner  metav1.OwnerReference
+		reason string
+		event  []string
+	}{
+		{"another's", metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "tools", UID: "uid-tools", Controller: ptr.To(true)},
+			gamesv1.ReasonLiveProfileNotControlled, []string{"Warning " + gamesv1.ReasonLiveProfileNotControlled}},
+		{"an earlier session's", metav1.OwnerReference{APIVersion: gamesv1.SchemeGroupVersion.String(), Kind: "GameSession", Name: "arena-1",
+			UID: "uid-earlier", Controller: ptr.To(true)}, gamesv1.ReasonLiveProfileDeleting, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			session := newSession(testNamespace, "arena-1", "classic")
+			profile := liveProfile(newProfile(testNamespace, "classic", classicData))
+			taken := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: liveProfileName(session.Name),
+				ResourceVersion: "5", Labels: map[string]string{LiveProfileLabel: LiveProfileLabelValue},
+				OwnerReferences: []metav1.OwnerReference{tc.owner}}}
+			f := newFixture(ctx, t, session, profile, taken)
+			f.expectGame(updateSessionStatus(testNamespace, session.Name))
+			_, game := f.run(ctx, sessionKey(session))
+			status := objectOf[*gamesv1.GameSession](t, game[0]).Status
+			c := expectCondition(t, status.Conditions, gamesv1.ConditionReady, metav1.ConditionFalse, tc.reason)
+			if !strings.Contains(c.Message, liveProfileName(session.Name)) {
+				t.Errorf("Ready says %q, not naming the ConfigMap in the way", c.Message)
+			}
+			expectCondition(t, status.Conditions, gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, tc.reason)
+			f.expectEvents(tc.event...)
+			cached, refusal, d, err := f.c.sessions.readInputs(session)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if decision := decideSession(f.c.sessions.view(session, cached, refusal, d)); decision.requeueAfter <= 0 {
+				t.Error("no event announces the end of a ConfigMap out of the session's control: the session must look again")
+			}
+		})
+	}
+}
+
+// A live profile that nothing controls (its session deleted with orphan
+// propagation) is the new session's to take over, as a Deployment adopts
+// its orphaned ReplicaSets, once its own Deployment is there: before, a
+// Deployment of that name it does not control may still mount it.
+func TestOrphanedLiveProfileIsTakenOver(t *testing.T) {
 	ctx := context.Background()
 	session := newSession(testNamespace, "arena-1", "classic")
 	profile := liveProfile(newProfile(testNamespace, "classic", classicData))
-	foreign := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: liveProfileName(session.Name),
-		ResourceVersion: "5", Labels: map[string]string{LiveProfileLabel: LiveProfileLabelValue}}}
-	f := newFixture(ctx, t, session, profile, foreign)
-	_, _, err := f.runWithError(ctx, sessionKey(session))
-	if err == nil || !strings.Contains(err.Error(), liveProfileName(session.Name)) {
-		t.Fatalf("sync error %v, want one naming the ConfigMap in the way", err)
+	orphan := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: liveProfileName(session.Name),
+		ResourceVersion: "5", Labels: map[string]string{LiveProfileLabel: LiveProfileLabelValue, gamesv1.ProfileHashAnnotation: "1111"}},
+		Data: map[string]string{"server.cfg": "old\n"}}
+	f := newFixture(ctx, t, session, profile, orphan)
+	f.expectKube(createDeployment(testNamespace, session.Name))
+	f.expectGame(updateSessionStatus(testNamespace, session.Name))
+	kube, game := f.run(ctx, sessionKey(session))
+	f.observe(kube...)
+	f.observe(game...)
+
+	f.expectKube(updateLiveProfile(testNamespace, session.Name))
+	kube, _ = f.run(ctx, sessionKey(session))
+	cm := sentLiveProfile(t, kube)
+	if !metav1.IsControlledBy(cm, session) || cm.ResourceVersion != "5" {
+		t.Errorf("the orphan was written as %+v at rv %q, want it controlled by the session, at the version read", cm.OwnerReferences, cm.ResourceVersion)
 	}
-	for _, a := range filterInformerActions(f.kubeClient.Actions()) {
-		if a.GetVerb() != "get" {
-			t.Errorf("wrote %q over a ConfigMap not the session's", describeActions([]core.Action{a}))
-		}
+	if cm.Data["server.cfg"] != classicData["server.cfg"] {
+		t.Errorf("the live profile taken over holds %q, not the profile's content", cm.Data["server.cfg"])
 	}
 }
 
@@ -443,6 +496,113 @@ func TestSeedLedgerCountsLiveDeliveriesUnderWay(t *testing.T) {
 	f.c.sessions.seedLedger()
 	if m, ok := f.c.sessions.moves.moveOf(sessionKey(session)); ok {
 		t.Errorf("a delivery every game server applied is seeded as a move: %+v", m)
+	}
+	// Applied or not, a delivery of the last minute is a move started in
+	// it: a new leader's budget per minute counts it.
+	if got := len(f.c.sessions.moves.starts); got != 2 {
+		t.Errorf("the ledger counts %d moves started within the minute, want the delivery counted at each of the two seedings", got)
+	}
+}
+
+// A move a restarted controller found under way ends when the live profile
+// no longer holds its content (a user's edit or deletion): the sync that
+// follows delivers anew, under the policy, and no place is held for good.
+func TestSeededLiveMoveEndsWhenItsContentIsGone(t *testing.T) {
+	ctx := context.Background()
+	session := newSession(testNamespace, "arena-1", "classic")
+	session.Spec.Replicas = ptr.To[int32](1)
+	profile := liveProfile(newProfile(testNamespace, "classic", classicData))
+	f := startedLive(ctx, t, session, profile)
+	d := f.storedDeployment(testNamespace, session.Name)
+	f.setCached(livePod(session, "arena-1-a", ""))
+	f.c.sessions.seedLedger()
+	if _, ok := f.c.sessions.moves.moveOf(sessionKey(session)); !ok {
+		t.Fatal("no move seeded for a delivery under way")
+	}
+	edited := f.c.sessions.cachedLiveProfile(session).DeepCopy()
+	edited.ResourceVersion = "99"
+	edited.Labels[gamesv1.ProfileHashAnnotation] = "1111"
+	f.setCached(edited)
+	f.c.sessions.settleMove(sessionKey(session), session, d)
+	if m, ok := f.c.sessions.moves.moveOf(sessionKey(session)); ok {
+		t.Errorf("the move %+v holds its place after its content left the live profile", m)
+	}
+}
+
+// A session that moves to another profile of the same content is delivered
+// that profile's revision: its game servers acknowledge the revision's
+// name, which is the other profile's.
+func TestProfileRefChangeToTheSameContentRedelivers(t *testing.T) {
+	ctx := context.Background()
+	session := newSession(testNamespace, "arena-1", "classic")
+	profile := liveProfile(newProfile(testNamespace, "classic", classicData))
+	f := startedLive(ctx, t, session, profile)
+	other := liveProfile(newProfile(testNamespace, "other", classicData))
+	f.setCached(other)
+	moved := session.DeepCopy()
+	moved.Spec.ProfileRef = "other"
+	moved.Generation++
+	f.setCached(moved)
+	f.expectKube(updateLiveProfile(testNamespace, session.Name))
+	f.expectGame(updateSessionStatus(testNamespace, session.Name))
+	kube, _ := f.run(ctx, sessionKey(session))
+	cm := sentLiveProfile(t, kube)
+	if got, want := cm.Data[profileack.RevisionFile], RevisionName("other", ProfileHash(other)); got != want {
+		t.Errorf("%s = %q, want %q", profileack.RevisionFile, got, want)
+	}
+	if got := cm.Annotations[liveRevisionAnnotation]; got != RevisionName("other", ProfileHash(other)) {
+		t.Errorf("the live profile's revision annotation is %q, not the revision it holds", got)
+	}
+}
+
+// Until the cache shows the session's own write of its live profile, its
+// syncs wait: the live profile from before the write would pass for what
+// the session runs.
+func TestSyncWaitsForItsLiveProfileWrite(t *testing.T) {
+	ctx := context.Background()
+	session := newSession(testNamespace, "arena-1", "classic")
+	profile := liveProfile(newProfile(testNamespace, "classic", classicData))
+	f := newFixture(ctx, t, session, profile)
+	f.expectKube(createLiveProfile(testNamespace, session.Name), createDeployment(testNamespace, session.Name))
+	f.expectGame(updateSessionStatus(testNamespace, session.Name))
+	kube, game := f.run(ctx, sessionKey(session))
+	f.observe(game...)
+	f.observe(kube[1:]...) // the Deployment, not the live profile
+
+	f.run(ctx, sessionKey(session)) // no request at all
+	f.observe(kube[0])
+	// Caught up: the Deployment is in order; the status counts its game
+	// servers now.
+	f.expectGame(updateSessionStatus(testNamespace, session.Name))
+	f.run(ctx, sessionKey(session))
+}
+
+// A live Deployment whose profile volume a hand edit took away has it put
+// back, with the content its live profile holds, while the profile's
+// current revision cannot be had (yet; under a paced policy, which moves
+// nothing at once, the session's own spec does not wait for it).
+func TestLiveVolumeIsPutBackWhileTheRevisionIsUnavailable(t *testing.T) {
+	ctx := context.Background()
+	session := newSession(testNamespace, "arena-1", "classic")
+	profile := liveProfile(newProfile(testNamespace, "classic", classicData))
+	f := startedLive(ctx, t, session, profile)
+	edited := f.storedDeployment(testNamespace, session.Name).DeepCopy()
+	volume := &edited.Spec.Template.Spec.Volumes[profileVolumeIndex(&edited.Spec.Template)]
+	volume.ConfigMap.Name = "classic"
+	f.setCached(edited)
+	if err := f.kubeClient.Tracker().Update(appsv1.SchemeGroupVersion.WithResource("deployments"), edited, testNamespace); err != nil {
+		t.Fatal(err)
+	}
+	next := withData(profile, map[string]string{"server.cfg": "max_players=64\n"})
+	next.Annotations[rollout.AnnotationMaxRolling] = "1"
+	f.setCached(next)
+	f.deleteCached(newRevision(next, ProfileHash(next), testNamespace))
+
+	f.expectKube(writeDeployment(testNamespace, session.Name))
+	f.expectGame(updateSessionStatus(testNamespace, session.Name))
+	kube, _ := f.run(ctx, sessionKey(session))
+	if d := sent[*appsv1.Deployment](t, kube, "deployments"); !deliversLive(d, session.Name) {
+		t.Errorf("the profile volume was not put back: %+v", d.Spec.Template.Spec.Volumes)
 	}
 }
 

@@ -683,7 +683,7 @@ func (c *profileController) rolloutMembers(profile *corev1.ConfigMap, keys []str
 				readers = append(readers, readingMember{name: member, session: session, deployment: d, reads: reads})
 			}
 		}
-		if deliversLive(d, session.Name) {
+		if labelledLive(d) {
 			members = append(members, c.liveMember(profile, key, session, d, hash,
 				policyErr != nil || wantsLive && !mountsProfileBySubPath(session), policy))
 			continue

@@ -8,8 +8,10 @@ package controller
 //	piece         what it holds                     why a cache cannot tell      written by          a restart or failover
 //	------------  --------------------------------  ---------------------------  ------------------  ------------------------------------------
 //	expectations  the Deployment generation each    the cache lags our own       session sync        loses them: at most one idle write per
-//	(expectations session's last write produced,    writes                       (writeDeployment),  session, refused by its resourceVersion
-//	.go)          by Deployment UID                                              Deployment events
+//	(expectations session's last write produced,    writes                       (writeDeployment,   session, refused by its resourceVersion
+//	.go)          by Deployment UID; the version    (a sync on the live profile  deliverLive),       (caches start in sync with every write
+//	              each session's last write of its from before its write would   Deployment and      made before)
+//	              live profile was made on          take it for what runs)       live profile events
 //	revisions     revisions created, deleted or     the cache lags our own       both syncs,         needs none: caches start in sync with
 //	(revision.go) newly mounted that the cache      writes; a revision deleted   revision and        every write made before
 //	              does not show yet, by UID and     under a Deployment moving    Deployment events
@@ -34,11 +36,12 @@ package controller
 //	(expectations event needs no sync, by UID and the writes                       (writeStatus),      syncs it, as without them
 //	.go)          resourceVersion it was made on                                 session events
 //
-// Live delivery (live.go) adds nothing here: what each session was
-// delivered, and when, is written on its live profile, and what each game
-// server applied on its pod; both come back through the caches, so a
-// restart loses nothing of it (seedLedger counts the deliveries not yet
-// applied as moves).
+// Live delivery (live.go) adds only its writes' expectations: what each
+// session was delivered, and when, is written on its live profile, and
+// what each game server applied on its pod; both come back through the
+// caches, so a restart loses nothing of it (seedLedger counts the
+// deliveries not yet applied as moves, and those of the last minute as
+// moves started).
 //
 // The session lanes (lanes.go) are the session queue's storage, not state:
 // a restart empties them with the queue. The watch of the digest key's

@@ -91,6 +91,16 @@ func (c *sessionController) syncGameSession(ctx context.Context, key string) err
 		logger.V(4).Info("Waiting for the cache to show the last Deployment write")
 		return nil
 	}
+	liveProfile := c.cachedLiveProfile(session)
+	if err := c.confirmUnansweredLiveWrite(ctx, key, session, liveProfile); err != nil {
+		return err
+	}
+	if c.expectations.liveAwaited(key, liveProfile) {
+		// Nor with our last write of the session's live profile: a sync
+		// now would take the content it replaced for what the session runs.
+		logger.V(4).Info("Waiting for the cache to show the last live profile write")
+		return nil
+	}
 	// The cache shows the last write: a move it completed, or a move that
 	// was refused or overtaken, frees its place in the ledger of moves.
 	if deployment != nil {
@@ -257,7 +267,7 @@ func (c *sessionController) view(session *gamesv1.GameSession, profile *corev1.C
 	} else {
 		v.mayRunUncached = c.mayRunUncached(session)
 	}
-	c.readLive(v)
+	c.readLive(v, nil)
 	v.have, v.want, v.digestsAdopted, v.inputsErr = c.sessionInputs(session, deployment)
 	mayMount := func(hash string) {
 		if _, known := v.available[hash]; hash != "" && !known {
@@ -354,17 +364,19 @@ func (c *sessionController) act(ctx context.Context, v *sessionView) (actResult,
 				v.looked = true
 				continue
 			}
-			v = c.view(v.session, v.profile, v.refusal, live)
-			v.live = true
+			v = c.viewAgain(v, live)
 			continue
 		case actCreate:
-			// Only a missing live profile (or one in the way, which
-			// deliverLive refuses): one the session has already may be
-			// mounted by a Deployment the cache does not show, whose create
-			// below finds it; what it holds moves by its turn.
-			if v.liveProfile == nil || v.liveTaken {
-				if err := c.deliverLive(ctx, v, d.choice); err != nil {
+			// Only a missing live profile: one the session has already, or
+			// one nothing controls, may be mounted by a Deployment the
+			// cache does not show, whose create below finds it; what it
+			// holds moves by its turn. (For one another controls, the
+			// decision creates nothing.)
+			if v.liveProfile == nil {
+				if retry, err := c.deliverLiveOrRead(ctx, v, d.choice); err != nil {
 					return r, err
+				} else if retry {
+					continue
 				}
 			}
 			created, live, err := c.createDeployment(ctx, v.session, d.desired)
@@ -384,8 +396,7 @@ func (c *sessionController) act(ctx context.Context, v *sessionView) (actResult,
 				// the cache; and one deleted before the cache received it may
 				// never be announced at all. Until the cache holds it, no
 				// event is sure to come: the decision looks again.
-				v = c.view(v.session, v.profile, v.refusal, live)
-				v.live = true
+				v = c.viewAgain(v, live)
 				continue
 			}
 		case actWrite:
@@ -400,8 +411,10 @@ func (c *sessionController) act(ctx context.Context, v *sessionView) (actResult,
 				klog.FromContext(ctx).V(4).Info("Move waits for the ledger of moves", "kind", d.move.kind, "moving", inBudget, "waiting", waiting)
 				continue
 			}
-			if err := c.deliverLive(ctx, v, d.choice); err != nil {
+			if retry, err := c.deliverLiveOrRead(ctx, v, d.choice); err != nil {
 				return r, err
+			} else if retry {
+				continue
 			}
 			written, wrote, err := c.writeSession(ctx, v, d)
 			switch {
@@ -421,6 +434,18 @@ func (c *sessionController) act(ctx context.Context, v *sessionView) (actResult,
 		r.status = sessionStatusOf(v, &d, current, invalid, c.progressDeadlineExceeded)
 		return r, nil
 	}
+}
+
+// viewAgain is the session's view with d, the Deployment a live read or a
+// create found, which the cache does not show; and with the live profile as
+// this sync wrote it, if it did, which the cache does not show yet either.
+func (c *sessionController) viewAgain(v *sessionView, d *appsv1.Deployment) *sessionView {
+	again := c.view(v.session, v.profile, v.refusal, d)
+	if v.liveWritten != nil {
+		c.readLive(again, v.liveWritten)
+	}
+	again.live = true
+	return again
 }
 
 // writeSession writes the decision's Deployment, granted its move, after
@@ -758,7 +783,8 @@ func (c *sessionController) recordTransitions(session *gamesv1.GameSession, prev
 // themselves or are reported by the ProfileResolved condition already.
 func needsUser(reason string) bool {
 	switch reason {
-	case gamesv1.ReasonDeploymentNotControlled, gamesv1.ReasonDeploymentInvalid, gamesv1.ReasonContainerConflict:
+	case gamesv1.ReasonDeploymentNotControlled, gamesv1.ReasonDeploymentInvalid, gamesv1.ReasonContainerConflict,
+		gamesv1.ReasonLiveProfileNotControlled:
 		return true
 	}
 	return false

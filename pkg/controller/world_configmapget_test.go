@@ -11,16 +11,24 @@ import (
 // tell its own revision, not cached yet, from someone else's ConfigMap; and
 // of a revision it needs whose delete it sent without learning the outcome;
 // and the session sync's read of a revision whose content it delivers live
-// (liveContentRead).
+// (liveContentRead), and of a live profile whose create found its name
+// taken, or whose write's answer did not say whether it applied.
 func (w *world) getConfigMap(a core.GetAction) (bool, runtime.Object, error) {
 	name := a.GetName()
 	deleted, deleting := w.deletedLately[name]
-	if w.lastRevisionCreate != name && !deleting && !w.liveContentRead(name) {
+	liveRead := w.live.mayRead[name]
+	delete(w.live.mayRead, name)
+	if liveRead {
+		// What the controller learns of its live profile, it need not be
+		// told by its cache again.
+		w.noteLiveProfileRead(name)
+	}
+	if w.lastRevisionCreate != name && !deleting && !liveRead && !w.liveContentRead(name) {
 		w.violate("unexpected-request", "GET of ConfigMap %s other than right after its create answered AlreadyExists, "+
 			"or after a delete of it whose outcome the controller does not know: syncs read the caches", name)
 	}
 	w.lastRevisionCreate = ""
-	for _, r := range []apiResource{revisionsResource, profilesResource} {
+	for _, r := range []apiResource{revisionsResource, profilesResource, liveProfilesResource} {
 		if obj := w.server.get(r, name); obj != nil {
 			w.logf("  → GET configmap %s: rv %s", name, obj.GetResourceVersion())
 			if deleting && obj.GetUID() == deleted {

@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -165,6 +166,10 @@ type liveWorld struct {
 	// ("profile/hash/session"): they end with acknowledgments, not with
 	// their Deployment's rollout.
 	liveMoves map[string]bool
+	// mayRead names the live profiles the controller may read live: right
+	// after a create of one answered AlreadyExists, or a write of one whose
+	// answer did not say whether it applied.
+	mayRead map[string]bool
 }
 
 // lateAck is an acknowledgment a game server read and writes later.
@@ -177,7 +182,7 @@ type lateAck struct {
 
 func newLiveWorld(on bool, w *world) liveWorld {
 	l := liveWorld{on: on, neverAcks: map[string]bool{}, owed: map[string]int{},
-		deliveryEpoch: map[string]int{}, liveMoves: map[string]bool{}}
+		deliveryEpoch: map[string]int{}, liveMoves: map[string]bool{}, mayRead: map[string]bool{}}
 	if on {
 		for _, name := range w.sessionNames() {
 			if w.rng.IntN(6) == 0 {
@@ -207,9 +212,9 @@ func worldDeliversLive(d *appsv1.Deployment, session string) bool {
 	return d != nil && d.Spec.Template.Labels[worldDeliveryLabel] == "live" && mountedConfigMap(d) == worldLiveProfileName(session)
 }
 
-// labelledLive reports whether a Deployment's pod template carries the
+// worldLabelledLive reports whether a Deployment's pod template carries the
 // delivery label, whatever it mounts.
-func labelledLive(d *appsv1.Deployment) bool {
+func worldLabelledLive(d *appsv1.Deployment) bool {
 	return d != nil && d.Spec.Template.Labels[worldDeliveryLabel] == "live"
 }
 
@@ -288,10 +293,16 @@ func contentOf(s *gamesv1.GameSession, d *appsv1.Deployment, lp *corev1.ConfigMa
 		return "", false
 	}
 	if worldDeliversLive(d, s.Name) {
-		// The cache's copy has no data (SlimLiveProfile): its hash says.
-		hash := liveHash(lp)
-		if hash == "" || !controlledByUID(lp, s.UID) ||
-			lp.Data != nil && liveRevision(lp) != worldRevisionName(d.Namespace, s.Spec.ProfileRef, hash) {
+		// The cache's copy has no data (SlimLiveProfile): its hash and
+		// revision annotation say.
+		hash, revision := liveHash(lp), ""
+		if lp != nil {
+			revision = lp.Annotations[liveRevisionAnnotation]
+		}
+		if lp != nil && lp.Data != nil {
+			revision = liveRevision(lp)
+		}
+		if hash == "" || !controlledByUID(lp, s.UID) || revision != worldRevisionName(d.Namespace, s.Spec.ProfileRef, hash) {
 			return "", true
 		}
 		return hash, true
@@ -388,7 +399,7 @@ func (w *world) acksOf(pods []*corev1.Pod, want int32, revision string, delivere
 // liveDeliveryOf is when a live profile received what it holds, and the
 // deadline its Deployment gives the game servers.
 func liveDeliveryOf(d *appsv1.Deployment, lp *corev1.ConfigMap) (time.Time, time.Duration) {
-	at, _ := time.Parse(time.RFC3339, lp.Annotations[worldDeliveredAt])
+	at, _ := time.Parse(time.RFC3339Nano, lp.Annotations[worldDeliveredAt])
 	return at, time.Duration(ptr.Deref(d.Spec.ProgressDeadlineSeconds, 600)) * time.Second
 }
 
@@ -877,17 +888,20 @@ func (w *world) createLiveProfile(a core.CreateAction) (bool, runtime.Object, er
 	f, faulty := w.takeFault("create")
 	if faulty && f != faultLostResponse {
 		w.logf("  → CREATE live profile %s: injected %s", cm.Name, f)
+		w.live.mayRead[cm.Name] = true
 		return true, nil, injectedError(f, liveProfilesResource, cm.Name)
 	}
 	created, err := w.server.create(byController, liveProfilesResource, cm)
 	if err != nil {
 		w.logf("  → CREATE live profile %s: %v", cm.Name, err)
+		w.live.mayRead[cm.Name] = apierrors.IsAlreadyExists(err)
 		return true, nil, err
 	}
 	w.logf("  → CREATE live profile %s: %s, rv %s, holds %s", cm.Name, created.GetUID(), created.GetResourceVersion(), liveRevision(cm))
 	w.noteLiveWrite(s, nil, created.(*corev1.ConfigMap))
 	if faulty {
 		w.logf("    (answered: injected %s)", f)
+		w.live.mayRead[cm.Name] = true
 		return true, nil, injectedError(f, liveProfilesResource, cm.Name)
 	}
 	return true, created, nil
@@ -905,6 +919,7 @@ func (w *world) updateLiveProfile(a core.UpdateAction) (bool, runtime.Object, er
 	f, faulty := w.takeFault("patch")
 	if faulty && f != faultLostResponse {
 		w.logf("  → UPDATE live profile %s (rv %s): injected %s", cm.Name, cm.ResourceVersion, f)
+		w.live.mayRead[cm.Name] = true
 		return true, nil, injectedError(f, liveProfilesResource, cm.Name)
 	}
 	before, _ := w.server.get(liveProfilesResource, cm.Name).(*corev1.ConfigMap)
@@ -922,6 +937,7 @@ func (w *world) updateLiveProfile(a core.UpdateAction) (bool, runtime.Object, er
 	}
 	if faulty {
 		w.logf("    (answered: injected %s)", f)
+		w.live.mayRead[cm.Name] = true
 		return true, nil, injectedError(f, liveProfilesResource, cm.Name)
 	}
 	return true, updated, nil
@@ -993,8 +1009,8 @@ func (w *world) checkLiveProfileWrite(verb string, cm *corev1.ConfigMap) *gamesv
 	if want, known := worldDataByHash[hash]; !known || !equality.Semantic.DeepEqual(data, want) || len(cm.BinaryData) > 0 {
 		wrong = append(wrong, fmt.Sprintf("data %v, not those of content %s (%v)", data, hash, want))
 	}
-	if at := cm.Annotations[worldDeliveredAt]; at != w.clock.Now().UTC().Format(time.RFC3339) {
-		wrong = append(wrong, fmt.Sprintf("delivered at %q, now is %s", at, w.clock.Now().UTC().Format(time.RFC3339)))
+	if at := cm.Annotations[worldDeliveredAt]; at != w.clock.Now().UTC().Format(time.RFC3339Nano) {
+		wrong = append(wrong, fmt.Sprintf("delivered at %q, now is %s", at, w.clock.Now().UTC().Format(time.RFC3339Nano)))
 	}
 	if len(wrong) > 0 {
 		w.violate("live-profile-malformed", "%s of live profile %s: %s", verb, cm.Name, strings.Join(wrong, "; "))
@@ -1044,7 +1060,10 @@ func (w *world) noteLiveWrite(s *gamesv1.GameSession, before, after *corev1.Conf
 		w.violate("live-duplicate-write", "live profile %s rewritten with the revision %s it holds: its delivery time, and the deadline of its game servers, start again",
 			after.Name, liveRevision(after))
 	}
-	if w.live.owed[name] == 0 {
+	// A write of the session's spec still owed takes the current content
+	// along, live as in a new template: a write of it whose Deployment
+	// write failed is made again with what the controller knows by then.
+	if w.live.owed[name] == 0 && w.credits[name] == 0 {
 		w.violate("live-duplicate-write", "live profile %s written (%s) with no change delivered to the controller that owes it, since its last write or since a sync found it in order",
 			after.Name, liveRevision(after))
 	}
@@ -1140,6 +1159,13 @@ func (w *world) noteLiveDelivered(r apiResource, ev watchEvent, prev object) {
 		if ev.change.author != byController && ev.change.author != byRelist && !ev.known {
 			if session, ok := strings.CutSuffix(ev.obj.GetName(), worldLiveSuffix); ok {
 				w.live.owed[session]++
+			}
+		}
+		// One that stood in a session's way (another's), changed or gone,
+		// lets the session's Deployment on.
+		if session, ok := strings.CutSuffix(ev.obj.GetName(), worldLiveSuffix); ok {
+			if s := w.caches[sessionsResource].session(session); s != nil && prev != nil && !controlledByUID(prev, s.UID) {
+				w.credit(session)
 			}
 		}
 	}
@@ -1343,7 +1369,7 @@ func (w *world) liveAtRest(s *gamesv1.GameSession, profile *corev1.ConfigMap, d 
 	if !w.live.on || d == nil || !controlledBy(d, s.UID) {
 		return false
 	}
-	if labelledLive(d) {
+	if worldLabelledLive(d) {
 		return true
 	}
 	// By restart, a session its profile's rollout holds is one of restart.
@@ -1401,7 +1427,7 @@ func (w *world) checkLiveSessionAtRest(s *gamesv1.GameSession, profile *corev1.C
 		w.heldAtRest(s, profile, d)
 		return
 	}
-	if labelledLive(d) && !worldDeliversLive(d, s.Name) {
+	if worldLabelledLive(d) && !worldDeliversLive(d, s.Name) {
 		// A restart session whose volume someone edited gets the revision
 		// its annotation names put back while it waits for the current
 		// one; a live session has its live profile to put back.
@@ -1519,22 +1545,37 @@ func describeLiveProfile(lp *corev1.ConfigMap) string {
 // revisionStale reports whether a live session's live profile holds the
 // content hash, but under the revision of another profile than the
 // session's (its profileRef changed to a profile of the same content).
+//
+// A session that says the revision of its profile's current content cannot
+// be had (yet) keeps what it runs, another profile's revision included, as
+// a restart session keeps mounting it.
 func (w *world) revisionStale(s *gamesv1.GameSession, d *appsv1.Deployment, lp *corev1.ConfigMap, hash string) bool {
+	upToDate := meta.FindStatusCondition(s.Status.Conditions, gamesv1.ConditionProfileUpToDate)
+	if conditionIs(upToDate, metav1.ConditionFalse, gamesv1.ReasonRevisionUnavailable) ||
+		conditionIs(upToDate, metav1.ConditionFalse, gamesv1.ReasonRevisionPending) {
+		return false
+	}
 	return worldDeliversLive(d, s.Name) && lp != nil && controlledByUID(lp, s.UID) && liveHash(lp) == hash &&
 		liveRevision(lp) != worldRevisionName(s.Namespace, s.Spec.ProfileRef, hash)
 }
 
 // nothingToDeliver reports whether a live session at rest waits for its
 // profile's current revision with nothing else to deliver: no live profile
-// of its own, or its Deployment no longer mounting it, while that revision
-// cannot be had.
+// of its own, one holding another profile's revision, or its Deployment no
+// longer mounting it, while that revision cannot be had.
 func (w *world) nothingToDeliver(s *gamesv1.GameSession, profile *corev1.ConfigMap, d *appsv1.Deployment, lp *corev1.ConfigMap) bool {
 	upToDate := meta.FindStatusCondition(s.Status.Conditions, gamesv1.ConditionProfileUpToDate)
 	if !conditionIs(upToDate, metav1.ConditionFalse, gamesv1.ReasonRevisionUnavailable) &&
 		!conditionIs(upToDate, metav1.ConditionFalse, gamesv1.ReasonRevisionPending) {
 		return false
 	}
-	return lp == nil || !controlledByUID(lp, s.UID) || !labelledLive(d) && !worldDeliversLive(d, s.Name)
+	if lp != nil && liveRevision(lp) != worldRevisionName(s.Namespace, s.Spec.ProfileRef, liveHash(lp)) {
+		// Another profile's revision (its profileRef changed): nothing of
+		// its profile, as a restart session mounting another profile's
+		// revision has none.
+		return true
+	}
+	return lp == nil || !controlledByUID(lp, s.UID) || !worldLabelledLive(d) && !worldDeliversLive(d, s.Name)
 }
 
 // heldAtRestQuiet reports whether a session at rest says its rollout holds

@@ -140,6 +140,15 @@ const (
 	// deleted, or belongs to an earlier session of that name and awaits the
 	// garbage collector. It resolves by itself.
 	ReasonDeploymentDeleting = "DeploymentDeleting"
+	// ReasonLiveProfileNotControlled: the session's profile is delivered
+	// live, and a ConfigMap of its live profile's name exists that the
+	// session does not control. Its Deployment is left as it is until a
+	// user deletes or renames that ConfigMap.
+	ReasonLiveProfileNotControlled = "LiveProfileNotControlled"
+	// ReasonLiveProfileDeleting: as ReasonLiveProfileNotControlled, for a
+	// ConfigMap being deleted, or left by an earlier session of that name:
+	// it resolves by itself.
+	ReasonLiveProfileDeleting = "LiveProfileDeleting"
 	// ReasonContainerConflict was reported while the controller owned only
 	// the game server container, for another container on its ports (a
 	// renamed game server). Now that the session owns the whole pod
