@@ -54,7 +54,8 @@ import (
 // Writes the server finds change nothing are not writes. A sync that succeeds
 // without writing the Deployment, while the cache already shows the
 // controller's own writes, has found it in order with everything it knew: its
-// credits lapse. (Before the cache shows them, a sync may rightly wait; and a
+// credits lapse. (Before the cache shows them, its live profile's included,
+// a sync may rightly wait; and a
 // sync that found the current revision missing from its cache has not found
 // the Deployment in order: it waits for the revision, whose arrival queues it
 // again; nor have the syncs after a live read that, following a write
@@ -240,6 +241,12 @@ func (w *world) lapseCredits(name string) {
 	pending := w.caches[deploymentsResource].pending
 	for _, ev := range pending {
 		if ev.change.author == byController && ev.obj.GetName() == name {
+			return
+		}
+	}
+	for _, ev := range w.caches[liveProfilesResource].pending {
+		// Nor its live profile's: the sync waits for that too.
+		if ev.change.author == byController && ev.obj.GetName() == worldLiveProfileName(name) {
 			return
 		}
 	}

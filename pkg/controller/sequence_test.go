@@ -252,7 +252,35 @@ var foundByLongRuns = []struct {
 	{100591783, "harness: a write that changes the template for the session's spec may bring its Secret digest to the current key"},
 }
 
+// liveFoundByLongRuns are seeds past make test's range whose live sequence
+// (liveOf) broke an invariant in a long run, replayed with live delivery.
+var liveFoundByLongRuns = []struct {
+	seed uint64
+	what string
+}{
+	{5055, "live: a move a restarted controller found under way ends when its live profile no longer holds its content"},
+	{12456, "live: a sync waits for the cache to show its own write of the live profile, rather than take the session for new"},
+	{17244, "live: the same"},
+	{6001, "live: an orphaned live profile is taken over by a new session of its name; another's is reported, not a failed sync"},
+	{12571, "live: the same"},
+	{11384, "live: a Deployment labelled live whose profile volume a user pointed elsewhere is no live move of a restarted controller"},
+	{22059, "live: the same"},
+	{22726, "live: the same"},
+	{6153, "harness: a live profile write made again with newer content after the same sync's Deployment write failed is owed by the spec write"},
+	{22315, "harness: the same"},
+}
+
 func TestSequenceRegressions(t *testing.T) {
+	for _, tc := range liveFoundByLongRuns {
+		t.Run(fmt.Sprintf("live %d", tc.seed), func(t *testing.T) {
+			if !liveOf(tc.seed) {
+				t.Fatalf("seed %d does not play live delivery: liveOf changed, and the seed replays another sequence", tc.seed)
+			}
+			if w := runWorld(newWorldLive(tc.seed, true)); len(w.violations) > 0 {
+				t.Fatalf("%s\n%s", tc.what, w.report())
+			}
+		})
+	}
 	for _, tc := range foundByLongRuns {
 		t.Run(fmt.Sprint(tc.seed), func(t *testing.T) {
 			// The sequence as it was found, and match-safe or with the
