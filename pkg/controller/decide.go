@@ -276,7 +276,7 @@ func decideSession(v *sessionView) sessionDecision {
 // the profile's limit on it: the max-rolling its plan resolved, when the
 // policy is paced.
 func (v *sessionView) profileMove() (*move, int) {
-	m := &move{kind: profileMove, to: v.target, named: profileKey(v.profile.Namespace, v.profile.Name)}
+	m := &move{kind: profileMove, to: v.target, live: v.wantsLive, named: profileKey(v.profile.Namespace, v.profile.Name)}
 	if v.policyErr != nil || v.policy.Unpaced() || v.plan == nil {
 		return m, unlimited
 	}

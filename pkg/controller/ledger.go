@@ -129,6 +129,9 @@ type move struct {
 	// to is what the Deployment moves to: the revision's hash for a profile
 	// move or a seeded one, the inputSets.key for an input move.
 	to string
+	// live: the content moved to is delivered live. A switch of delivery
+	// with the same content is another move: it restarts the game servers.
+	live bool
 	// profile is the key of the profile whose max-rolling the move counts
 	// in; "" for none (an unpaced policy).
 	profile string
@@ -213,7 +216,7 @@ func (l *moveLedger) admit(key string, m move, profileLimit int) (bool, ledgerWa
 	defer l.mu.Unlock()
 	now := l.clock.Now()
 	previous, moving := l.moves[key]
-	if moving && previous.kind == m.kind && previous.to == m.to && previous.profile == m.profile && !previous.stalled {
+	if moving && previous.kind == m.kind && previous.to == m.to && previous.live == m.live && previous.profile == m.profile && !previous.stalled {
 		l.restartLocked(key, now)
 		return true, l.wakeLocked(now)
 	}
@@ -706,8 +709,9 @@ func (c *sessionController) seedLedger() {
 	}
 	now := c.clock.Now()
 	for _, d := range deployments {
-		recorded, known := d.Annotations[gamesv1.MoveStartsAnnotation]
-		for _, at := range parseMoveStarts(recorded, now) {
+		annotation, known := d.Annotations[gamesv1.MoveStartsAnnotation]
+		recorded := parseMoveStarts(annotation, now)
+		for _, at := range recorded {
 			starts = append(starts, moveStarted{at: at, namespace: d.Namespace})
 		}
 		ref := metav1.GetControllerOf(d)
@@ -716,8 +720,9 @@ func (c *sessionController) seedLedger() {
 			if ok {
 				moving[d.Namespace+"/"+ref.Name] = m
 			}
-			if !delivered.IsZero() && now.Sub(delivered) < time.Minute {
-				// Every delivery of the minute, applied or not.
+			if !delivered.IsZero() && now.Sub(delivered) < time.Minute && !slices.ContainsFunc(recorded, delivered.Equal) {
+				// Every delivery of the minute, applied or not, once: a
+				// switch to live recorded it on the Deployment too.
 				starts = append(starts, moveStarted{at: delivered, namespace: d.Namespace})
 			}
 			continue

@@ -81,6 +81,23 @@ func TestClusterBudgetPerMinuteWakesLater(t *testing.T) {
 	}
 }
 
+// A switch of delivery with the same content is a move of its own: it
+// restarts the game servers, and counts in the budget per minute, where a
+// retried write of the same move does not.
+func TestClusterBudgetPerMinuteCountsASwitchOfDelivery(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC))
+	b := newMoveLedger(clk, 0, 2)
+	if ok, _ := b.admit("ns/a", move{kind: profileMove, to: "h", live: true}, unlimited); !ok {
+		t.Fatal("the switch to live refused")
+	}
+	if ok, _ := b.admit("ns/a", move{kind: profileMove, to: "h"}, unlimited); !ok {
+		t.Fatal("the switch back refused")
+	}
+	if ok, _ := b.admit("ns/b", move{kind: profileMove, to: "h"}, unlimited); ok {
+		t.Error("a third move started within the minute: the switch back was taken for the switch under way")
+	}
+}
+
 // A move granted again (its write refused by a conflict, retried later)
 // starts when it is written again: the minute counts from then.
 func TestClusterBudgetPerMinuteCountsFromTheRetriedWrite(t *testing.T) {

@@ -511,8 +511,8 @@ func liveDeadline(d *appsv1.Deployment) time.Duration {
 
 // deliverLive writes the session's live profile to hold choice's content,
 // when choice is delivered live and the live profile holds another, or is
-// out of the cache (its label removed). It comes before the Deployment
-// write: a pod the write creates mounts the live profile, and must find it,
+// out of the cache (its label removed), delivered at now. It comes before
+// the Deployment write: a pod the write creates mounts the live profile, and must find it,
 // and find it current. A live profile that nothing controls is taken over
 // (liveProfileTaken); the decision never delivers to one another controls.
 //
@@ -521,7 +521,7 @@ func liveDeadline(d *appsv1.Deployment) time.Duration {
 // conflict means the cache is behind: the worker retries quietly, as for a
 // stale Deployment. A create answered AlreadyExists found a ConfigMap the
 // cache does not show, which the caller reads live.
-func (c *sessionController) deliverLive(ctx context.Context, v *sessionView, choice revisionChoice) error {
+func (c *sessionController) deliverLive(ctx context.Context, v *sessionView, choice revisionChoice, now time.Time) error {
 	if !choice.live {
 		return nil
 	}
@@ -536,7 +536,7 @@ func (c *sessionController) deliverLive(ctx context.Context, v *sessionView, cho
 	if !create {
 		from = v.liveProfile.ResourceVersion
 	}
-	desired := newLiveProfile(v.session, v.ref, choice.hash, content, c.clock.Now(), from)
+	desired := newLiveProfile(v.session, v.ref, choice.hash, content, now, from)
 	client := c.kubeClient.CoreV1().ConfigMaps(v.session.Namespace)
 	c.expectations.expectLive(v.key, from)
 	var written *corev1.ConfigMap
@@ -559,8 +559,8 @@ func (c *sessionController) deliverLive(ctx context.Context, v *sessionView, cho
 
 // deliverLiveOrRead delivers choice (deliverLive). A create that finds the
 // name taken reads what took it into v, and asks to decide again.
-func (c *sessionController) deliverLiveOrRead(ctx context.Context, v *sessionView, choice revisionChoice) (decideAgain bool, err error) {
-	err = c.deliverLive(ctx, v, choice)
+func (c *sessionController) deliverLiveOrRead(ctx context.Context, v *sessionView, choice revisionChoice, now time.Time) (decideAgain bool, err error) {
+	err = c.deliverLive(ctx, v, choice, now)
 	if !apierrors.IsAlreadyExists(err) {
 		return false, err
 	}
@@ -618,8 +618,14 @@ func (c *profileController) liveMember(profile *corev1.ConfigMap, key string, se
 // move: a newer delivery, a user's edit or deletion overtook it (which the
 // next sync delivers anew, under the policy). A move a restarted controller
 // found under way (seedLiveMove) is settled the same way.
+//
+// A failed delivery keeps its place among its profile's max-rolling, and
+// gives back the cluster's (the ledger's stall): a game server's refusal
+// comes at once, before the profile's plan has counted it, and the next
+// session's move must wait for the brake. It ends once the session applies
+// the content, or moves on.
 func (c *sessionController) settleLiveMove(key string, session *gamesv1.GameSession, d *appsv1.Deployment, m move) {
-	if blocks(d, session) || d.Spec.Paused {
+	if blocks(d, session) {
 		c.endMove(key, m)
 		return
 	}
@@ -632,11 +638,33 @@ func (c *sessionController) settleLiveMove(key string, session *gamesv1.GameSess
 		c.endMove(key, m)
 		return
 	}
-	delivery := c.liveDeliveryOf(key, session, d, hash, delivered, c.clock.Now())
-	if delivery.progress == liveFailed || c.progressDeadlineExceeded(d) ||
-		delivery.progress == liveApplied && deploymentComplete(d) {
+	switch c.liveMoveProgress(key, session, d, hash, delivered) {
+	case liveApplied:
 		c.endMove(key, m)
+	case liveFailed:
+		if !m.hasProfilePlace() {
+			c.endMove(key, m)
+		} else if !m.stalled {
+			c.wake(c.moves.stall(key))
+			c.rollouts.requestPlanFor(m.profile)
+		}
 	}
+}
+
+// liveMoveProgress is where a live move of the session of key to hash,
+// delivered at delivered, stands: failed when its Deployment d timed out;
+// pending while d rolls (a switch to live restarts the game servers; a
+// change of the session's own too); else as its pods' acknowledgments say.
+// A Deployment its user paused restarts nothing, but its running pods
+// still receive the content: their acknowledgments say.
+func (c *sessionController) liveMoveProgress(key string, session *gamesv1.GameSession, d *appsv1.Deployment, hash string, delivered time.Time) liveProgress {
+	if c.progressDeadlineExceeded(d) {
+		return liveFailed
+	}
+	if !deploymentComplete(d) && !d.Spec.Paused {
+		return livePending
+	}
+	return c.liveDeliveryOf(key, session, d, hash, delivered, c.clock.Now()).progress
 }
 
 // deliveredLive reports a session whose content, hash, is delivered live:
@@ -749,12 +777,11 @@ func (c *sessionController) seedLiveMove(d *appsv1.Deployment, ref *metav1.Owner
 		return move{}, time.Time{}, false
 	}
 	hash, delivered, ours := liveProfileOf(c.cachedLiveProfile(session), session)
-	if !ours || hash == "" || d.Spec.Paused {
+	if !ours || hash == "" {
 		return move{}, delivered, false
 	}
-	delivery := c.liveDeliveryOf(d.Namespace+"/"+ref.Name, session, d, hash, delivered, c.clock.Now())
-	if delivery.progress != livePending && deploymentComplete(d) || delivery.progress == liveFailed {
+	if c.liveMoveProgress(d.Namespace+"/"+ref.Name, session, d, hash, delivered) != livePending {
 		return move{}, delivered, false
 	}
-	return move{kind: seededMove, to: hash, profile: profileKey(profileOf(session))}, delivered, true
+	return move{kind: seededMove, to: hash, live: true, profile: profileKey(profileOf(session))}, delivered, true
 }

@@ -373,7 +373,7 @@ func (c *sessionController) act(ctx context.Context, v *sessionView) (actResult,
 			// holds moves by its turn. (For one another controls, the
 			// decision creates nothing.)
 			if v.liveProfile == nil {
-				if retry, err := c.deliverLiveOrRead(ctx, v, d.choice); err != nil {
+				if retry, err := c.deliverLiveOrRead(ctx, v, d.choice, c.clock.Now()); err != nil {
 					return r, err
 				} else if retry {
 					continue
@@ -411,12 +411,16 @@ func (c *sessionController) act(ctx context.Context, v *sessionView) (actResult,
 				klog.FromContext(ctx).V(4).Info("Move waits for the ledger of moves", "kind", d.move.kind, "moving", inBudget, "waiting", waiting)
 				continue
 			}
-			if retry, err := c.deliverLiveOrRead(ctx, v, d.choice); err != nil {
+			// One time for the move's start, wherever it is recorded: on
+			// the live profile, on the Deployment, or on both for a switch
+			// to live, which a new leader counts once (seedLedger).
+			started := c.clock.Now()
+			if retry, err := c.deliverLiveOrRead(ctx, v, d.choice, started); err != nil {
 				return r, err
 			} else if retry {
 				continue
 			}
-			written, wrote, err := c.writeSession(ctx, v, d)
+			written, wrote, err := c.writeSession(ctx, v, d, started)
 			switch {
 			case apierrors.IsInvalid(err):
 				if v.profile != nil {
@@ -449,8 +453,9 @@ func (c *sessionController) viewAgain(v *sessionView, d *appsv1.Deployment) *ses
 }
 
 // writeSession writes the decision's Deployment, granted its move, after
-// noting what it decided of the session's inputs.
-func (c *sessionController) writeSession(ctx context.Context, v *sessionView, d sessionDecision) (*appsv1.Deployment, bool, error) {
+// noting what it decided of the session's inputs. A move that writes the
+// pod template records its start, at started.
+func (c *sessionController) writeSession(ctx context.Context, v *sessionView, d sessionDecision, started time.Time) (*appsv1.Deployment, bool, error) {
 	in := d.inputs
 	if in.noteSeen {
 		c.inputChanges.seen(v.key, v.want.key(), v.now)
@@ -467,9 +472,11 @@ func (c *sessionController) writeSession(ctx context.Context, v *sessionView, d 
 		klog.FromContext(ctx).V(2).Info("A change of the session's Secrets or ConfigMaps waits", "why", in.wait.reason)
 	}
 	desired := d.desired
-	// A move delivered live records its start on the live profile
-	// (delivered-at), not here: the Deployment has nothing to change.
-	profileMoves := d.move != nil && d.move.kind == profileMove && !d.choice.live
+	// A move of content delivered live records its start on the live
+	// profile (delivered-at), not here: the Deployment has nothing to
+	// change. A switch to live writes the template, and records it here
+	// too: a user may delete the live profile.
+	profileMoves := d.move != nil && d.move.kind == profileMove && (!d.choice.live || !v.runsLive)
 	if (profileMoves || c.startsInputMove(v.key, v.deployment, desired)) && c.moves.perMinute > 0 {
 		// The write that starts a move records when, for a new leader's
 		// budget per minute (seedLedger).
@@ -478,7 +485,7 @@ func (c *sessionController) writeSession(ctx context.Context, v *sessionView, d 
 			desired.Annotations = map[string]string{}
 		}
 		desired.Annotations[gamesv1.MoveStartsAnnotation] = c.moves.moveStarts(
-			v.deployment.Annotations[gamesv1.MoveStartsAnnotation], c.clock.Now())
+			v.deployment.Annotations[gamesv1.MoveStartsAnnotation], started)
 	}
 	written, wrote, err := c.writeDeployment(ctx, v.session, v.deployment, desired)
 	if err == nil && wrote && v.digestsAdopted {
