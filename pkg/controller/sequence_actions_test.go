@@ -191,6 +191,10 @@ func (w *world) passTime() bool {
 // time has come.
 func (w *world) advance(d time.Duration) {
 	w.clock.Step(d)
+	if w.live.on {
+		// A live delivery fails at its deadline without an event.
+		w.pruneLiveMoves()
+	}
 	ready := w.queue.release()
 	if profiles := w.profileQueue.release(); len(profiles) > 0 {
 		w.logf("time +%v: ready %v, profiles %v", d, ready, profiles)

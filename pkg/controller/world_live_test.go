@@ -1060,10 +1060,11 @@ func (w *world) noteLiveWrite(s *gamesv1.GameSession, before, after *corev1.Conf
 		w.violate("live-duplicate-write", "live profile %s rewritten with the revision %s it holds: its delivery time, and the deadline of its game servers, start again",
 			after.Name, liveRevision(after))
 	}
-	// A write of the session's spec still owed takes the current content
-	// along, live as in a new template: a write of it whose Deployment
-	// write failed is made again with what the controller knows by then.
-	if w.live.owed[name] == 0 && w.credits[name] == 0 {
+	// A write of the session's spec or inputs still owed takes the current
+	// content along, live as in a new template (a write of it whose
+	// Deployment write failed is made again with what the controller
+	// knows by then).
+	if w.live.owed[name] == 0 && w.credits[name] == 0 && w.inputMoves[name] == 0 {
 		w.violate("live-duplicate-write", "live profile %s written (%s) with no change delivered to the controller that owes it, since its last write or since a sync found it in order",
 			after.Name, liveRevision(after))
 	}
