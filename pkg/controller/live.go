@@ -618,14 +618,8 @@ func (c *profileController) liveMember(profile *corev1.ConfigMap, key string, se
 // move: a newer delivery, a user's edit or deletion overtook it (which the
 // next sync delivers anew, under the policy). A move a restarted controller
 // found under way (seedLiveMove) is settled the same way.
-//
-// A failed delivery keeps its place among its profile's max-rolling, and
-// gives back the cluster's (the ledger's stall): a game server's refusal
-// comes at once, before the profile's plan has counted it, and the next
-// session's move must wait for the brake. It ends once the session applies
-// the content, or moves on.
 func (c *sessionController) settleLiveMove(key string, session *gamesv1.GameSession, d *appsv1.Deployment, m move) {
-	if blocks(d, session) {
+	if blocks(d, session) || d.Spec.Paused {
 		c.endMove(key, m)
 		return
 	}
@@ -638,16 +632,8 @@ func (c *sessionController) settleLiveMove(key string, session *gamesv1.GameSess
 		c.endMove(key, m)
 		return
 	}
-	switch c.liveMoveProgress(key, session, d, hash, delivered) {
-	case liveApplied:
+	if c.liveMoveProgress(key, session, d, hash, delivered) != livePending {
 		c.endMove(key, m)
-	case liveFailed:
-		if !m.hasProfilePlace() {
-			c.endMove(key, m)
-		} else if !m.stalled {
-			c.wake(c.moves.stall(key))
-			c.rollouts.requestPlanFor(m.profile)
-		}
 	}
 }
 
@@ -655,13 +641,11 @@ func (c *sessionController) settleLiveMove(key string, session *gamesv1.GameSess
 // delivered at delivered, stands: failed when its Deployment d timed out;
 // pending while d rolls (a switch to live restarts the game servers; a
 // change of the session's own too); else as its pods' acknowledgments say.
-// A Deployment its user paused restarts nothing, but its running pods
-// still receive the content: their acknowledgments say.
 func (c *sessionController) liveMoveProgress(key string, session *gamesv1.GameSession, d *appsv1.Deployment, hash string, delivered time.Time) liveProgress {
 	if c.progressDeadlineExceeded(d) {
 		return liveFailed
 	}
-	if !deploymentComplete(d) && !d.Spec.Paused {
+	if !deploymentComplete(d) {
 		return livePending
 	}
 	return c.liveDeliveryOf(key, session, d, hash, delivered, c.clock.Now()).progress
@@ -777,7 +761,7 @@ func (c *sessionController) seedLiveMove(d *appsv1.Deployment, ref *metav1.Owner
 		return move{}, time.Time{}, false
 	}
 	hash, delivered, ours := liveProfileOf(c.cachedLiveProfile(session), session)
-	if !ours || hash == "" {
+	if !ours || hash == "" || d.Spec.Paused {
 		return move{}, delivered, false
 	}
 	if c.liveMoveProgress(d.Namespace+"/"+ref.Name, session, d, hash, delivered) != livePending {

@@ -529,39 +529,6 @@ func TestSeededLiveMoveEndsWhenItsContentIsGone(t *testing.T) {
 	}
 }
 
-// A delivery a game server refused keeps its place among the profile's
-// max-rolling (the brake's), and gives the cluster's back, until the
-// session applies the content or moves on: the refusal comes before the
-// profile's plan counts it.
-func TestRefusedLiveMoveKeepsItsProfilePlace(t *testing.T) {
-	ctx := context.Background()
-	session := newSession(testNamespace, "arena-1", "classic")
-	session.Spec.Replicas = ptr.To[int32](1)
-	profile := liveProfile(newProfile(testNamespace, "classic", classicData))
-	f := startedLive(ctx, t, session, profile)
-	d := f.storedDeployment(testNamespace, session.Name).DeepCopy()
-	d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}
-	f.setCached(d)
-	key := sessionKey(session)
-	m := move{kind: profileMove, to: ProfileHash(profile), live: true, profile: profileKey(testNamespace, "classic")}
-	f.c.sessions.moves.seed(map[string]move{key: m}, nil)
-
-	revision := RevisionName("classic", ProfileHash(profile))
-	f.setCached(livePod(session, "arena-1-a", revision+" failed: cannot parse"))
-	f.c.sessions.settleMove(key, session, d)
-	if got, ok := f.c.sessions.moves.moveOf(key); !ok || !got.stalled {
-		t.Fatalf("the refused delivery's move is %+v (%v), want it kept, stalled", got, ok)
-	}
-	if moving, _ := f.c.sessions.moves.counts(); moving != 0 {
-		t.Errorf("the refused delivery holds %d of the cluster's places, want none", moving)
-	}
-	f.setCached(livePod(session, "arena-1-a", revision))
-	f.c.sessions.settleMove(key, session, d)
-	if got, ok := f.c.sessions.moves.moveOf(key); ok {
-		t.Errorf("the move %+v outlived the content's acknowledgment", got)
-	}
-}
-
 // A session that moves to another profile of the same content is delivered
 // that profile's revision: its game servers acknowledge the revision's
 // name, which is the other profile's.

@@ -273,7 +273,6 @@ var liveFoundByLongRuns = []struct {
 	{79687, "budget per minute: the same"},
 	{50962, "moves: the same, for a switch back made while the switch is under way"},
 	{74619, "budget per minute: a switch to live records its start on the Deployment too: the user may delete the live profile"},
-	{70585, "profile budget: a live delivery a game server refused keeps its place among max-rolling until the session applies the content or moves on"},
 	{64611, "harness: a live delivery fails at its deadline without an event, and frees its cluster place then"},
 	{70932, "harness: the same"},
 	{42658, "harness: a write for new inputs takes the profile's current content along, live as in a new template"},
