@@ -139,16 +139,22 @@ func liveProfileOf(cm *corev1.ConfigMap, session *gamesv1.GameSession) (hash str
 }
 
 // liveProfileTaken reports whether cm, a ConfigMap of the name of the
-// session's live profile (nil for none), is controlled by something else:
-// the session may not write it. One that nothing controls (its session
-// deleted with orphan propagation) the session takes over with its next
-// delivery, as a Deployment adopts its orphaned ReplicaSets.
+// session's live profile (nil for none), is controlled by something else,
+// or is a user's ConfigMap of that name: the session may not write it. A
+// live profile that nothing controls (its session deleted with orphan
+// propagation) the session takes over with its next delivery, as a
+// Deployment adopts its orphaned ReplicaSets.
 func liveProfileTaken(cm *corev1.ConfigMap, session *gamesv1.GameSession) bool {
 	if cm == nil {
 		return false
 	}
-	ref := metav1.GetControllerOfNoCopy(cm)
-	return ref != nil && ref.UID != session.UID
+	if ref := metav1.GetControllerOfNoCopy(cm); ref != nil {
+		return ref.UID != session.UID
+	}
+	// Nothing controls it: a live profile, left by a session deleted with
+	// orphan propagation, is taken over; any other ConfigMap of that name
+	// is a user's.
+	return cm.Labels[LiveProfileLabel] != LiveProfileLabelValue
 }
 
 // SlimLiveProfile keeps of a live profile what the controller reads: its

@@ -249,13 +249,14 @@ func TestLiveSessionWithoutItsProfileIsLeftRunning(t *testing.T) {
 func TestLiveProfileNameTaken(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		owner  metav1.OwnerReference
+		owner  *metav1.OwnerReference
 		reason string
 		event  []string
 	}{
-		{"another's", metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "tools", UID: "uid-tools", Controller: ptr.To(true)},
+		{"another's", &metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "tools", UID: "uid-tools", Controller: ptr.To(true)},
 			gamesv1.ReasonLiveProfileNotControlled, []string{"Warning " + gamesv1.ReasonLiveProfileNotControlled}},
-		{"an earlier session's", metav1.OwnerReference{APIVersion: gamesv1.SchemeGroupVersion.String(), Kind: "GameSession", Name: "arena-1",
+		{"a user's, unlabelled", nil, gamesv1.ReasonLiveProfileNotControlled, []string{"Warning " + gamesv1.ReasonLiveProfileNotControlled}},
+		{"an earlier session's", &metav1.OwnerReference{APIVersion: gamesv1.SchemeGroupVersion.String(), Kind: "GameSession", Name: "arena-1",
 			UID: "uid-earlier", Controller: ptr.To(true)}, gamesv1.ReasonLiveProfileDeleting, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -263,9 +264,18 @@ func TestLiveProfileNameTaken(t *testing.T) {
 			session := newSession(testNamespace, "arena-1", "classic")
 			profile := liveProfile(newProfile(testNamespace, "classic", classicData))
 			taken := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: liveProfileName(session.Name),
-				ResourceVersion: "5", Labels: map[string]string{LiveProfileLabel: LiveProfileLabelValue},
-				OwnerReferences: []metav1.OwnerReference{tc.owner}}}
+				ResourceVersion: "5"}}
+			if tc.owner != nil {
+				taken.Labels = map[string]string{LiveProfileLabel: LiveProfileLabelValue}
+				taken.OwnerReferences = []metav1.OwnerReference{*tc.owner}
+			}
 			f := newFixture(ctx, t, session, profile, taken)
+			if tc.owner == nil {
+				// Out of the cache, which holds labelled live profiles
+				// only: the create finds it, and a live read says whose.
+				f.expectKube(createLiveProfile(testNamespace, session.Name),
+					wantAction{verb: "get", resource: "configmaps", namespace: testNamespace, name: liveProfileName(session.Name)})
+			}
 			f.expectGame(updateSessionStatus(testNamespace, session.Name))
 			_, game := f.run(ctx, sessionKey(session))
 			status := objectOf[*gamesv1.GameSession](t, game[0]).Status
@@ -275,6 +285,9 @@ func TestLiveProfileNameTaken(t *testing.T) {
 			}
 			expectCondition(t, status.Conditions, gamesv1.ConditionProfileUpToDate, metav1.ConditionFalse, tc.reason)
 			f.expectEvents(tc.event...)
+			if tc.owner == nil {
+				return
+			}
 			cached, refusal, d, err := f.c.sessions.readInputs(session)
 			if err != nil {
 				t.Fatal(err)
