@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -275,4 +278,41 @@ func TestLiveModeSwitchRestartsEachGameServerOnce(t *testing.T) {
 			t.Errorf("session %s: %d pods ended, want 1 (the switch's restart, and none for the live edit)", s, n)
 		}
 	}
+}
+
+// A ConfigMap of a user's that happens to have the name of a new live
+// session's live profile is never written: the session says what to change
+// and creates no Deployment, whose pods would mount it. Once it is gone,
+// the session starts on its own live profile, with no event to announce it
+// (the controller caches only labelled live profiles): it looks again.
+func TestLiveProfileNameTakenByAUsersConfigMap(t *testing.T) {
+	e := newEnv(t)
+	e.dumpOnFailure("arena")
+	e.startController(withLiveDelivery)
+	e.actAsGameServers(0)
+	mine := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "arena-a-live-profile"}, Data: map[string]string{"notes.txt": "mine"}}
+	if _, err := e.kube.CoreV1().ConfigMaps(e.ns).Create(e.ctx, mine, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cm := e.createProfile("arena", content("v1"), true)
+	e.updateProfile(cm.Name, func(cm *corev1.ConfigMap) {
+		cm.Annotations = map[string]string{rollout.AnnotationDelivery: string(rollout.DeliveryLive)}
+	})
+	e.createSession(newSession("arena-a", "arena", 1))
+	s := e.waitForCondition("arena-a", gamesv1.ConditionReady, metav1.ConditionFalse, gamesv1.ReasonLiveProfileNotControlled)
+	if c := meta.FindStatusCondition(s.Status.Conditions, gamesv1.ConditionReady); !strings.Contains(c.Message, "arena-a-live-profile") {
+		t.Errorf("Ready says %q, not naming the ConfigMap in the way", c.Message)
+	}
+	if _, err := e.deployment("arena-a"); !apierrors.IsNotFound(err) {
+		t.Errorf("a Deployment was created to mount a ConfigMap the session does not control: %v", err)
+	}
+	if got, err := e.kube.CoreV1().ConfigMaps(e.ns).Get(e.ctx, mine.Name, metav1.GetOptions{}); err != nil || got.Data["notes.txt"] != "mine" {
+		t.Errorf("the user's ConfigMap was written: %v, %v", got.Data, err)
+	}
+
+	if err := e.kube.CoreV1().ConfigMaps(e.ns).Delete(e.ctx, mine.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitForReady("arena-a")
+	e.waitForCondition("arena-a", gamesv1.ConditionProfileUpToDate, metav1.ConditionTrue, gamesv1.ReasonRevisionCurrent)
 }
