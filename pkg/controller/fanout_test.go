@@ -289,8 +289,16 @@ func testRequestPlanInterval(t *testing.T, unpaced bool, interval time.Duration)
 		t.Fatal("the profile was queued before the interval since its last plan was over")
 	}
 	clock.Step(time.Millisecond)
-	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		return f.c.profiles.queue.Len() > 0, nil
+	// The delaying queue's loop sets its timer from a clock read it made
+	// before: a step between the two puts the timer that much later (seen
+	// once in CI, on a loaded machine). A later time is still past the
+	// interval, so the wait steps on, a tenth of the interval at a time.
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		if f.c.profiles.queue.Len() > 0 {
+			return true, nil
+		}
+		clock.Step(interval / 10)
+		return false, nil
 	}); err != nil {
 		t.Fatal("the profile was not queued once the interval since its last plan was over")
 	}
