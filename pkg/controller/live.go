@@ -308,7 +308,7 @@ func judgeLiveDelivery(revision string, pods []*corev1.Pod, want int, delivered 
 	var d liveDelivery
 	var timedOut bool
 	for _, pod := range pods {
-		if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		if !podRuns(pod) {
 			continue
 		}
 		d.pods++
@@ -346,6 +346,12 @@ func judgeLiveDelivery(revision string, pods []*corev1.Pod, want int, delivered 
 		d.progress = livePending
 	}
 	return d
+}
+
+// podRuns reports whether pod counts among a session's running game
+// servers: neither being deleted nor finished.
+func podRuns(pod *corev1.Pod) bool {
+	return pod.DeletionTimestamp == nil && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
 }
 
 // liveDeliveryOf is where the delivery of hash, delivered at delivered,
@@ -624,8 +630,12 @@ func (c *profileController) liveMember(profile *corev1.ConfigMap, key string, se
 // move: a newer delivery, a user's edit or deletion overtook it (which the
 // next sync delivers anew, under the policy). A move a restarted controller
 // found under way (seedLiveMove) is settled the same way.
+//
+// Unlike a restart's, the move of a paused Deployment does not end at once:
+// pausing stops the Deployment's rollout, not the kubelet, which updates
+// the files its running pods mount (seed 70585; see liveMoveProgress).
 func (c *sessionController) settleLiveMove(key string, session *gamesv1.GameSession, d *appsv1.Deployment, m move) {
-	if blocks(d, session) || d.Spec.Paused {
+	if blocks(d, session) {
 		c.endMove(key, m)
 		return
 	}
@@ -647,14 +657,32 @@ func (c *sessionController) settleLiveMove(key string, session *gamesv1.GameSess
 // delivered at delivered, stands: failed when its Deployment d timed out;
 // pending while d rolls (a switch to live restarts the game servers; a
 // change of the session's own too); else as its pods' acknowledgments say.
+//
+// A paused Deployment neither rolls nor times out, so its running pods
+// alone say: as their acknowledgments do, within the delivery deadline,
+// while one of them mounts the live profile. With none running (paused
+// before a switch to live reached a pod), the content reached no game
+// server, and the move is over, as a paused restart's is: liveApplied
+// stands for "nothing left to wait for".
 func (c *sessionController) liveMoveProgress(key string, session *gamesv1.GameSession, d *appsv1.Deployment, hash string, delivered time.Time) liveProgress {
-	if c.progressDeadlineExceeded(d) {
+	now := c.clock.Now()
+	switch {
+	case d.Spec.Paused && !runsLivePod(livePodsOf(c.livePodIndexer, key)):
+		return liveApplied
+	case d.Spec.Paused:
+		return c.liveDeliveryOf(key, session, d, hash, delivered, now).progress
+	case c.progressDeadlineExceeded(d):
 		return liveFailed
-	}
-	if !deploymentComplete(d) {
+	case !deploymentComplete(d):
 		return livePending
 	}
-	return c.liveDeliveryOf(key, session, d, hash, delivered, c.clock.Now()).progress
+	return c.liveDeliveryOf(key, session, d, hash, delivered, now).progress
+}
+
+// runsLivePod reports whether one of pods, the live pods of a session, is
+// still running: the kubelet updates the files of its live profile mount.
+func runsLivePod(pods []*corev1.Pod) bool {
+	return slices.ContainsFunc(pods, podRuns)
 }
 
 // deliveredLive reports a session whose content, hash, is delivered live:
@@ -767,7 +795,7 @@ func (c *sessionController) seedLiveMove(d *appsv1.Deployment, ref *metav1.Owner
 		return move{}, time.Time{}, false
 	}
 	hash, delivered, ours := liveProfileOf(c.cachedLiveProfile(session), session)
-	if !ours || hash == "" || d.Spec.Paused {
+	if !ours || hash == "" {
 		return move{}, delivered, false
 	}
 	if c.liveMoveProgress(d.Namespace+"/"+ref.Name, session, d, hash, delivered) != livePending {

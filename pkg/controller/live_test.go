@@ -69,6 +69,27 @@ func startedLive(ctx context.Context, t *testing.T, session *gamesv1.GameSession
 	return f
 }
 
+// oneServer is a session of one game server of the profile "classic".
+func oneServer() *gamesv1.GameSession {
+	session := newSession(testNamespace, "arena-1", "classic")
+	session.Spec.Replicas = ptr.To[int32](1)
+	return session
+}
+
+// startedOneServer is startedLive of oneServer and "classic" delivered
+// live, with the session's Deployment as the caches show it, paused if
+// asked.
+func startedOneServer(t *testing.T, paused bool) (*fixture, *gamesv1.GameSession, *corev1.ConfigMap, *appsv1.Deployment) {
+	t.Helper()
+	session := oneServer()
+	profile := liveProfile(newProfile(testNamespace, "classic", classicData))
+	f := startedLive(context.Background(), t, session, profile)
+	d := f.storedDeployment(testNamespace, session.Name).DeepCopy()
+	d.Spec.Paused = paused
+	f.setCached(d)
+	return f, session, profile, d
+}
+
 // sent is the first object of resource a create or update request sent.
 func sent[T runtime.Object](t *testing.T, actions []core.Action, resource string) T {
 	t.Helper()
@@ -486,12 +507,7 @@ func TestLiveDeliveryOffPausesTheProfile(t *testing.T) {
 // A restarted controller counts a live delivery its game servers have not
 // all applied as a move under way, and the move ends once they have.
 func TestSeedLedgerCountsLiveDeliveriesUnderWay(t *testing.T) {
-	ctx := context.Background()
-	session := newSession(testNamespace, "arena-1", "classic")
-	session.Spec.Replicas = ptr.To[int32](1)
-	profile := liveProfile(newProfile(testNamespace, "classic", classicData))
-	f := startedLive(ctx, t, session, profile)
-	d := f.storedDeployment(testNamespace, session.Name).DeepCopy()
+	f, session, profile, d := startedOneServer(t, false)
 	d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}
 	f.setCached(d)
 	revision := RevisionName("classic", ProfileHash(profile))
@@ -521,12 +537,7 @@ func TestSeedLedgerCountsLiveDeliveriesUnderWay(t *testing.T) {
 // no longer holds its content (a user's edit or deletion): the sync that
 // follows delivers anew, under the policy, and no place is held for good.
 func TestSeededLiveMoveEndsWhenItsContentIsGone(t *testing.T) {
-	ctx := context.Background()
-	session := newSession(testNamespace, "arena-1", "classic")
-	session.Spec.Replicas = ptr.To[int32](1)
-	profile := liveProfile(newProfile(testNamespace, "classic", classicData))
-	f := startedLive(ctx, t, session, profile)
-	d := f.storedDeployment(testNamespace, session.Name)
+	f, session, _, d := startedOneServer(t, false)
 	f.setCached(livePod(session, "arena-1-a", ""))
 	f.c.sessions.seedLedger()
 	if _, ok := f.c.sessions.moves.moveOf(sessionKey(session)); !ok {
@@ -680,6 +691,85 @@ func TestPendingLiveDeliveryIsRecheckedAtItsDeadline(t *testing.T) {
 		}
 		if d := decideSession(v); d.requeueAfter <= 0 || d.requeueAfter > 30*time.Second {
 			t.Errorf("profile %v: requeue after %v, want within the 30s to the deadline", profile, d.requeueAfter)
+		}
+	}
+}
+
+// Pausing a Deployment stops its rollout, not the kubelet: a live move of a
+// paused Deployment holds its place while its running game servers take the
+// content, and ends as their acknowledgments say. With none running the
+// live profile, the content reached no game server: the move ends, as a
+// paused restart's does (seed 70585).
+func TestPausedLiveMoveSettlesByItsRunningPods(t *testing.T) {
+	session := oneServer()
+	hash := ProfileHash(newProfile(testNamespace, "classic", classicData))
+	revision, key := RevisionName("classic", hash), sessionKey(session)
+	for _, tc := range []struct {
+		name  string
+		pods  []*corev1.Pod
+		holds bool
+	}{
+		{name: "no live pod", holds: false},
+		{name: "a live pod yet to acknowledge", pods: []*corev1.Pod{livePod(session, "arena-1-a", "")}, holds: true},
+		{name: "a live pod that applied it", pods: []*corev1.Pod{livePod(session, "arena-1-a", profileack.Value(revision, nil))}},
+		{name: "a live pod that refused it",
+			pods: []*corev1.Pod{livePod(session, "arena-1-a", profileack.Value(revision, errors.New("bad max_players")))}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, session, _, d := startedOneServer(t, true)
+			for _, pod := range tc.pods {
+				f.setCached(pod)
+			}
+			m := move{kind: profileMove, to: hash, live: true, profile: profileKey(testNamespace, "classic")}
+			if granted, _ := f.c.sessions.moves.admit(key, m, 1); !granted {
+				t.Fatal("the ledger refused the only move")
+			}
+			f.c.sessions.settleMove(key, session, d)
+			if _, holds := f.c.sessions.moves.moveOf(key); holds != tc.holds {
+				t.Errorf("the move holds its place: %v, want %v", holds, tc.holds)
+			}
+		})
+	}
+}
+
+// A live move the ledger granted counts in its profile's plan before the
+// caches show the write that made it: a plan that missed it would let
+// another session take its place, once the ledger frees it (seed 70585).
+func TestPlanCountsALiveMoveTheCacheDoesNotShowYet(t *testing.T) {
+	f, session, profile, _ := startedOneServer(t, false)
+	edited := profile.DeepCopy()
+	edited.Data = map[string]string{"game.cfg": "max_players=64\n"}
+	target := ProfileHash(edited)
+	policy, err := f.c.profiles.policyOf(edited)
+	if err != nil {
+		t.Fatal(err)
+	}
+	members, _ := f.c.profiles.rolloutMembers(edited, []string{sessionKey(session)}, target, policy, nil)
+	if len(members) != 1 || members[0].OnTarget {
+		t.Fatalf("before any move, members %+v, want the session off target", members)
+	}
+	m := move{kind: profileMove, to: target, live: true, profile: profileKey(testNamespace, "classic")}
+	if granted, _ := f.c.sessions.moves.admit(sessionKey(session), m, 1); !granted {
+		t.Fatal("the ledger refused the only move")
+	}
+	members, _ = f.c.profiles.rolloutMembers(edited, []string{sessionKey(session)}, target, policy, nil)
+	if len(members) != 1 || !members[0].OnTarget || members[0].Ready || members[0].Hash != target {
+		t.Errorf("with its live move granted and out of sight, members %+v, want the session moving on target, not Ready", members)
+	}
+}
+
+// A restarted controller counts a paused Deployment's live delivery under
+// way as a move, as long as a running game server mounts its live profile:
+// pausing stopped its rollout, not the kubelet.
+func TestSeedLedgerCountsAPausedLiveDeliveryUnderWay(t *testing.T) {
+	for _, running := range []bool{true, false} {
+		f, session, _, _ := startedOneServer(t, true)
+		if running {
+			f.setCached(livePod(session, "arena-1-a", ""))
+		}
+		f.c.sessions.seedLedger()
+		if m, ok := f.c.sessions.moves.moveOf(sessionKey(session)); ok != running {
+			t.Errorf("with a live pod running %v, the ledger holds %+v (%v), want a move: %v", running, m, ok, running)
 		}
 	}
 }

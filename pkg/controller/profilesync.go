@@ -683,17 +683,22 @@ func (c *profileController) rolloutMembers(profile *corev1.ConfigMap, keys []str
 				readers = append(readers, readingMember{name: member, session: session, deployment: d, reads: reads})
 			}
 		}
+		deliversLive := policyErr == nil && wantsLive && !mountsProfileBySubPath(session)
 		if labelledLive(d) {
-			members = append(members, c.liveMember(profile, key, session, d, hash,
-				policyErr != nil || wantsLive && !mountsProfileBySubPath(session), policy))
+			m := c.liveMember(profile, key, session, d, hash, policyErr != nil || deliversLive, policy)
+			if !m.OnTarget && deliversLive {
+				m = c.movingLiveOutOfSight(profile, key, hash, m)
+			}
+			members = append(members, m)
 			continue
 		}
 		rolled := rolledProfileHash(d, refOfProfile(namespace, profile))
-		if policyErr == nil && wantsLive && !mountsProfileBySubPath(session) {
+		if deliversLive {
 			// Delivered by restart while the profile asks for live: the
 			// switch is a move still to make.
-			members = append(members, rollout.Member{Name: member, Hash: rolled, Ready: deploymentComplete(d),
-				Blocked: memberBlocked(session, d), Busy: isBusy(session)})
+			m := rollout.Member{Name: member, Hash: rolled, Ready: deploymentComplete(d),
+				Blocked: memberBlocked(session, d), Busy: isBusy(session)}
+			members = append(members, c.movingLiveOutOfSight(profile, key, hash, m))
 			continue
 		}
 		if rolled != hash {
@@ -765,6 +770,23 @@ func (c *profileController) movedOutOfSight(profile *corev1.ConfigMap, sessionKe
 		return rollout.Member{}, false, false
 	}
 	return rollout.Member{Name: memberName(profile.Namespace, sessionKey), Hash: hash, OnTarget: true}, answered, true
+}
+
+// movingLiveOutOfSight is m, the member the caches show for the session of
+// key, or the member it is while the ledger holds its live move to target
+// and the caches do not show that move yet (its live profile's write, or
+// its Deployment's switch to live, is on its way): on target, moving, not
+// Ready. As movedOutOfSight does for a restart, it keeps the move's place
+// in the plan: a plan that missed it would let another session move in its
+// stead, as the ledger frees the place once the caches show the move, and
+// the delivery has failed (seed 70585).
+func (c *profileController) movingLiveOutOfSight(profile *corev1.ConfigMap, key, target string, m rollout.Member) rollout.Member {
+	moving, ok := c.moves.moveOf(key)
+	if !ok || moving.kind != profileMove || !moving.live || moving.to != target ||
+		moving.profile != profileKey(profile.Namespace, profile.Name) {
+		return m
+	}
+	return rollout.Member{Name: m.Name, Hash: target, OnTarget: true, Blocked: m.Blocked, Busy: m.Busy}
 }
 
 // memberBlocked says why a session cannot take a move or complete one, ""

@@ -278,6 +278,7 @@ var liveFoundByLongRuns = []struct {
 	{42658, "harness: a write for new inputs takes the profile's current content along, live as in a new template"},
 	{32614, "harness: the same"},
 	{52234, "harness: the same"},
+	{70585, "budget: a paused Deployment's live move keeps its place while its running game servers take the content, and the plan counts it before the caches show it"},
 }
 
 func TestSequenceRegressions(t *testing.T) {

@@ -341,7 +341,7 @@ func (w *world) cachedLivePods(namespace, name string) []*corev1.Pod {
 	return out
 }
 
-func podRuns(p *corev1.Pod) bool {
+func worldPodRuns(p *corev1.Pod) bool {
 	return p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
 }
 
@@ -373,7 +373,7 @@ func (w *world) acksOf(pods []*corev1.Pod, want int32, revision string, delivere
 		}
 	}
 	for _, p := range pods {
-		if !podRuns(p) {
+		if !worldPodRuns(p) {
 			continue
 		}
 		a.pods++
@@ -452,7 +452,7 @@ func (w *world) gameServerPods() []*corev1.Pod {
 	var out []*corev1.Pod
 	for _, obj := range w.server.view(podsResource) {
 		p := obj.(*corev1.Pod)
-		if podRuns(p) && !w.live.neverAcks[p.Labels[LabelInstance]] && w.mountedLiveProfile(p) != nil {
+		if worldPodRuns(p) && !w.live.neverAcks[p.Labels[LabelInstance]] && w.mountedLiveProfile(p) != nil {
 			out = append(out, p)
 		}
 	}
@@ -559,7 +559,7 @@ func (w *world) lateAckDue() bool {
 
 func (w *world) writeLateAck(a lateAck) {
 	p, _ := w.server.get(podsResource, a.pod).(*corev1.Pod)
-	if p == nil || p.UID != a.uid || !podRuns(p) {
+	if p == nil || p.UID != a.uid || !worldPodRuns(p) {
 		w.logf("game server of pod %s is gone before it acknowledges %q", a.pod, a.value)
 		return
 	}
@@ -1346,9 +1346,11 @@ func (w *world) liveNextDeadline() (time.Time, bool) {
 		s := obj.(*gamesv1.GameSession)
 		d, _ := w.server.objects[deploymentsResource][s.Name].(*appsv1.Deployment)
 		lp, _ := w.server.objects[liveProfilesResource][worldLiveProfileName(s.Name)].(*corev1.ConfigMap)
-		if !worldDeliversLive(d, s.Name) || lp == nil || d.Spec.Paused {
+		if !worldDeliversLive(d, s.Name) || lp == nil {
 			continue
 		}
+		// A paused Deployment's too: pausing stops its rollout, not the
+		// kubelet, and its running pods meet the deadline or not.
 		delivered, deadline := liveDeliveryOf(d, lp)
 		a := w.acksOf(w.livePods(s), ptr.Deref(d.Spec.Replicas, 1), liveRevision(lp), delivered, deadline)
 		if a.all() || a.refused || a.timedOut || a.next.IsZero() {
