@@ -116,6 +116,12 @@ func (w *world) spendCredits(after *appsv1.Deployment) {
 			"since its last write of it, or since a sync found it in order%s", name, what, after.ResourceVersion, held)
 	}
 	w.credits[name] = 0
+	if w.rotationDue(name, after) {
+		// Written without the rotation its inputs are due (it waits for
+		// its canary, its turn, a place): that wait's end, not a change,
+		// brings the write that takes it (seed 43214).
+		w.inputMoves[name] = max(w.inputMoves[name], 1)
+	}
 	if move {
 		w.moves[name] = 0
 	} else if w.pacedInCache(name) {

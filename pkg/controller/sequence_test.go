@@ -250,6 +250,7 @@ var foundByLongRuns = []struct {
 	{100641623, "harness: syncs that wait for the cache to show what a live read after a write answered 500 found are no proof of order"},
 	{100651141, "harness: a session whose profile is missing leaves its Deployment until the revision it runs reaches the cache, and that is no proof of order"},
 	{100591783, "harness: a write that changes the template for the session's spec may bring its Secret digest to the current key"},
+	{43214, "harness: a write that leaves a rotation waiting for its canary owes the write that takes it, once the plan picks the canary"},
 }
 
 // liveFoundByLongRuns are seeds past make test's range whose live sequence

@@ -448,8 +448,14 @@ func (w *world) inputCached(in *worldInput, name string) bool {
 // the window, the session to be idle), and says so with no condition and
 // no Event (tenancy.md): the wait ends, not a change.
 func (w *world) rotationWaits(name string) bool {
+	return w.rotationDue(name, w.caches[deploymentsResource].deployment(name))
+}
+
+// rotationDue reports whether d, a Deployment of session name, runs other
+// data of its inputs than the caches show, none of those it runs and still
+// reads gone from the cache.
+func (w *world) rotationDue(name string, d *appsv1.Deployment) bool {
 	s := w.caches[sessionsResource].session(name)
-	d := w.caches[deploymentsResource].deployment(name)
 	if s == nil || s.DeletionTimestamp != nil || d == nil || !controlledBy(d, s.UID) {
 		return false
 	}
