@@ -114,23 +114,31 @@ type sessionView struct {
 	// which limit.
 	refused map[moveKind]ledgerRefusal
 
-	// Live delivery (live.go). wantsLive: the profile's policy delivers
-	// its content live; runsLive: the Deployment's pod template mounts the
-	// session's live profile, whose revision is then rolled and mounted.
-	// A session without a Deployment runs as it wants. liveProfile is the
-	// cached live profile (nil for none), or one a live read found
-	// (liveProfileUncached); liveTaken: a ConfigMap of its name that
-	// another controls (liveProfileTaken). delivery is where the revision
-	// it holds stands with the session's pods. liveHeld is the content the
-	// live profile holds of a session that runs live: rolled and mounted,
-	// unless a hand edit took the profile volume away from it.
+	// delivery is what live delivery (live.go) reads of the session.
+	delivery deliveryView
+}
+
+// deliveryView is how a session's content is delivered, as a sync reads
+// it: live or by restart, and for live its live profile.
+type deliveryView struct {
+	// wantsLive: the profile's policy delivers its content live; runsLive:
+	// the Deployment's pod template carries the live delivery label, and
+	// its live profile's revision is then rolled and mounted. A session
+	// without a Deployment runs as it wants.
 	wantsLive, runsLive bool
-	liveHeld            string
-	liveProfile         *corev1.ConfigMap
-	liveProfileUncached bool
-	liveWritten         *corev1.ConfigMap // this sync's write of it, nil for none
-	liveTaken           bool
-	delivery            liveDelivery
+	// liveProfile is the cached live profile (nil for none), this sync's
+	// write of it (written, which the cache does not show yet), or one a
+	// live read found (uncached). taken: a ConfigMap of its name that
+	// another controls (liveProfileTaken).
+	liveProfile *corev1.ConfigMap
+	written     *corev1.ConfigMap
+	uncached    bool
+	taken       bool
+	// held is the content the live profile holds of a session that runs
+	// live: rolled and mounted, unless a hand edit took the profile volume
+	// away from it; acks, where it stands with the session's pods.
+	held string
+	acks liveDelivery
 }
 
 // ledgerRefusal says which of the ledger's limits refused a move.
@@ -234,9 +242,9 @@ func decideSession(v *sessionView) sessionDecision {
 	case d.choice.waitForRevision:
 		d.action, d.why = actLeave, leaveForRevision
 		return d
-	case d.choice.live && v.liveTaken:
+	case d.choice.live && v.delivery.taken:
 		d.action, d.why = actLeave, leaveLiveTaken
-		d.requeueAfter = earliest(d.requeueAfter, liveTakenRecheck(v.liveProfile, v.session))
+		d.requeueAfter = earliest(d.requeueAfter, liveTakenRecheck(v.delivery.liveProfile, v.session))
 		return d
 	case observed == nil:
 		d.action = actCreate
@@ -244,8 +252,8 @@ func decideSession(v *sessionView) sessionDecision {
 		return d
 	}
 	d.action = actWrite
-	if running := v.mounted; running != "" && (running != v.target || v.runsLive != v.wantsLive) &&
-		d.choice.hash == v.target && d.choice.live == v.wantsLive {
+	if running := v.mounted; running != "" && (running != v.target || v.delivery.runsLive != v.delivery.wantsLive) &&
+		d.choice.hash == v.target && d.choice.live == v.delivery.wantsLive {
 		// A move of a running session, which the ledger must grant: the
 		// cluster-wide budget, and under a paced policy the profile's
 		// max-rolling, which the moves for new inputs count in too. Refused,
@@ -255,9 +263,9 @@ func decideSession(v *sessionView) sessionDecision {
 			d.move, d.profileLimit = v.profileMove()
 		case refusedByProfile:
 			d.choice = waitingChoice(rollout.Plan{}, v.ref, running, v.target, v.policy)
-			d.choice.live = v.runsLive
+			d.choice.live = v.delivery.runsLive
 		default:
-			d.choice = revisionChoice{hash: running, live: v.runsLive, reason: gamesv1.ReasonWaitingForClusterBudget,
+			d.choice = revisionChoice{hash: running, live: v.delivery.runsLive, reason: gamesv1.ReasonWaitingForClusterBudget,
 				message: fmt.Sprintf(MessageWaitingForClusterBudget, RevisionName(v.ref, running),
 					RevisionName(v.ref, v.target), v.budget)}
 		}
@@ -276,7 +284,7 @@ func decideSession(v *sessionView) sessionDecision {
 // the profile's limit on it: the max-rolling its plan resolved, when the
 // policy is paced.
 func (v *sessionView) profileMove() (*move, int) {
-	m := &move{kind: profileMove, to: v.target, live: v.wantsLive, named: profileKey(v.profile.Namespace, v.profile.Name)}
+	m := &move{kind: profileMove, to: v.target, live: v.delivery.wantsLive, named: profileKey(v.profile.Namespace, v.profile.Name)}
 	if v.policyErr != nil || v.policy.Unpaced() || v.plan == nil {
 		return m, unlimited
 	}
@@ -292,10 +300,10 @@ func (v *sessionView) profileMove() (*move, int) {
 func decideWithoutProfile(v *sessionView) sessionDecision {
 	// A live session's pods read its live profile, which keeps its
 	// content whatever becomes of the profile and its revisions.
-	if v.rolled == "" || !v.runsLive && !v.available[v.rolled] {
+	if v.rolled == "" || !v.delivery.runsLive && !v.available[v.rolled] {
 		return sessionDecision{action: actLeave, why: leaveProfileMissing}
 	}
-	d := sessionDecision{action: actWrite, choice: revisionChoice{hash: v.rolled, live: v.runsLive}}
+	d := sessionDecision{action: actWrite, choice: revisionChoice{hash: v.rolled, live: v.delivery.runsLive}}
 	d.desired, d.inputs = v.withInputsToRun(v.withContent(v.deploymentWithoutInputs(v.rolled), d.choice), true)
 	return d
 }
@@ -306,9 +314,9 @@ func decideWithoutProfile(v *sessionView) sessionDecision {
 // else the way it runs now. A change of delivery is a move like a change
 // of content, under the same policy: it restarts the game servers once.
 func (v *sessionView) deliveryOf(choice revisionChoice) revisionChoice {
-	choice.live = v.runsLive
+	choice.live = v.delivery.runsLive
 	if choice.hash == v.target && choice.reason == "" {
-		choice.live = v.wantsLive
+		choice.live = v.delivery.wantsLive
 	}
 	return choice
 }
@@ -327,8 +335,8 @@ func (v *sessionView) withContent(base *appsv1.Deployment, choice revisionChoice
 // acknowledges, and its move holds a place until then, whether or not the
 // profile is still there.
 func (v *sessionView) liveDeadlineRecheck() time.Duration {
-	if v.runsLive && v.delivery.progress == livePending && !v.delivery.deadline.IsZero() {
-		return v.delivery.deadline.Sub(v.now)
+	if v.delivery.runsLive && v.delivery.acks.progress == livePending && !v.delivery.acks.deadline.IsZero() {
+		return v.delivery.acks.deadline.Sub(v.now)
 	}
 	return 0
 }
@@ -364,7 +372,7 @@ func blockedRecheck(d *appsv1.Deployment, session *gamesv1.GameSession) time.Dur
 // its inputs.
 func (v *sessionView) chooseRevision(base *appsv1.Deployment) revisionChoice {
 	rolled, target := v.rolled, v.target
-	if rolled == target && v.runsLive == v.wantsLive {
+	if rolled == target && v.delivery.runsLive == v.delivery.wantsLive {
 		return revisionChoice{hash: target}
 	}
 	targetRevision := RevisionName(v.ref, target)
@@ -374,9 +382,9 @@ func (v *sessionView) chooseRevision(base *appsv1.Deployment) revisionChoice {
 			// annotation names: put that one back meanwhile.
 			if hash := v.deployment.Spec.Template.Annotations[gamesv1.ProfileHashAnnotation]; hash != "" && v.available[hash] {
 				rolled = hash
-			} else if v.runsLive {
+			} else if v.delivery.runsLive {
 				// Or the live profile, which holds its content still.
-				rolled = v.liveHeld
+				rolled = v.delivery.held
 			}
 		}
 		choice := revisionChoice{hash: rolled, reason: gamesv1.ReasonRevisionPending, planNeeded: true,
@@ -414,7 +422,7 @@ func (v *sessionView) chooseRevision(base *appsv1.Deployment) revisionChoice {
 // of the digest key alone does not count: its write restarts nothing, and
 // must take no move along ahead of its turn.
 func (v *sessionView) needsWriteAt(base *appsv1.Deployment, hash string) bool {
-	desired, _ := v.withInputsToRun(v.withContent(base, revisionChoice{hash: hash, live: v.runsLive}), false)
+	desired, _ := v.withInputsToRun(v.withContent(base, revisionChoice{hash: hash, live: v.delivery.runsLive}), false)
 	if observed := v.deployment; observed != nil {
 		recorded, ok := observed.Labels[gamesv1.SecretsKeyLabel]
 		if _, wanted := desired.Labels[gamesv1.SecretsKeyLabel]; ok || wanted {
@@ -512,7 +520,7 @@ func sessionStatusOf(v *sessionView, d *sessionDecision, current *appsv1.Deploym
 		s.deployment(observed)
 		s.waiting(d.choice.reason, d.choice.message)
 	case d.why == leaveLiveTaken:
-		s.liveProfileBlocked(observed, v.liveProfile)
+		s.liveProfileBlocked(observed, v.delivery.liveProfile)
 	case d.action == actCreate && invalid != nil:
 		s.deploymentInvalid(invalid)
 	case invalid != nil:
@@ -523,7 +531,7 @@ func sessionStatusOf(v *sessionView, d *sessionDecision, current *appsv1.Deploym
 		switch {
 		case d.choice.live && current != nil:
 			s.deliveredLive(v, d.choice)
-		case d.choice.hash == v.target && d.choice.live == v.wantsLive:
+		case d.choice.hash == v.target && d.choice.live == v.delivery.wantsLive:
 			s.upToDate(v.target)
 		default:
 			s.waiting(d.choice.reason, d.choice.message)

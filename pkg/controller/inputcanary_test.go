@@ -251,7 +251,7 @@ func TestRotationWaitingForAnyReasonAsksForTheCanariesPlan(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			v := c.view(session, profile, refusal, deployment)
+			v := c.view(session, profile, refusal, deployment, nil)
 			d := decideSession(v)
 			if d.inputs.wait == nil || d.inputs.move != nil {
 				t.Fatalf("the rotation did not wait: %+v", d.inputs)

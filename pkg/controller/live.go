@@ -455,23 +455,24 @@ func (c *sessionController) readLive(v *sessionView, written *corev1.ConfigMap) 
 	if !c.liveOn() {
 		return
 	}
-	v.liveProfile, v.liveWritten = c.cachedLiveProfile(v.session), written
+	lv := &v.delivery
+	lv.liveProfile, lv.written = c.cachedLiveProfile(v.session), written
 	if written != nil {
-		v.liveProfile = written
+		lv.liveProfile = written
 	}
-	v.liveTaken = liveProfileTaken(v.liveProfile, v.session)
+	lv.taken = liveProfileTaken(lv.liveProfile, v.session)
 	if !labelledLive(v.deployment) {
 		return
 	}
-	hash, delivered, _ := liveProfileOf(v.liveProfile, v.session)
-	v.runsLive, v.liveHeld = true, hash
+	hash, delivered, _ := liveProfileOf(lv.liveProfile, v.session)
+	lv.runsLive, lv.held = true, hash
 	if hash == "" || !mountsLiveProfile(v.deployment, v.session.Name) {
 		// Nothing of the profile, or a hand edit took the profile volume
 		// away from the live profile: the pods run what it mounts now.
 		return
 	}
 	v.rolled, v.mounted = hash, hash
-	v.delivery = c.liveDeliveryOf(v.key, v.session, v.deployment, hash, delivered, v.now)
+	lv.acks = c.liveDeliveryOf(v.key, v.session, v.deployment, hash, delivered, v.now)
 }
 
 // readUncachedLiveProfile reads the session's live profile from the API
@@ -487,7 +488,7 @@ func (c *sessionController) readUncachedLiveProfile(ctx context.Context, v *sess
 	if err != nil {
 		return err
 	}
-	v.liveProfile, v.liveTaken, v.liveProfileUncached = live, liveProfileTaken(live, v.session), true
+	v.delivery.liveProfile, v.delivery.taken, v.delivery.uncached = live, liveProfileTaken(live, v.session), true
 	return nil
 }
 
@@ -537,16 +538,16 @@ func (c *sessionController) deliverLive(ctx context.Context, v *sessionView, cho
 	if !choice.live {
 		return nil
 	}
-	if held, _, ours := liveProfileOf(v.liveProfile, v.session); ours && held == choice.hash && !v.liveProfileUncached {
+	if held, _, ours := liveProfileOf(v.delivery.liveProfile, v.session); ours && held == choice.hash && !v.delivery.uncached {
 		return nil
 	}
 	content, err := c.liveContent(ctx, v, choice.hash)
 	if err != nil {
 		return err
 	}
-	create, from := v.liveProfile == nil, ""
+	create, from := v.delivery.liveProfile == nil, ""
 	if !create {
-		from = v.liveProfile.ResourceVersion
+		from = v.delivery.liveProfile.ResourceVersion
 	}
 	desired := newLiveProfile(v.session, v.ref, choice.hash, content, now, from)
 	client := c.kubeClient.CoreV1().ConfigMaps(v.session.Namespace)
@@ -565,7 +566,7 @@ func (c *sessionController) deliverLive(ctx context.Context, v *sessionView, cho
 	// Until the cache shows it, the sync goes on with what it wrote: a
 	// decision made again (a Deployment a create found) must not deliver
 	// it twice.
-	v.liveWritten = written
+	v.delivery.written = written
 	return nil
 }
 
@@ -693,12 +694,12 @@ func (s *sessionStatus) deliveredLive(v *sessionView, choice revisionChoice) {
 	hash, ref := choice.hash, refOf(s.session)
 	revision := RevisionName(ref, hash)
 	s.status.ProfileHash, s.status.ProfileRevision = hash, revision
-	delivery := v.delivery
+	delivery := v.delivery.acks
 	if hash != v.rolled {
 		delivery = liveDelivery{progress: livePending}
 	}
 	switch {
-	case hash != v.target || !v.wantsLive:
+	case hash != v.target || !v.delivery.wantsLive:
 		// Behind the rollout, or waiting for its switch back to restart.
 		s.waiting(choice.reason, choice.message)
 	case delivery.progress == liveApplied:

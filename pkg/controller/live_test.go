@@ -313,7 +313,7 @@ func TestLiveProfileNameTaken(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if decision := decideSession(f.c.sessions.view(session, cached, refusal, d)); decision.requeueAfter <= 0 {
+			if decision := decideSession(f.c.sessions.view(session, cached, refusal, d, nil)); decision.requeueAfter <= 0 {
 				t.Error("no event announces the end of a ConfigMap out of the session's control: the session must look again")
 			}
 		})
@@ -684,8 +684,8 @@ func TestLiveChangeOfABusySession(t *testing.T) {
 func TestPendingLiveDeliveryIsRecheckedAtItsDeadline(t *testing.T) {
 	for _, profile := range []bool{true, false} {
 		v := decisionView("1111", "1111")
-		v.runsLive, v.wantsLive = true, true
-		v.delivery = liveDelivery{progress: livePending, deadline: v.now.Add(30 * time.Second)}
+		v.delivery.runsLive, v.delivery.wantsLive = true, true
+		v.delivery.acks = liveDelivery{progress: livePending, deadline: v.now.Add(30 * time.Second)}
 		if !profile {
 			v.profile, v.target = nil, ""
 		}

@@ -109,7 +109,7 @@ func (c *sessionController) syncGameSession(ctx context.Context, key string) err
 		return err
 	}
 
-	view := c.view(session, profile, refusal, deployment)
+	view := c.view(session, profile, refusal, deployment, nil)
 	done, err := c.act(ctx, view)
 	// Requeues are decided here, from what the decision asked for.
 	if done.requeueAfter > 0 {
@@ -245,8 +245,10 @@ func (c *sessionController) readInputs(session *gamesv1.GameSession) (profile *c
 
 // view reads what the session's decision needs (sessionView): once per
 // sync, and again only for a Deployment a live read or a create found.
+// liveWritten is the session's live profile as this sync wrote it, nil if
+// it did not.
 func (c *sessionController) view(session *gamesv1.GameSession, profile *corev1.ConfigMap, refusal string,
-	deployment *appsv1.Deployment) *sessionView {
+	deployment *appsv1.Deployment, liveWritten *corev1.ConfigMap) *sessionView {
 	v := &sessionView{
 		key:             cache.MetaObjectToName(session).String(),
 		session:         session,
@@ -267,7 +269,7 @@ func (c *sessionController) view(session *gamesv1.GameSession, profile *corev1.C
 	} else {
 		v.mayRunUncached = c.mayRunUncached(session)
 	}
-	c.readLive(v, nil)
+	c.readLive(v, liveWritten)
 	v.have, v.want, v.digestsAdopted, v.inputsErr = c.sessionInputs(session, deployment)
 	mayMount := func(hash string) {
 		if _, known := v.available[hash]; hash != "" && !known {
@@ -281,14 +283,14 @@ func (c *sessionController) view(session *gamesv1.GameSession, profile *corev1.C
 	key := profileKey(profile.Namespace, profile.Name)
 	v.target = c.profileHashes.hash(profile)
 	v.policy, v.policyErr = c.rollouts.policyOf(profile)
-	v.wantsLive = c.liveOn() && v.policy.Live() && !mountsProfileBySubPath(session)
+	v.delivery.wantsLive = c.liveOn() && v.policy.Live() && !mountsProfileBySubPath(session)
 	if v.policyErr != nil {
 		// A policy that does not parse changes nothing of how a session
 		// runs.
-		v.wantsLive = v.runsLive
+		v.delivery.wantsLive = v.delivery.runsLive
 	}
 	if v.deployment == nil {
-		v.runsLive = v.wantsLive
+		v.delivery.runsLive = v.delivery.wantsLive
 	}
 	v.latest = c.rollouts.latestPlan(key)
 	v.plan = c.rollouts.planOf(key, v.target, v.policy.String())
@@ -372,7 +374,7 @@ func (c *sessionController) act(ctx context.Context, v *sessionView) (actResult,
 			// cache does not show, whose create below finds it; what it
 			// holds moves by its turn. (For one another controls, the
 			// decision creates nothing.)
-			if v.liveProfile == nil {
+			if v.delivery.liveProfile == nil {
 				if retry, err := c.deliverLiveOrRead(ctx, v, d.choice, c.clock.Now()); err != nil {
 					return r, err
 				} else if retry {
@@ -444,10 +446,7 @@ func (c *sessionController) act(ctx context.Context, v *sessionView) (actResult,
 // create found, which the cache does not show; and with the live profile as
 // this sync wrote it, if it did, which the cache does not show yet either.
 func (c *sessionController) viewAgain(v *sessionView, d *appsv1.Deployment) *sessionView {
-	again := c.view(v.session, v.profile, v.refusal, d)
-	if v.liveWritten != nil {
-		c.readLive(again, v.liveWritten)
-	}
+	again := c.view(v.session, v.profile, v.refusal, d, v.delivery.written)
 	again.live = true
 	return again
 }
@@ -476,7 +475,7 @@ func (c *sessionController) writeSession(ctx context.Context, v *sessionView, d 
 	// profile (delivered-at), not here: the Deployment has nothing to
 	// change. A switch to live writes the template, and records it here
 	// too: a user may delete the live profile.
-	profileMoves := d.move != nil && d.move.kind == profileMove && (!d.choice.live || !v.runsLive)
+	profileMoves := d.move != nil && d.move.kind == profileMove && (!d.choice.live || !v.delivery.runsLive)
 	if (profileMoves || c.startsInputMove(v.key, v.deployment, desired)) && c.moves.perMinute > 0 {
 		// The write that starts a move records when, for a new leader's
 		// budget per minute (seedLedger).

@@ -97,7 +97,7 @@ func (v *sessionView) deferred() (revisionChoice, bool) {
 	if !isBusy(v.session) || v.deployment == nil || rolled == "" {
 		return revisionChoice{}, false
 	}
-	if v.runsLive && v.wantsLive && !policy.LiveDefersBusy {
+	if v.delivery.runsLive && v.delivery.wantsLive && !policy.LiveDefersBusy {
 		// A live change restarts nothing: no match to protect.
 		return revisionChoice{}, false
 	}
