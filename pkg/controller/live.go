@@ -634,7 +634,7 @@ func (c *profileController) liveMember(profile *corev1.ConfigMap, key string, se
 //
 // Unlike a restart's, the move of a paused Deployment does not end at once:
 // pausing stops the Deployment's rollout, not the kubelet, which updates
-// the files its running pods mount (seed 70585; see liveMoveProgress).
+// the files its running pods mount (seed 70585; see liveMovePending).
 func (c *sessionController) settleLiveMove(key string, session *gamesv1.GameSession, d *appsv1.Deployment, m move) {
 	if blocks(d, session) {
 		c.endMove(key, m)
@@ -649,35 +649,33 @@ func (c *sessionController) settleLiveMove(key string, session *gamesv1.GameSess
 		c.endMove(key, m)
 		return
 	}
-	if c.liveMoveProgress(key, session, d, hash, delivered) != livePending {
+	if !c.liveMovePending(key, session, d, hash, delivered) {
 		c.endMove(key, m)
 	}
 }
 
-// liveMoveProgress is where a live move of the session of key to hash,
-// delivered at delivered, stands: failed when its Deployment d timed out;
-// pending while d rolls (a switch to live restarts the game servers; a
-// change of the session's own too); else as its pods' acknowledgments say.
+// liveMovePending reports whether a live move of the session of key to
+// hash, delivered at delivered, still holds its place: while its
+// Deployment d rolls (a switch to live restarts the game servers; a change
+// of the session's own too), unless d timed out; then while its pods have
+// neither all applied the content nor one refused it, within the delivery
+// deadline.
 //
 // A paused Deployment neither rolls nor times out, so its running pods
-// alone say: as their acknowledgments do, within the delivery deadline,
-// while one of them mounts the live profile. With none running (paused
-// before a switch to live reached a pod), the content reached no game
-// server, and the move is over, as a paused restart's is: liveApplied
-// stands for "nothing left to wait for".
-func (c *sessionController) liveMoveProgress(key string, session *gamesv1.GameSession, d *appsv1.Deployment, hash string, delivered time.Time) liveProgress {
-	now := c.clock.Now()
+// alone say, while one of them mounts the live profile. With none running
+// (paused before a switch to live reached a pod), the content reached no
+// game server: nothing is pending, as for a paused restart.
+func (c *sessionController) liveMovePending(key string, session *gamesv1.GameSession, d *appsv1.Deployment, hash string, delivered time.Time) bool {
 	switch {
 	case d.Spec.Paused && !runsLivePod(livePodsOf(c.livePodIndexer, key)):
-		return liveApplied
+		return false
 	case d.Spec.Paused:
-		return c.liveDeliveryOf(key, session, d, hash, delivered, now).progress
 	case c.progressDeadlineExceeded(d):
-		return liveFailed
+		return false
 	case !deploymentComplete(d):
-		return livePending
+		return true
 	}
-	return c.liveDeliveryOf(key, session, d, hash, delivered, now).progress
+	return c.liveDeliveryOf(key, session, d, hash, delivered, c.clock.Now()).progress == livePending
 }
 
 // runsLivePod reports whether one of pods, the live pods of a session, is
@@ -799,7 +797,7 @@ func (c *sessionController) seedLiveMove(d *appsv1.Deployment, ref *metav1.Owner
 	if !ours || hash == "" {
 		return move{}, delivered, false
 	}
-	if c.liveMoveProgress(d.Namespace+"/"+ref.Name, session, d, hash, delivered) != livePending {
+	if !c.liveMovePending(d.Namespace+"/"+ref.Name, session, d, hash, delivered) {
 		return move{}, delivered, false
 	}
 	return move{kind: seededMove, to: hash, live: true, profile: profileKey(profileOf(session))}, delivered, true
